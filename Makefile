@@ -1,0 +1,84 @@
+# Attention, from scratch: two commands do all the set-up on a fresh machine.
+#   make book   set up, then build the HTML book into _build/html (warnings are errors)
+#   make test   set up, then run every test: unit, lessons (nbval), Colab-like, browser
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+COLAB_VENV := .venv-colab
+COLAB_PY := $(COLAB_VENV)/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Deterministic kernels: the committed outputs were made with these settings.
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: book test setup unit lessons colab browser bench clean nbsync
+.DEFAULT_GOAL := book
+
+## ---- set-up (each step is skipped when already done) ----
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The offline book's web assets, copied out of node_modules (never committed).
+_vendor/.installed: node_modules/.installed tools/vendor_assets.py
+	$(PYTHON) tools/vendor_assets.py
+	touch $@
+
+# Colab-like environment: Colab's ipywidgets 7.7, CPU torch, no attn_core.
+$(COLAB_VENV)/.installed: requirements-colab.txt
+	test -x $(COLAB_PY) || $(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_PY) -m pip install -q -r requirements-colab.txt
+	touch $@
+
+chromium:
+	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+setup: $(VENV)/.installed _vendor/.installed
+
+## ---- the book ----
+book: setup
+	rm -rf _build/html _build/.doctrees
+	$(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going --quiet
+	$(PY) tools/site_report.py _build/html
+
+## ---- tests ----
+unit: setup
+	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
+
+lessons: setup
+	$(PY) -m pytest --nbval book --sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
+
+colab: setup $(COLAB_VENV)/.installed
+	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style
+	$(COLAB_PY) -m pytest tests/test_viz.py -q -p no:cacheprovider
+	$(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider
+
+browser: chromium
+	test -f _build/html/index.html || $(MAKE) book
+	$(PY) -m pytest tests/browser -q
+
+test: setup chromium $(COLAB_VENV)/.installed
+	$(MAKE) unit
+	$(MAKE) lessons
+	$(MAKE) book
+	$(MAKE) browser
+	$(MAKE) colab
+
+bench: setup
+	$(PY) -m benchmarks
+
+# Re-execute notebooks in place (after changing a chapter): make nbsync NB=book/01_self_attention.ipynb
+nbsync: setup
+	$(PY) tools/execute_notebooks.py $(or $(NB),book/*.ipynb)
+
+clean:
+	rm -rf _build _vendor

@@ -1,0 +1,30 @@
+"""attn_core: the tested implementations behind "Attention, from scratch".
+
+Every chapter of the book imports from this package's top level. One module per
+concept; see each module's docstring for its shape legend.
+"""
+
+from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
+from .cache import KVCache, LatentKVCache
+from .core import attention
+from .masks import causal_mask, padding_mask
+
+# --- mla.py / positional.py (chapters 7-8) ---
+
+# --- norms.py / blocks.py / simplified.py / tasks.py / train.py / generate.py (chapters 9-12) ---
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "attention",
+    "causal_mask",
+    "padding_mask",
+    "SelfAttention",
+    "MultiHeadAttention",
+    "GroupedQueryAttention",
+    "MultiQueryAttention",
+    "KVCache",
+    "LatentKVCache",
+    # --- chapters 7-8 names ---
+    # --- chapters 9-12 names ---
+]

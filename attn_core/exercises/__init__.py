@@ -1,0 +1,11 @@
+"""Check functions for the chapters' exercises: ``from attn_core.exercises import check_...``.
+
+One module per chapter (``ch01.py``, ``ch02.py``, ...). Each check runs the learner's
+function against the reference in ``attn_core`` on a few seeded inputs, prints a short
+verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
+notebook keeps running).
+"""
+
+from ._common import report
+
+__all__ = ["report"]
