@@ -55,7 +55,7 @@ unit: setup
 	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
 
 lessons: setup
-	$(PY) -m pytest --nbval book --sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
+	$(PY) -m pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
 
 colab: setup $(COLAB_VENV)/.installed
 	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style

@@ -10,6 +10,15 @@ from .core import attention
 from .masks import causal_mask, padding_mask
 
 # --- mla.py / positional.py (chapters 7-8) ---
+from .mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from .positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    convert_rope_layout,
+    rope_permutation,
+)
 
 # --- norms.py / blocks.py / simplified.py / tasks.py / train.py / generate.py (chapters 9-12) ---
 
@@ -26,5 +35,13 @@ __all__ = [
     "KVCache",
     "LatentKVCache",
     # --- chapters 7-8 names ---
+    "MultiHeadLatentAttention",
+    "kv_cache_elements_per_token",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "rope_permutation",
+    "convert_rope_layout",
     # --- chapters 9-12 names ---
 ]

@@ -6,6 +6,7 @@ verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
 notebook keeps running).
 """
 
-from ._common import report
+from ._common import compare, report
+from .ch01 import check_scaled_scores, check_self_attention, check_softmax_temperature
 
-__all__ = ["report"]
+__all__ = ["report", "compare", "check_scaled_scores", "check_self_attention", "check_softmax_temperature"]

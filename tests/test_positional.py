@@ -1,0 +1,320 @@
+"""Tests for attn_core.positional: sinusoidal, learned, RoPE (both layouts) and ALiBi."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_core import (
+    ALiBi,
+    KVCache,
+    LearnedPositionalEmbedding,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    attention,
+    causal_mask,
+    convert_rope_layout,
+    rope_permutation,
+)
+
+F64 = torch.float64
+
+
+def reference_rope_interleaved(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE as the paper writes it: pairs (2i, 2i+1) are complex numbers multiplied by e^{i m θ_i}."""
+    D = x.shape[-1]
+    theta = base ** (-torch.arange(0, D, 2, dtype=F64) / D)  # (D/2,)
+    rot = torch.polar(torch.ones(len(positions), D // 2, dtype=F64), positions.to(F64)[:, None] * theta)  # (T, D/2)
+    z = torch.view_as_complex(x.to(F64).reshape(*x.shape[:-1], D // 2, 2).contiguous())  # (..., T, D/2)
+    return torch.view_as_real(z * rot).flatten(-2)  # (..., T, D)
+
+
+# ---------------------------------------------------------------- RoPE
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rope_shape_dtype_and_position_zero_identity(layout):
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(8, layout=layout)
+    x = torch.randn(2, 3, 5, 8)
+    y = rope(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert torch.equal(y[..., 0, :], x[..., 0, :])  # angle 0: cos=1, sin=0 exactly
+    assert not torch.allclose(y[..., 1:, :], x[..., 1:, :])
+
+
+def test_rope_interleaved_matches_complex_reference():
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 16, dtype=F64)
+    got = RotaryEmbedding(16, layout="interleaved")(x, offset=5)
+    want = reference_rope_interleaved(x, torch.arange(5, 12))
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    pairs=st.integers(1, 8),
+    T=st.integers(1, 6),
+    offset=st.integers(0, 50),
+    base=st.sampled_from([100.0, 10000.0, 500000.0]),
+)
+def test_rope_layouts_equal_after_permutation(pairs, T, offset, base):
+    D = 2 * pairs
+    g = torch.Generator().manual_seed(D * 1000 + T * 10 + offset)
+    x = torch.randn(2, T, D, dtype=F64, generator=g)  # interleaved-layout vectors
+    perm = rope_permutation(D, src="interleaved", dst="half")
+    half = RotaryEmbedding(D, base=base, layout="half")
+    inter = RotaryEmbedding(D, base=base, layout="interleaved")
+    torch.testing.assert_close(half(x[..., perm], offset), inter(x, offset)[..., perm], atol=1e-12, rtol=0)
+    back = rope_permutation(D, src="half", dst="interleaved")
+    assert torch.equal(x[..., perm][..., back], x)
+
+
+def test_rope_permutation_examples_and_conversion():
+    assert rope_permutation(6).tolist() == [0, 2, 4, 1, 3, 5]
+    assert rope_permutation(6, src="half", dst="interleaved").tolist() == [0, 3, 1, 4, 2, 5]
+    assert rope_permutation(4, src="half", dst="half").tolist() == [0, 1, 2, 3]
+    x = torch.arange(6.0)
+    assert convert_rope_layout(x, src="interleaved", dst="half").tolist() == [0, 2, 4, 1, 3, 5]
+    assert torch.equal(convert_rope_layout(convert_rope_layout(x, src="interleaved", dst="half"),
+                                           src="half", dst="interleaved"), x)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rope_relative_property(layout):
+    """q·k after rotation depends on the positions m, n only through m - n."""
+    torch.manual_seed(1)
+    D = 16
+    rope = RotaryEmbedding(D, layout=layout)
+    q, k = torch.randn(1, D, dtype=F64), torch.randn(1, D, dtype=F64)
+
+    def score(m: int, n: int) -> float:
+        return (rope(q, offset=m) * rope(k, offset=n)).sum().item()
+
+    for delta in (0, 1, 5, 37):
+        scores = [score(n + delta, n) for n in (0, 3, 100, 2500)]
+        assert max(scores) - min(scores) < 1e-9, (delta, scores)
+    assert abs(score(5, 0) - score(0, 5)) > 1e-3  # direction matters (not |m - n|)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rope_preserves_norms_and_offset_consistency(layout):
+    torch.manual_seed(2)
+    rope = RotaryEmbedding(12, layout=layout)
+    x = torch.randn(3, 10, 12, dtype=F64)
+    full = rope(x)
+    torch.testing.assert_close(full.norm(dim=-1), x.norm(dim=-1), atol=1e-12, rtol=0)
+    torch.testing.assert_close(rope(x[:, 4:], offset=4), full[:, 4:], atol=1e-12, rtol=0)
+    steps = torch.cat([rope(x[:, t : t + 1], offset=t) for t in range(10)], dim=1)
+    torch.testing.assert_close(steps, full, atol=1e-12, rtol=0)
+
+
+def test_rope_cache_extends_past_cached_length():
+    torch.manual_seed(3)
+    rope = RotaryEmbedding(8, layout="interleaved")
+    rope(torch.randn(1, 4, 8))
+    first = rope.cached_len
+    assert first >= 4
+    x = torch.randn(1, 3, 8, dtype=F64)
+    y = rope(x, offset=5000)  # far past what is cached
+    assert rope.cached_len >= 5003 > first
+    torch.testing.assert_close(y, reference_rope_interleaved(x, torch.arange(5000, 5003)), atol=1e-10, rtol=0)
+    # A fresh module gives bit-identical results: the cache does not change the values.
+    assert torch.equal(RotaryEmbedding(8, layout="interleaved")(x, offset=5000), y)
+
+
+def test_rope_half_precision_matches_float32():
+    torch.manual_seed(4)
+    rope = RotaryEmbedding(64)
+    x = torch.randn(2, 4, 9, 64)
+    y16 = rope(x.half(), offset=30000)
+    assert y16.dtype == torch.float16
+    torch.testing.assert_close(y16.float(), rope(x, offset=30000), atol=1e-2, rtol=1e-2)
+    assert rope.half()(x.half(), offset=30000).dtype == torch.float16  # .half() does not touch the cache
+
+
+def test_rope_inv_freq_and_base():
+    rope = RotaryEmbedding(8, base=10000.0)
+    torch.testing.assert_close(rope.inv_freq, torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=F64))
+    cos, sin = rope.cos_sin(3, offset=1)
+    assert cos.shape == sin.shape == (3, 4)
+    torch.testing.assert_close(cos[0], torch.cos(rope.inv_freq))
+
+
+def test_rope_gradcheck():
+    rope = RotaryEmbedding(4, layout="interleaved")
+    x = torch.randn(1, 3, 4, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rope(t, offset=2), (x,))
+
+
+def test_rope_bad_input():
+    with pytest.raises(ValueError, match="head_dim=7"):
+        RotaryEmbedding(7)
+    with pytest.raises(ValueError, match="head_dim=0"):
+        RotaryEmbedding(0)
+    with pytest.raises(TypeError, match="head_dim"):
+        RotaryEmbedding(8.0)
+    with pytest.raises(ValueError, match="layout"):
+        RotaryEmbedding(8, layout="pairs")
+    with pytest.raises(ValueError, match="base=1"):
+        RotaryEmbedding(8, base=1)
+    rope = RotaryEmbedding(8)
+    with pytest.raises(ValueError, match=r"head_dim=8.*\(2, 3, 6\)"):
+        rope(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match="offset=-1"):
+        rope(torch.randn(2, 3, 8), offset=-1)
+    with pytest.raises(TypeError, match="offset"):
+        rope(torch.randn(2, 3, 8), offset=1.5)
+    with pytest.raises(TypeError, match="floating"):
+        rope(torch.ones(2, 3, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="head_dim=5"):
+        rope_permutation(5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_mha_with_rope_incremental_decoding_equals_full(n_kv_heads):
+    torch.manual_seed(5)
+    mha = MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads, causal=True, rope=RotaryEmbedding(8)).double()
+    x = torch.randn(2, 9, 32, dtype=F64)
+    full = mha(x)
+    cache = KVCache(2, n_kv_heads, 8, 16, dtype=F64)
+    parts = [mha(x[:, :4], kv_cache=cache)]  # a prefill of 4 tokens, then one at a time
+    parts += [mha(x[:, t : t + 1], kv_cache=cache) for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-12, rtol=0)
+
+
+def test_mha_with_rope_is_not_permutation_equivariant_but_without_is():
+    torch.manual_seed(6)
+    x = torch.randn(1, 6, 16)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    plain = MultiHeadAttention(16, 2)
+    torch.testing.assert_close(plain(x[:, perm]), plain(x)[:, perm], atol=1e-6, rtol=0)
+    roped = MultiHeadAttention(16, 2, rope=RotaryEmbedding(8))
+    roped.load_state_dict(plain.state_dict())
+    assert (roped(x[:, perm]) - roped(x)[:, perm]).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- sinusoidal
+
+
+def test_sinusoidal_known_values():
+    pe = SinusoidalPositionalEncoding(4).encodings(3, dtype=F64)
+    want = torch.tensor(
+        [
+            [0.0, 1.0, 0.0, 1.0],
+            [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
+            [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)],
+        ],
+        dtype=F64,
+    )
+    torch.testing.assert_close(pe, want, atol=1e-15, rtol=0)
+    big = SinusoidalPositionalEncoding(512).encodings(1, offset=100, dtype=F64)[0]
+    i = 37
+    assert big[2 * i].item() == pytest.approx(math.sin(100 / 10000 ** (2 * i / 512)), abs=1e-12)
+    assert big[2 * i + 1].item() == pytest.approx(math.cos(100 / 10000 ** (2 * i / 512)), abs=1e-12)
+
+
+def test_sinusoidal_forward_adds_any_length_and_offset():
+    torch.manual_seed(7)
+    enc = SinusoidalPositionalEncoding(16)
+    assert len(list(enc.buffers())) == 0 and len(list(enc.parameters())) == 0
+    x = torch.randn(2, 5000, 16)  # no maximum length
+    y = enc(x)
+    torch.testing.assert_close(y - x, enc.encodings(5000).expand(2, -1, -1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(enc(x[:, 10:20], offset=10), y[:, 10:20])
+    assert enc(x.double()).dtype == F64
+
+
+def test_sinusoidal_bad_input():
+    with pytest.raises(ValueError, match="d_model=7"):
+        SinusoidalPositionalEncoding(7)
+    with pytest.raises(ValueError, match=r"d_model=8.*\(2, 3, 4\)"):
+        SinusoidalPositionalEncoding(8)(torch.randn(2, 3, 4))
+    with pytest.raises(ValueError, match="offset=-2"):
+        SinusoidalPositionalEncoding(8).encodings(3, offset=-2)
+
+
+# ---------------------------------------------------------------- learned
+
+
+def test_learned_adds_rows_and_trains():
+    torch.manual_seed(8)
+    emb = LearnedPositionalEmbedding(10, 6)
+    x = torch.zeros(2, 4, 6, requires_grad=True)
+    y = emb(x, offset=3)
+    torch.testing.assert_close(y[0], emb.embedding.weight[3:7])
+    y.sum().backward()
+    grad = emb.embedding.weight.grad
+    assert grad[3:7].abs().sum() > 0 and grad[:3].abs().sum() == 0 and grad[7:].abs().sum() == 0
+    assert emb(torch.zeros(1, 10, 6)).shape == (1, 10, 6)  # exactly max_len is fine
+
+
+def test_learned_past_max_len_raises():
+    emb = LearnedPositionalEmbedding(8, 4)
+    with pytest.raises(ValueError, match=r"max_len=8"):
+        emb(torch.zeros(1, 9, 4))
+    with pytest.raises(ValueError, match=r"positions 6\.\.8"):
+        emb(torch.zeros(1, 3, 4), offset=6)
+    with pytest.raises(ValueError, match="max_len=0"):
+        LearnedPositionalEmbedding(0, 4)
+
+
+# ---------------------------------------------------------------- ALiBi
+
+
+def test_alibi_slopes_power_of_two():
+    assert ALiBi(8).slopes_for(8) == [2.0**-k for k in range(1, 9)]  # 1/2 .. 1/256, exactly
+    assert ALiBi(8).slopes.tolist() == [2.0**-k for k in range(1, 9)]
+    assert ALiBi.slopes_for(16) == [2.0 ** (-k / 2) for k in range(1, 17)]
+    assert ALiBi.slopes_for(1) == [2.0**-8]
+
+
+def test_alibi_slopes_not_power_of_two():
+    # The paper's recipe: the 4-head slopes, then every other slope of 8 heads.
+    assert ALiBi.slopes_for(6) == [1 / 4, 1 / 16, 1 / 64, 1 / 256, 1 / 2, 1 / 8]
+    twelve = ALiBi.slopes_for(12)
+    assert twelve[:8] == [2.0**-k for k in range(1, 9)]
+    assert twelve[8:] == [2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5]
+    assert len(set(ALiBi.slopes_for(12))) == 12
+
+
+@settings(max_examples=10, deadline=None)
+@given(n_heads=st.integers(1, 24), T_q=st.integers(1, 5), extra=st.integers(0, 4))
+def test_alibi_bias_shape_values_and_alignment(n_heads, T_q, extra):
+    alibi = ALiBi(n_heads)
+    T_k = T_q + extra
+    b = alibi.bias(T_q, T_k)
+    assert b.shape == (n_heads, T_q, T_k) and b.dtype == torch.float32
+    assert torch.equal(b, alibi.bias(T_k)[:, -T_q:])  # bottom-right aligned, like causal_mask
+    i = torch.arange(T_k - T_q, T_k)[:, None]
+    j = torch.arange(T_k)[None, :]
+    want = -alibi.slopes[:, None, None] * (i - j).abs()
+    torch.testing.assert_close(b, want)
+    assert (b.diagonal(offset=extra, dim1=-2, dim2=-1) == 0).all()
+    assert len(alibi.slopes) == n_heads and (alibi.slopes > 0).all() and (alibi.slopes <= 1).all()
+
+
+def test_alibi_bias_as_attention_mask():
+    torch.manual_seed(9)
+    H, T = 4, 6
+    alibi = ALiBi(H)
+    q, k, v = (torch.randn(2, H, T, 8, dtype=F64) for _ in range(3))
+    bias = alibi.bias(T, dtype=F64)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
+    scores = scores.masked_fill(~causal_mask(T), float("-inf"))
+    want = torch.softmax(scores, dim=-1) @ v
+    torch.testing.assert_close(attention(q, k, v, mask=bias, is_causal=True), want, atol=1e-12, rtol=0)
+    out, w = attention(q, k, v, mask=bias, is_causal=True, return_weights=True)
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+
+
+def test_alibi_bad_input():
+    with pytest.raises(ValueError, match="n_heads=0"):
+        ALiBi(0)
+    with pytest.raises(ValueError, match="T_q=5, T_k=3"):
+        ALiBi(2).bias(5, 3)
