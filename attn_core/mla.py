@@ -34,6 +34,7 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .cache import KVCache, LatentKVCache
 from .core import attention
+from .norms import RMSNorm
 from .positional import RotaryEmbedding
 
 __all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token"]
@@ -48,32 +49,14 @@ def _check_positive_int(name: str, value: object, *, allow_zero: bool = False) -
     return value
 
 
-class _RMSNorm(nn.Module):
-    """RMS normalisation with a learned gain, computed in float32 (DeepSeek's latent norms).
-
-    Shapes:
-        x: ``(..., d)``; output: ``(..., d)``
-    """
-
-    def __init__(self, d: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The mean of squares overflows/underflows in float16: work in at least float32.
-        xf = x.to(torch.promote_types(x.dtype, torch.float32))
-        xf = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return (xf * self.weight.to(xf.dtype)).to(x.dtype)
-
-
 class MultiHeadLatentAttention(nn.Module):
     """Multi-head latent attention (DeepSeek-V2), with decoupled RoPE and an absorbed form.
 
     Per token ``x`` (the paper's ``h_t``), with ``W`` matrices the ``nn.Linear`` layers
     named in brackets:
 
-    * key/value latent ``c_KV = norm(W_DKV x)`` [``kv_down``, ``kv_norm``]: the only
+    * key/value latent ``c_KV = norm(W_DKV x)`` [``kv_down``, ``kv_norm``, an
+      :class:`~attn_core.norms.RMSNorm`]: the only
       per-token content that is cached;
     * content keys and values per head ``k_C = W_UK c_KV``, ``v_C = W_UV c_KV``
       [``k_up``, ``v_up``];
@@ -151,13 +134,13 @@ class MultiHeadLatentAttention(nn.Module):
 
         # Query path: x -> [c_Q] -> content queries q_C and RoPE queries q_R.
         self.q_down = None if d_q_latent is None else nn.Linear(d_model, d_q_latent, bias=bias)
-        self.q_norm = _RMSNorm(d_q_latent) if (latent_norm and d_q_latent is not None) else None
+        self.q_norm = RMSNorm(d_q_latent) if (latent_norm and d_q_latent is not None) else None
         self.q_up = nn.Linear(q_src, H * head_dim, bias=bias)
         self.q_rope = nn.Linear(q_src, H * rope_dim, bias=bias) if rope_dim else None
 
         # Key/value path: x -> c_KV (cached) -> per-head keys and values.
         self.kv_down = nn.Linear(d_model, d_latent, bias=bias)
-        self.kv_norm = _RMSNorm(d_latent) if latent_norm else None
+        self.kv_norm = RMSNorm(d_latent) if latent_norm else None
         self.k_up = nn.Linear(d_latent, H * head_dim, bias=False)
         self.v_up = nn.Linear(d_latent, H * head_dim, bias=False)
         # One RoPE key for all heads, computed from x (not from c_KV) and cached.

@@ -114,7 +114,7 @@ def test_cache_stores_normalised_latent_and_rotated_key():
     c_kv_cached, k_r_cached = cache.update(c_kv[:, :0], k_r[:, :0])  # read back without adding
     torch.testing.assert_close(c_kv_cached, c_kv, atol=0, rtol=0)
     torch.testing.assert_close(k_r_cached, k_r, atol=0, rtol=0)
-    torch.testing.assert_close(k_r[:, 0], mla.k_rope(x[:, 0]), atol=0, rtol=0)  # position 0 is not rotated
+    torch.testing.assert_close(k_r[:, 0], mla.k_rope(x[:, 0]), atol=1e-15, rtol=0)  # position 0 is not rotated
     rms = c_kv.div(mla.kv_norm.weight).pow(2).mean(-1).sqrt()
     torch.testing.assert_close(rms, torch.ones_like(rms), atol=1e-5, rtol=0)
 
@@ -150,8 +150,7 @@ def test_naive_form_matches_hand_written_mla():
 def test_masks_pass_through_both_forms():
     mla = make(d_latent=16, causal=False)
     x = torch.randn(2, 5, 32, dtype=F64)
-    pad = padding_mask(torch.tensor([5, 3]), 5)  # (B, T_k)
-    mask = pad[:, None, :].expand(2, 5, 5)  # (B, T, T_k)
+    mask = padding_mask(torch.tensor([5, 3]), 5).expand(2, 5, 5)  # (B, 1, T_k) -> (B, T, T_k)
     out = mla(x, mask=mask)
     assert (mla(x, mask=mask, absorbed=True) - out).abs().max().item() <= 1e-12
     # The padded keys of sequence 1 cannot influence it.
@@ -238,3 +237,28 @@ def test_bad_input_errors():
     cache = mla.make_cache(1, 2)
     with pytest.raises(ValueError, match="max_len=2"):
         mla(torch.randn(1, 3, 32, dtype=F64), kv_cache=cache)
+
+
+def test_chapter7_exercise_checks(capsys):
+    from attn_core.exercises import check_absorbed_query, check_cache_elements, check_decoupled_scores
+
+    assert check_absorbed_query(lambda q, w: torch.einsum("bhtd,hdc->bhtc", q, w))
+    assert not check_absorbed_query(lambda q, w: q @ w.transpose(-2, -1))
+    assert check_decoupled_scores(
+        lambda qc, qr, kc, kr: (qc @ kc.transpose(-2, -1) + qr @ kr.unsqueeze(1).transpose(-2, -1)) / math.sqrt(12)
+    )
+    assert not check_decoupled_scores(lambda qc, qr, kc, kr: qc @ kc.transpose(-2, -1) / math.sqrt(12))
+
+    def elements(kind, *, n_heads, head_dim, n_kv_heads, d_latent, rope_dim):
+        return {"mha": 2 * n_heads * head_dim, "gqa": 2 * n_kv_heads * head_dim,
+                "mqa": 2 * head_dim, "mla": d_latent + rope_dim}[kind]
+
+    torch.manual_seed(0)
+    before = torch.rand(1)
+    torch.manual_seed(0)
+    assert check_cache_elements(elements)
+    assert torch.equal(torch.rand(1), before)  # the check leaves the caller's RNG alone
+    assert not check_cache_elements(lambda kind, **kw: 2 * kw["n_heads"] * kw["head_dim"])
+    assert not check_absorbed_query(lambda q, w: 1 / 0)  # a learner's exception is reported, not raised
+    out = capsys.readouterr().out
+    assert "[7.1 absorbed query] correct" in out and "ZeroDivisionError" in out

@@ -17,7 +17,7 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-BADGE_PREFIX = "[![Open in Colab]"
+BADGE_PREFIX = '<a class="colab-badge"'
 SETUP_MARKER = "# Set-up (the same in every chapter)."
 # The badge picture is embedded (a data URI), so the offline book requests nothing.
 BADGE_SVG = (
@@ -36,7 +36,11 @@ def badge_line(nb_path: Path) -> str:
     url, branch = repository()
     slug = url.split("github.com/", 1)[1]
     rel = nb_path.resolve().relative_to(ROOT).as_posix()
-    return f"{BADGE_PREFIX}({BADGE_SVG})](https://colab.research.google.com/github/{slug}/blob/{branch}/{rel})"
+    # HTML rather than Markdown image syntax: MyST does not parse data URIs in ![..](..).
+    return (
+        f'{BADGE_PREFIX} href="https://colab.research.google.com/github/{slug}/blob/{branch}/{rel}">'
+        f'<img src="{BADGE_SVG}" alt="Open in Colab" width="118" height="20"></a>'
+    )
 
 
 def setup_source() -> str:
@@ -65,7 +69,7 @@ def sync(nb_path: Path, check: bool) -> bool:
         raise SystemExit(f"{nb_path}: the first cell must be the markdown title cell")
     lines = first.source.split("\n")
     want = badge_line(nb_path)
-    badge_at = next((i for i, l in enumerate(lines) if l.startswith(BADGE_PREFIX)), None)
+    badge_at = next((i for i, l in enumerate(lines) if l.startswith((BADGE_PREFIX, "[![Open in Colab]"))), None)
     if badge_at is None:
         lines.insert(1, "")
         lines.insert(2, want)

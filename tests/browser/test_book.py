@@ -1,0 +1,210 @@
+"""The built book, opened as a reader would: headless Chromium, offline.
+
+The site in ``_build/html`` is served on 127.0.0.1; every other request is blocked and
+recorded. Each page must load with no failed or blocked request and no uncaught page
+error; embedded widgets must render, math must be typeset, and every kernel-free
+explorer must respond to the keyboard and the mouse (its picture changes).
+
+Run ``make book`` first (``make browser`` does). Needs Debian's ``chromium`` (installed
+by ``make test``); without it the tests are skipped with a reason, except under CI.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# Console messages from third-party code that are known and harmless, matched exactly.
+# (They are console messages, not page errors; page errors are never allowed.)
+KNOWN_CONSOLE = {
+    "Got invalid theme mode: . Resetting to auto.",  # pydata-sphinx-theme, first visit
+}
+
+
+def _require(condition: bool, reason: str) -> None:
+    if not condition:
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: this layer may not be skipped)")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def server():
+    _require(SITE.joinpath("index.html").exists(), "the book is not built: run `make book`")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(SITE)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require(Path(CHROMIUM).exists(), "Debian's chromium is not installed (make test installs it)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                  "--disable-background-networking", "--disable-component-update"],
+        )
+        yield b
+        b.close()
+
+
+class Visit:
+    """One page load with every request outside the local server blocked and recorded."""
+
+    def __init__(self, browser, base: str, path: str) -> None:
+        self.problems: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1300, "height": 900})
+        self.page.route("**/*", self._route(base))
+        self.page.on("requestfailed", lambda r: self.problems.append(f"failed request: {r.url} ({r.failure})"))
+        self.page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
+        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        self.page.on("console", self._console)
+        self.page.goto(base + path)
+        self.page.wait_for_load_state("networkidle")
+        self.page.wait_for_timeout(500)  # widgets and MathJax render after load
+
+    def _route(self, base: str):
+        def handle(route) -> None:
+            url = route.request.url
+            if url.startswith(base) or url.startswith("data:"):
+                route.continue_()
+            else:
+                self.problems.append(f"blocked external request: {url}")
+                route.abort()
+
+        return handle
+
+    def _console(self, message) -> None:
+        if message.type == "error" and message.text not in KNOWN_CONSOLE and "Failed to load resource" not in message.text:
+            self.problems.append(f"console error: {message.text}")
+
+
+def _pages() -> list[str]:
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html") if "_static" not in p.parts)
+
+
+def test_site_has_the_chapters():
+    _require(SITE.joinpath("index.html").exists(), "the book is not built: run `make book`")
+    pages = _pages()
+    assert "book/01_self_attention.html" in pages, pages
+
+
+@pytest.mark.parametrize("path", _pages() if SITE.exists() else ["index.html"])
+def test_page_loads_offline_and_renders(browser, server, path):
+    visit = Visit(browser, server, path)
+    page = visit.page
+    state = page.evaluate(
+        """() => ({
+          widgetViews: document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length,
+          rendered: [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')]
+                      .filter(s => s.parentElement.querySelector('.jupyter-widgets, .widget-box, .lm-Widget')).length,
+          math: document.querySelectorAll('.math, span.math, div.math').length,
+          typeset: document.querySelectorAll('mjx-container').length,
+          rawTex: [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container')).length,
+          explorers: document.querySelectorAll('.attn-explorer').length,
+          readyExplorers: document.querySelectorAll('.attn-explorer[data-ready]').length,
+        })"""
+    )
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / (path.replace("/", "_") + ".png")))
+    page.close()
+    assert not visit.problems, "\n".join(visit.problems)
+    assert state["rendered"] == state["widgetViews"], f"{path}: widgets that did not render: {state}"
+    assert state["rawTex"] == 0 and state["typeset"] >= state["math"], f"{path}: math not typeset: {state}"
+    assert state["readyExplorers"] == state["explorers"], f"{path}: explorers whose script did not run: {state}"
+
+
+def _explorer_pages() -> list[str]:
+    if not SITE.exists():
+        return ["book/01_self_attention.html"]
+    return [p for p in _pages() if 'class="attn-explorer"' in (SITE / p).read_text()]
+
+
+def _picture(explorer) -> str:
+    """What the reader sees: the fill of every cell and the length of every bar."""
+    return explorer.evaluate(
+        "e => [...e.querySelectorAll('rect[data-cell], rect[data-bar]')]"
+        ".map(r => r.getAttribute('fill') + ':' + r.getAttribute('width')).join('|')"
+    )
+
+
+@pytest.mark.parametrize("path", _explorer_pages())
+def test_kernel_free_explorers_respond(browser, server, path):
+    visit = Visit(browser, server, path)
+    page = visit.page
+    explorers = page.locator(".attn-explorer")
+    assert explorers.count() > 0
+    for i in range(explorers.count()):
+        explorer = explorers.nth(i)
+        explorer.scroll_into_view_if_needed()
+        assert explorer.locator(".attnx-fallback").first.is_hidden() if explorer.locator(".attnx-fallback").count() else True
+        before_state, before = explorer.get_attribute("data-state"), _picture(explorer)
+        # Keyboard: move the query slider one step.
+        query = explorer.locator('input[data-control="query"]')
+        query.focus()
+        page.keyboard.press("ArrowRight" if query.input_value() != query.get_attribute("max") else "ArrowLeft")
+        after_state, after = explorer.get_attribute("data-state"), _picture(explorer)
+        assert after_state != before_state and after != before, f"{path} explorer {i}: the query slider did nothing"
+        # Keyboard: temperature down (sharper) changes the colours of the map.
+        tau = explorer.locator('input[data-control="tau"]')
+        if tau.count():
+            tau.focus()
+            for _ in range(5):
+                page.keyboard.press("ArrowLeft")
+            assert _picture(explorer) != after, f"{path} explorer {i}: the temperature slider did nothing"
+        # Mouse: each mask toggle, then the log-scale box, changes the picture.
+        for box in explorer.locator('input[type="checkbox"]').all():
+            snapshot = _picture(explorer)
+            box.click()
+            assert _picture(explorer) != snapshot, f"{path} explorer {i}: {box.get_attribute('data-control')} did nothing"
+        explorer.screenshot(path=str(SHOTS / f"{path.replace('/', '_')}.explorer{i}.png"))
+    page.close()
+    assert not visit.problems, "\n".join(visit.problems)
+
+
+def test_explorer_degrades_to_a_picture_without_scripts(browser, server):
+    """With JavaScript off the explorer shows its static picture, not a blank area."""
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(server) else route.abort())
+    page.goto(server + "book/01_self_attention.html")
+    fallback = page.locator(".attn-explorer .attnx-fallback").first
+    assert fallback.is_visible()
+    assert page.evaluate("img => img.naturalWidth", fallback.element_handle()) > 100
+    context.close()
+
+
+def test_chapter_one_shows_widget_math_and_explorer(browser, server):
+    """Guard against vacuous passes above: chapter 1 has each kind of content."""
+    visit = Visit(browser, server, "book/01_self_attention.html")
+    counts = visit.page.evaluate(
+        """() => [document.querySelectorAll('.widget-subarea .jupyter-widgets, .widget-subarea .lm-Widget').length,
+                  document.querySelectorAll('mjx-container').length,
+                  document.querySelectorAll('.attn-explorer[data-ready] rect[data-cell]').length,
+                  document.querySelectorAll('a.colab-badge img').length,
+                  document.querySelectorAll('.dropdown-launch-buttons a, a[href*="colab.research.google.com"]').length]"""
+    )
+    visit.page.close()
+    widgets, math, cells, badge, launch = counts
+    assert widgets > 0 and math > 0 and cells == 36 and badge == 1 and launch >= 2, counts
