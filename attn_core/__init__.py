@@ -21,6 +21,21 @@ from .positional import (
 )
 
 # --- norms.py / blocks.py / simplified.py / tasks.py / train.py / generate.py (chapters 9-12) ---
+from . import tasks
+from .blocks import (
+    DecoderConfig,
+    DecoderLM,
+    FeedForward,
+    SwiGLU,
+    TransformerBlock,
+    parameter_breakdown,
+    parameter_count,
+    swiglu_hidden_dim,
+)
+from .generate import generate
+from .norms import LayerNorm, RMSNorm
+from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
+from .train import TrainResult, accuracy, train
 
 __version__ = "0.1.0"
 
@@ -44,4 +59,22 @@ __all__ = [
     "rope_permutation",
     "convert_rope_layout",
     # --- chapters 9-12 names ---
+    "LayerNorm",
+    "RMSNorm",
+    "FeedForward",
+    "SwiGLU",
+    "swiglu_hidden_dim",
+    "TransformerBlock",
+    "DecoderConfig",
+    "DecoderLM",
+    "parameter_count",
+    "parameter_breakdown",
+    "ShapedAttention",
+    "SimplifiedBlock",
+    "centring_matrix",
+    "tasks",
+    "train",
+    "TrainResult",
+    "accuracy",
+    "generate",
 ]

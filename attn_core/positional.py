@@ -438,8 +438,9 @@ class ALiBi(nn.Module):
         device = self.slopes.device if device is None else device
         q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
         k_pos = torch.arange(T_k, device=device)  # (T_k,)
-        distance = (q_pos[:, None] - k_pos[None, :]).abs().to(dtype)  # (T_q, T_k)
-        return -self.slopes.to(device=device, dtype=dtype)[:, None, None] * distance  # (H, T_q, T_k)
+        # Negate the integer distance, not the float product: -(slope * 0) would be -0.0.
+        neg_distance = -(q_pos[:, None] - k_pos[None, :]).abs()  # (T_q, T_k), integer
+        return self.slopes.to(device=device, dtype=dtype)[:, None, None] * neg_distance.to(dtype)  # (H, T_q, T_k)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}"

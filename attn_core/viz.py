@@ -142,8 +142,7 @@ def heatmap(
         norm = LogNorm(vmin=vmin, vmax=max(vmin * 10, float(data.max())), clip=True)
     else:
         norm = Normalize(vmin=min(0.0, float(shown.min())), vmax=float(shown.max()) if shown.count() else 1.0)
-    colormap = plt.get_cmap(cmap).copy()
-    colormap.set_bad(color="#d9d9d9")
+    colormap = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")  # masked cells: light grey
     image = ax.imshow(shown, cmap=colormap, norm=norm, aspect="auto", interpolation="nearest")
     if blocked.any():
         rows, cols = np.nonzero(blocked)

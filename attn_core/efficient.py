@@ -1,0 +1,348 @@
+"""Memory-efficient attention in plain PyTorch: online softmax and a tiled (FlashAttention-style) forward.
+
+The explicit attention path (:func:`attn_core.attention` with ``return_weights=True``)
+materialises the score matrix ``S = Q Kᵀ`` of shape ``(T_q, T_k)`` per head: memory that
+grows with the *square* of the sequence length. FlashAttention (Dao et al., 2022) never
+stores ``S``. It cuts the queries and keys into blocks and, for one block of queries,
+visits the key blocks one after the other, keeping per query only
+
+* ``m``: the largest score seen so far,
+* ``l``: the sum of ``exp(score - m)`` seen so far,
+* ``acc``: the sum of ``exp(score - m) · v`` seen so far.
+
+When a new block raises the maximum from ``m`` to ``m'``, the old sums are rescaled by
+``exp(m - m')``: this is the *online softmax* of Milakov & Gimelshein (2018). After the
+last key block, ``acc / l`` is exactly ``softmax(S) V``. Peak memory is one tile of
+scores, ``(block_q, block_k)`` per head, whatever the sequence length.
+
+This module is the one place in ``attn_core`` with its own softmax-matmul: the tiled
+algorithm *is* the lesson (chapter 13). It is written for clarity, in Python loops over
+blocks; PyTorch's fused kernels (``scaled_dot_product_attention``) do the same in
+compiled code and are what :func:`attn_core.attention` calls on its fast path.
+
+Shape legend:
+    ...   leading batch dimensions, typically ``(B, H)``
+    H     query heads; ``H_kv`` key/value heads (``H_kv`` divides ``H``: GQA/MQA)
+    T_q   queries, ``T_k`` keys (= values)
+    D     query/key width per head, ``D_v`` value width per head
+    N     length of the axis a softmax runs over; ``b`` a block's length
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["online_softmax", "tiled_attention", "attention_score_bytes", "peak_tensor_memory"]
+
+DEFAULT_BLOCK_SIZE = 128
+
+
+def _check_block(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {name}={value}")
+    return value
+
+
+def online_softmax(x: torch.Tensor, dim: int = -1, *, block_size: int = DEFAULT_BLOCK_SIZE) -> torch.Tensor:
+    """Softmax computed by streaming over blocks of ``x`` (Milakov & Gimelshein, 2018).
+
+    A plain softmax reads ``x`` twice before it can write anything: once for the maximum
+    (for numerical safety) and once for the sum of exponentials. The online form keeps a
+    running maximum ``m`` and a running sum ``l`` in *one* pass: when a block brings a
+    larger maximum ``m'``, the sum so far is rescaled, ``l ← l·exp(m - m') + Σ exp(x - m')``.
+    A second pass writes ``exp(x - m) / l``. Equal to :func:`torch.softmax` (a test holds
+    it); ``-inf`` entries get weight 0, and a slice that is all ``-inf`` gives zeros
+    rather than NaN (the convention of :func:`attn_core.attention`).
+
+    Args:
+        x: Scores.
+        dim: The axis to normalise over.
+        block_size: Entries of that axis read per step.
+
+    Returns:
+        ``softmax(x, dim)``, in ``x``'s dtype (computed in at least float32).
+
+    Shapes:
+        x: ``(..., N, ...)``, ``N`` along ``dim``; output: the same as ``x``
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor; ``block_size`` not an int.
+        ValueError: ``block_size < 1``; ``dim`` out of range.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
+    _check_block("block_size", block_size)
+    if x.dim() == 0 or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim={dim} is out of range for x of shape {tuple(x.shape)}")
+    work = x.movedim(dim, -1).to(torch.promote_types(x.dtype, torch.float32))  # (..., N)
+    m = work.new_full(work.shape[:-1] + (1,), float("-inf"))  # (..., 1) running maximum
+    l = work.new_zeros(work.shape[:-1] + (1,))  # (..., 1) running sum of exp(x - m)
+    for start in range(0, work.shape[-1], block_size):
+        block = work[..., start : start + block_size]  # (..., b)
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))  # (..., 1)
+        # While every entry so far is -inf, m_new is -inf and x - m_new would be NaN:
+        # subtract 0 instead (exp(-inf - 0) = 0, which is right).
+        m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        l = l * torch.exp(m - m_safe) + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)
+        m = m_new
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    # An all -inf row has l = 0: divide by 1 instead, giving exp(-inf) / 1 = 0, not NaN.
+    out = torch.exp(work - m_safe) / torch.where(l > 0, l, torch.ones_like(l))  # (..., N)
+    return out.to(x.dtype).movedim(-1, dim)
+
+
+def _validate(q: object, k: object, v: object, scale: object) -> int:
+    """Check ``tiled_attention``'s arguments; return the number of query heads per key/value head."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype={t.dtype}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., T, D), got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
+    if not (q.dim() == k.dim() == v.dim()):
+        raise ValueError(
+            f"q, k, v must have the same number of dimensions, got q.shape={tuple(q.shape)}, "
+            f"k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last dimension (D), got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must agree on all but the last dimension, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}")
+    groups = 1
+    if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
+        h, h_kv = q.shape[-3], k.shape[-3]
+        if h % h_kv != 0:
+            raise ValueError(
+                f"the number of query heads must be a multiple of the number of key/value heads, got "
+                f"{h} query heads (q.shape={tuple(q.shape)}) and {h_kv} key/value heads (k.shape={tuple(k.shape)})"
+            )
+        groups = h // h_kv
+    if q.dim() >= 3:
+        try:
+            torch.broadcast_shapes(q.shape[:-3], k.shape[:-3])
+        except RuntimeError:
+            raise ValueError(
+                f"q and k batch dimensions do not broadcast: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+            ) from None
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
+        raise ValueError(f"scale must be a positive number or None, got scale={scale!r}")
+    return groups
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    is_causal: bool = False,
+    scale: float | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size_k: int | None = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention, one ``(block_q, block_k)`` tile of scores at a time.
+
+    The FlashAttention forward pass (Dao et al., 2022, in its FlashAttention-2 loop
+    order): for each block of queries, visit the key blocks in order and update the
+    running maximum ``m``, normaliser ``l`` and unnormalised output ``acc`` with the
+    online softmax; divide by ``l`` at the end. The result equals
+    ``attn_core.attention(q, k, v, is_causal=is_causal, scale=scale)`` to float32
+    rounding, but no tensor larger than one tile of scores ``(..., H, block_q, block_k)``
+    is ever allocated for the scores.
+
+    With ``is_causal``, key blocks that lie entirely in a query block's future are
+    skipped (about half the work), and only blocks crossing the diagonal are masked.
+    The diagonal is aligned bottom-right, as in :func:`attn_core.attention`, so that
+    ``T_q < T_k`` (new queries after cached keys) is right.
+
+    Gradients flow through the loop by ordinary autograd (which stores every tile: the
+    memory saving is for the forward pass, e.g. inference; FlashAttention's backward
+    pass recomputes the tiles instead).
+
+    Args:
+        q: Queries.
+        k: Keys; may have fewer heads than ``q`` (grouped-query attention), head ``h``
+            then reads key/value head ``h // (H // H_kv)``.
+        v: Values.
+        is_causal: Block attention to future keys (bottom-right aligned).
+        scale: Multiplies the scores; default ``1/√D``.
+        block_size: Queries per block (``block_q``), and keys per block unless
+            ``block_size_k`` is given.
+        block_size_k: Keys per block (``block_k``).
+
+    Returns:
+        The attention output, in the inputs' dtype (accumulated in at least float32).
+
+    Shapes:
+        q: ``(..., H, T_q, D)``
+        k: ``(..., H_kv, T_k, D)``
+        v: ``(..., H_kv, T_k, D_v)``
+        output: ``(..., H, T_q, D_v)``
+
+    Raises:
+        TypeError: Non-tensor or non-floating inputs, mismatched dtypes, non-int block sizes.
+        ValueError: Mismatched ranks or widths, head counts that do not divide, block
+            sizes below 1, a non-positive ``scale``, ``is_causal`` with ``T_q > T_k``.
+    """
+    groups = _validate(q, k, v, scale)
+    block_q = _check_block("block_size", block_size)
+    block_k = block_q if block_size_k is None else _check_block("block_size_k", block_size_k)
+    T_q, T_k, D_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    if is_causal and T_q > T_k:
+        # The same rule as attn_core.causal_mask: the queries are the last T_q of T_k positions.
+        raise ValueError(f"is_causal needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    work = torch.promote_types(q.dtype, torch.float32)  # accumulate half inputs in float32
+    if groups > 1:
+        # GQA without copying K/V: a group axis of G query heads per key/value head, over
+        # which the key/value tiles broadcast (as in the explicit path of attn_core.core).
+        q = q.unflatten(-3, (k.shape[-3], groups))  # (..., H_kv, G, T_q, D)
+        k, v = k.unsqueeze(-3), v.unsqueeze(-3)  # (..., H_kv, 1, T_k, D)
+    # Query i may attend key j iff j <= i + offset (bottom-right aligned diagonal).
+    offset = T_k - T_q
+    key_pos = torch.arange(T_k, device=q.device)  # (T_k,)
+    out_blocks = []
+    for i0 in range(0, T_q, block_q):
+        i1 = min(i0 + block_q, T_q)
+        q_blk = q[..., i0:i1, :].to(work) * scale  # (..., b_q, D): scaling q once is cheaper than every tile
+        batch_shape = torch.broadcast_shapes(q_blk.shape[:-2], k.shape[:-2])
+        m = q_blk.new_full((*batch_shape, i1 - i0, 1), float("-inf"))  # (..., b_q, 1) running max
+        l = q_blk.new_zeros((*batch_shape, i1 - i0, 1))  # (..., b_q, 1) running normaliser
+        acc = q_blk.new_zeros((*batch_shape, i1 - i0, D_v))  # (..., b_q, D_v) unnormalised output
+        # Causal: keys beyond the last query's diagonal are in the future of every query here.
+        k_end = min(T_k, i1 + offset) if is_causal else T_k
+        for j0 in range(0, max(k_end, 0), block_k):
+            j1 = min(j0 + block_k, k_end)
+            s = q_blk @ k[..., j0:j1, :].to(work).transpose(-2, -1)  # (..., b_q, b_k): one tile of scores
+            if is_causal and j1 - 1 > i0 + offset:
+                # The tile crosses the diagonal: mask the keys after each query's position.
+                q_pos = torch.arange(i0, i1, device=q.device)[:, None]  # (b_q, 1)
+                allowed = key_pos[None, j0:j1] <= q_pos + offset  # (b_q, b_k)
+                s = s.masked_fill(~allowed, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., b_q, 1)
+            # Rows that have seen only masked keys keep m = -inf; subtract 0 there so that
+            # exp(-inf - (-inf)) never makes a NaN (it is exp(-inf - 0) = 0 instead).
+            m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - m_safe)  # (..., b_q, b_k) unnormalised weights of this tile
+            correction = torch.exp(m - m_safe)  # (..., b_q, 1) rescales what came before
+            l = l * correction + p.sum(dim=-1, keepdim=True)
+            acc = acc * correction + p @ v[..., j0:j1, :].to(work)  # (..., b_q, D_v)
+            m = m_new
+        # l > 0 for every query (each sees at least its own diagonal key); the guard keeps
+        # a NaN out should a row ever have no key at all.
+        out_blocks.append(acc / torch.where(l > 0, l, torch.ones_like(l)))
+    out = torch.cat(out_blocks, dim=-2)  # (..., [H_kv, G,] T_q, D_v)
+    if groups > 1:
+        out = out.flatten(-4, -3)  # (..., H_kv, G, T_q, D_v) -> (..., H, T_q, D_v)
+    return out.to(v.dtype)
+
+
+def attention_score_bytes(
+    batch: int, heads: int, T_q: int, T_k: int | None = None, *, dtype: torch.dtype = torch.float32
+) -> int:
+    """Bytes of one materialised score matrix ``(B, H, T_q, T_k)``: what the explicit path stores per copy.
+
+    The explicit path holds several such tensors at its peak (the scores, the masked
+    scores, the weights); the tiled path holds one ``(B, H, block_q, block_k)`` tile.
+
+    Shapes:
+        the counted tensor: ``(batch, heads, T_q, T_k)``
+    """
+    for name, value in (("batch", batch), ("heads", heads), ("T_q", T_q)):
+        _check_block(name, value)
+    T_k = T_q if T_k is None else _check_block("T_k", T_k)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+    return batch * heads * T_q * T_k * torch.empty((), dtype=dtype).element_size()
+
+
+class _LiveTensorBytes(TorchDispatchMode):
+    """Counts the bytes of tensor storage created by PyTorch operators and still alive.
+
+    Every operator call passes through :meth:`__torch_dispatch__`; each storage an
+    output lives in is counted once, when first seen, and uncounted when the last
+    tensor that points into it is garbage-collected (a ``weakref.finalize``). Storages
+    first seen as *inputs* existed before the measurement and are never counted.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, list[int]] = {}  # storage id -> [bytes, tensors alive]
+        # Storages that existed before (inputs, weights): views of them cost nothing. The
+        # reference keeps each alive, so that its address cannot be reused for a new one.
+        self.external: dict[int, torch.UntypedStorage] = {}
+        self.current = self.peak = 0
+
+    def _release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.current -= entry[0]
+            del self.live[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                # The storage's C++ address identifies it, also for views and meta tensors.
+                if storage._cdata not in self.live:
+                    self.external.setdefault(storage._cdata, storage)
+        out = func(*args, **kwargs)
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in self.external:
+                continue  # a view of (or an in-place write to) memory allocated before the call
+            if key in self.live:
+                self.live[key][1] += 1  # a view or an in-place result: no new memory
+            else:
+                self.live[key] = [storage.nbytes(), 1]
+                self.current += storage.nbytes()
+                self.peak = max(self.peak, self.current)
+            weakref.finalize(t, self._release, key)
+        return out
+
+
+def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Peak bytes of tensors that ``fn(*args, **kwargs)`` allocates and holds at the same time.
+
+    The method: a ``TorchDispatchMode`` sees the output of every PyTorch operator that
+    runs inside ``fn``; it adds a storage's size when the storage first appears and
+    subtracts it when the last tensor using it is freed, and it records the maximum of
+    that running sum. Tensors that exist before the call (the inputs, the weights) are
+    not counted; the result is, while it is alive. Scratch memory *inside* a single
+    fused kernel (e.g. the tile buffers of ``scaled_dot_product_attention``) is not
+    visible: this measures what a Python-level algorithm allocates. Tensors kept by
+    autograd for the backward pass stay alive, so call under ``torch.no_grad()`` to
+    measure inference. Works on any device, including ``"meta"`` tensors (which
+    allocate nothing, so even huge shapes can be measured instantly).
+
+    Args:
+        fn: The computation to measure.
+        *args: Positional arguments for ``fn``.
+        **kwargs: Keyword arguments for ``fn``.
+
+    Returns:
+        Peak live bytes, an int (the result is discarded).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with _LiveTensorBytes() as tracker:
+        result = fn(*args, **kwargs)
+        del result
+    return tracker.peak

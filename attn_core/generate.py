@@ -1,0 +1,139 @@
+"""Autoregressive generation, with or without a key/value cache.
+
+Without a cache, every step runs the model on the whole sequence so far and keeps the
+last position's logits: step ``t`` costs ``O(t)`` token-passes, ``O(T²)`` in all. With a
+cache, the prompt is *prefilled* in one causal pass that stores every layer's keys and
+values, and each later step feeds only the newest token, which attends to the cache.
+Both paths give the same tokens and (to float rounding) the same logits; a test holds it.
+
+Shape legend:
+    B        batch size
+    T        prompt length; ``N`` new tokens
+    V        vocabulary size
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["generate", "sample_next"]
+
+
+def sample_next(
+    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Pick the next token from the last position's logits.
+
+    ``temperature = 0`` is greedy (argmax); otherwise the logits are divided by the
+    temperature, optionally cut to the ``top_k`` largest, and a token is sampled.
+
+    Shapes:
+        logits: ``(B, V)``; output: ``(B, 1)`` token ids
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    scaled = logits.float() / temperature  # (B, V)
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (B, 1) the k-th largest
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+
+
+def _check_args(model, idx, max_new_tokens, temperature, top_k, generator) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point or idx.dtype == torch.bool:
+        raise TypeError(f"idx must be an integer tensor of token ids, got {type(idx).__name__}"
+                        + (f" of dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else ""))
+    if idx.dim() != 2 or idx.shape[1] == 0:
+        raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got max_new_tokens={max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got temperature={temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be an int >= 1 or None, got top_k={top_k!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    max_len = getattr(getattr(model, "config", None), "max_len", None)
+    if max_len is not None and idx.shape[1] + max_new_tokens - 1 > max_len:
+        raise ValueError(
+            f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 = "
+            f"{idx.shape[1] + max_new_tokens - 1} positions exceed the model's max_len={max_len}"
+        )
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    use_cache: bool = True,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    return_logits: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Extend ``idx`` by ``max_new_tokens`` tokens, one at a time.
+
+    Args:
+        model: A causal LM: ``model(idx)`` returns logits ``(B, T, V)``; with
+            ``use_cache`` it must also accept ``caches=`` and have ``make_caches(B, max_len)``
+            (as :class:`~attn_core.DecoderLM` does).
+        idx: The prompt.
+        max_new_tokens: ``N``.
+        use_cache: Prefill the prompt into per-layer caches, then feed one token per step.
+        temperature: ``0`` for greedy decoding; otherwise sampling temperature.
+        top_k: Sample only among the ``top_k`` most likely tokens.
+        generator: Source of randomness for sampling.
+        return_logits: Also return the logits of every position fed to the model.
+
+    Returns:
+        The prompt followed by the new tokens, and with ``return_logits`` the logits:
+        row ``t`` is the model's prediction for token ``t + 1`` (the last new token is
+        never fed back, so there are ``T + N - 1`` rows). The model's train/eval mode is
+        restored afterwards; generation itself runs in eval mode.
+
+    Shapes:
+        idx: ``(B, T)``
+        output: ``(B, T + N)``; logits: ``(B, T + N - 1, V)``
+
+    Raises:
+        TypeError, ValueError: Bad arguments, naming the value; a sequence longer than
+            the model's ``config.max_len``.
+    """
+    _check_args(model, idx, max_new_tokens, temperature, top_k, generator)
+    was_training = model.training
+    model.eval()
+    try:
+        idx = idx.long()
+        B, T = idx.shape
+        collected = []
+        if use_cache:
+            caches = model.make_caches(B, T + max_new_tokens - 1)
+            logits = model(idx, caches=caches)  # (B, T, V): the prompt in one causal pass
+            collected.append(logits)
+            for step in range(max_new_tokens):
+                nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
+                idx = torch.cat((idx, nxt), dim=1)  # (B, T + step + 1)
+                if step + 1 < max_new_tokens:
+                    logits = model(nxt, caches=caches)  # (B, 1, V): only the new token
+                    collected.append(logits)
+        else:
+            logits = model(idx)  # (B, T, V)
+            collected.append(logits)
+            for step in range(max_new_tokens):
+                nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
+                idx = torch.cat((idx, nxt), dim=1)
+                if step + 1 < max_new_tokens:
+                    logits = model(idx)  # (B, T + step + 1, V): everything again
+                    collected.append(logits[:, -1:])
+    finally:
+        model.train(was_training)
+    if return_logits:
+        return idx, torch.cat(collected, dim=1)  # (B, T + N - 1, V)
+    return idx

@@ -1,0 +1,80 @@
+"""attn_core: the tested implementations behind "Attention, from scratch".
+
+Every chapter of the book imports from this package's top level. One module per
+concept; see each module's docstring for its shape legend.
+"""
+
+from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
+from .cache import KVCache, LatentKVCache
+from .core import attention
+from .masks import causal_mask, padding_mask
+
+# --- mla.py / positional.py (chapters 7-8) ---
+from .mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from .positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    convert_rope_layout,
+    rope_permutation,
+)
+
+# --- norms.py / blocks.py / simplified.py / tasks.py / train.py / generate.py (chapters 9-12) ---
+from . import tasks
+from .blocks import (
+    DecoderConfig,
+    DecoderLM,
+    FeedForward,
+    SwiGLU,
+    TransformerBlock,
+    parameter_breakdown,
+    parameter_count,
+    swiglu_hidden_dim,
+)
+from .generate import generate
+from .norms import LayerNorm, RMSNorm
+from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
+from .train import TrainResult, accuracy, train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "attention",
+    "causal_mask",
+    "padding_mask",
+    "SelfAttention",
+    "MultiHeadAttention",
+    "GroupedQueryAttention",
+    "MultiQueryAttention",
+    "KVCache",
+    "LatentKVCache",
+    # --- chapters 7-8 names ---
+    "MultiHeadLatentAttention",
+    "kv_cache_elements_per_token",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "rope_permutation",
+    "convert_rope_layout",
+    # --- chapters 9-12 names ---
+    "LayerNorm",
+    "RMSNorm",
+    "FeedForward",
+    "SwiGLU",
+    "swiglu_hidden_dim",
+    "TransformerBlock",
+    "DecoderConfig",
+    "DecoderLM",
+    "parameter_count",
+    "parameter_breakdown",
+    "ShapedAttention",
+    "SimplifiedBlock",
+    "centring_matrix",
+    "tasks",
+    "train",
+    "TrainResult",
+    "accuracy",
+    "generate",
+]

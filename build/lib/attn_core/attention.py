@@ -1,0 +1,242 @@
+"""Attention modules: a single head, and one multi-head class for MHA, GQA, MQA and cross-attention.
+
+Every module here projects its inputs and then calls :func:`attn_core.core.attention`;
+none of them has a softmax-matmul of its own.
+
+Shape legend:
+    B        batch size
+    T        sequence length; ``T_q`` queries, ``T_k`` keys (cross-attention, caches)
+    d_model  model width; ``d_context`` width of the sequence cross-attention reads
+    H        query heads; ``H_kv`` key/value heads (``n_kv_heads``)
+    D        width of one head, ``d_model // H``
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .core import attention
+
+__all__ = ["SelfAttention", "MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {name}={value}")
+
+
+def _check_input(name: str, x: object, width: int, width_name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[-1] != width:
+        raise ValueError(f"{name} must have shape (B, T, {width_name}={width}), got {tuple(x.shape)}")
+
+
+class SelfAttention(nn.Module):
+    """Single-head self-attention with trainable query, key and value projections.
+
+    The smallest trainable attention layer (chapter 1): every token is projected to a
+    query, a key and a value of width ``d_out``, and attends to every token.
+
+    Args:
+        d_in: Width of the input vectors.
+        d_out: Width of the queries, keys, values and output.
+        bias: Give the projections a bias.
+        causal: Block attention to future tokens (chapter 2).
+
+    Shapes:
+        x: ``(B, T, d_in)``
+        output: ``(B, T, d_out)``; weights ``(B, T, T)``
+    """
+
+    def __init__(self, d_in: int, d_out: int, *, bias: bool = False, causal: bool = False) -> None:
+        super().__init__()
+        _check_positive_int("d_in", d_in)
+        _check_positive_int("d_out", d_out)
+        self.d_in, self.d_out, self.causal = d_in, d_out, causal
+        self.q_proj = nn.Linear(d_in, d_out, bias=bias)
+        self.k_proj = nn.Linear(d_in, d_out, bias=bias)
+        self.v_proj = nn.Linear(d_in, d_out, bias=bias)
+
+    def forward(
+        self, x: torch.Tensor, *, mask: torch.Tensor | None = None, return_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attend from every token of ``x`` to every token of ``x``.
+
+        Args:
+            x: Input sequence.
+            mask: Boolean, ``True`` = may attend, broadcastable to ``(B, T, T)``.
+            return_weights: Also return the attention weights.
+
+        Shapes:
+            x: ``(B, T, d_in)``
+            output: ``(B, T, d_out)``
+            weights: ``(B, T, T)``
+        """
+        _check_input("x", x, self.d_in, "d_in")
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # each (B, T, d_out)
+        return attention(q, k, v, mask=mask, is_causal=self.causal, return_weights=return_weights)
+
+    def extra_repr(self) -> str:
+        return f"d_in={self.d_in}, d_out={self.d_out}, causal={self.causal}"
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention; also grouped-query, multi-query and cross-attention.
+
+    * ``n_kv_heads=None`` (= ``n_heads``): multi-head attention (Vaswani et al., 2017).
+    * ``1 < n_kv_heads < n_heads``: grouped-query attention (Ainslie et al., 2023); query
+      head ``h`` shares key/value head ``h // (n_heads // n_kv_heads)``.
+    * ``n_kv_heads=1``: multi-query attention (Shazeer, 2019).
+    * ``forward(x, context)``: cross-attention; queries come from ``x``, keys and values
+      from ``context``, which may have another length and (``d_context``) another width.
+
+    Args:
+        d_model: Model width; must be divisible by ``n_heads``.
+        n_heads: Number of query heads ``H``.
+        n_kv_heads: Number of key/value heads ``H_kv``; must divide ``n_heads``.
+        causal: Block attention to future positions (self-attention only).
+        bias: Give the projections a bias.
+        dropout: Dropout probability on the attention weights, in training mode.
+        rope: A :class:`~attn_core.RotaryEmbedding` to rotate queries and keys, or None.
+        d_context: Width of the ``context`` sequence for cross-attention (default ``d_model``).
+
+    Shapes:
+        x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
+        output: ``(B, T_q, d_model)``; weights: ``(B, H, T_q, T_k)``
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        n_kv_heads: int | None = None,
+        causal: bool = False,
+        bias: bool = False,
+        dropout: float = 0.0,
+        rope: nn.Module | None = None,
+        d_context: int | None = None,
+    ) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("n_heads", n_heads)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        _check_positive_int("n_kv_heads", n_kv_heads)
+        d_context = d_model if d_context is None else d_context
+        _check_positive_int("d_context", d_context)
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got dropout={dropout!r}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.d_context, self.causal, self.dropout = d_context, causal, float(dropout)
+        if rope is not None and getattr(rope, "head_dim", self.head_dim) != self.head_dim:
+            raise ValueError(f"rope.head_dim={rope.head_dim} does not match head_dim={self.head_dim}")
+        self.rope = rope
+        kv_width = n_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_context, kv_width, bias=bias)
+        self.v_proj = nn.Linear(d_context, kv_width, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        # (B, T, n_heads * D) -> (B, T, n_heads, D) -> (B, n_heads, T, D)
+        return x.view(B, T, n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        kv_cache=None,
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attend from ``x`` to ``x`` (self-attention) or to ``context`` (cross-attention).
+
+        Args:
+            x: The sequence that asks (the queries).
+            context: The sequence that answers (keys and values); ``None`` for self-attention.
+            mask: Boolean (``True`` = may attend) or float bias, of shape ``(T_q, T_k)``,
+                ``(B, T_q, T_k)`` (same for every head; e.g. :func:`~attn_core.padding_mask`)
+                or ``(B, H, T_q, T_k)``.
+            kv_cache: A :class:`~attn_core.KVCache` holding the keys and values of earlier
+                positions; this call's keys and values are appended to it (decoding).
+            return_weights: Also return the attention weights (explicit path).
+
+        Shapes:
+            x: ``(B, T_q, d_model)``
+            context: ``(B, T_k, d_context)``
+            output: ``(B, T_q, d_model)``
+            weights: ``(B, H, T_q, T_k)``; with a cache ``T_k`` counts the cached positions.
+        """
+        _check_input("x", x, self.d_model, "d_model")
+        if context is not None:
+            _check_input("context", context, self.d_context, "d_context")
+            if context.shape[0] != x.shape[0]:
+                raise ValueError(f"x and context must have the same batch size, got {x.shape[0]} and {context.shape[0]}")
+            if self.causal:
+                raise ValueError("causal=True is for self-attention; cross-attention (context given) is not causal")
+            if kv_cache is not None:
+                raise ValueError("kv_cache is for self-attention; cross-attention keys can be computed once instead")
+        elif self.d_context != self.d_model:
+            raise ValueError(f"this module expects a context of width d_context={self.d_context}; pass context=")
+        if mask is not None and isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same for every head
+        source = x if context is None else context
+        q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, H, T_q, D)
+        k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, H_kv, T_k, D)
+        v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, H_kv, T_k, D)
+        past = 0 if kv_cache is None else kv_cache.size
+        if self.rope is not None:
+            # Positions continue after the cached ones, so a token gets the same rotation
+            # whether it is processed in the full sequence or one step at a time.
+            q = self.rope(q, offset=past)
+            k = self.rope(k, offset=past)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D)
+        dropout_p = self.dropout if self.training else 0.0
+        result = attention(
+            q, k, v, mask=mask, is_causal=self.causal, dropout_p=dropout_p, return_weights=return_weights
+        )
+        out, weights = result if return_weights else (result, None)
+        B, _, T_q, _ = out.shape
+        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # (B, H, T_q, D) -> (B, T_q, d_model)
+        out = self.out_proj(out)
+        return (out, weights) if return_weights else out
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"head_dim={self.head_dim}, causal={self.causal}"
+        )
+
+
+class GroupedQueryAttention(MultiHeadAttention):
+    """Grouped-query attention: ``MultiHeadAttention`` with ``n_kv_heads`` key/value heads.
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, **kwargs) -> None:
+        super().__init__(d_model, n_heads, n_kv_heads=n_kv_heads, **kwargs)
+
+
+class MultiQueryAttention(MultiHeadAttention):
+    """Multi-query attention: ``MultiHeadAttention`` with a single key/value head.
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
+    """
+
+    def __init__(self, d_model: int, n_heads: int, **kwargs) -> None:
+        super().__init__(d_model, n_heads, n_kv_heads=1, **kwargs)

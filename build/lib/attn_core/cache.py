@@ -1,0 +1,141 @@
+"""Key/value caches for incremental decoding.
+
+When a decoder generates one token at a time, the keys and values of earlier tokens do
+not change; a cache keeps them so that each step only projects the *new* token.
+
+The cache is preallocated for ``max_len`` positions, so that appending is a copy into a
+slice rather than a ``torch.cat`` that reallocates the whole history at every step.
+
+Shape legend:
+    B      batch size
+    H_kv   key/value heads stored (1 for MQA, n_kv_heads for GQA, n_heads for MHA)
+    T      positions stored so far (``size``); ``T_new`` positions added by one update
+    D      width of one key/value head; ``d_c``/``d_r`` latent and RoPE-key widths (MLA)
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["KVCache", "LatentKVCache"]
+
+
+class _SlotCache:
+    """Preallocated storage for named tensors that grow along one sequence axis."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], max_len: int, *, seq_dim: int, dtype, device) -> None:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be a positive int, got max_len={max_len!r}")
+        self.max_len, self.seq_dim, self._size = max_len, seq_dim, 0
+        self._store = {}
+        for name, shape in shapes.items():
+            full = list(shape)
+            full.insert(seq_dim, max_len)
+            self._store[name] = torch.zeros(full, dtype=dtype, device=device)
+
+    @property
+    def size(self) -> int:
+        """Number of positions stored."""
+        return self._size
+
+    def reset(self) -> None:
+        """Forget every stored position (the memory is kept for reuse)."""
+        self._size = 0
+
+    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        T_new = None
+        for name, t in new.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            stored = self._store[name]
+            expected = list(stored.shape)
+            expected[self.seq_dim] = t.shape[self.seq_dim] if t.dim() == stored.dim() else -1
+            if t.dim() != stored.dim() or list(t.shape) != expected:
+                want = list(stored.shape)
+                want[self.seq_dim] = "T_new"
+                raise ValueError(f"{name} must have shape {tuple(want)}, got {tuple(t.shape)}")
+            if T_new is not None and t.shape[self.seq_dim] != T_new:
+                raise ValueError(f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}")
+            T_new = t.shape[self.seq_dim]
+        if self._size + T_new > self.max_len:
+            raise ValueError(
+                f"cache overflow: {self._size} stored + {T_new} new > max_len={self.max_len}; "
+                f"create the cache with a larger max_len"
+            )
+        start, end = self._size, self._size + T_new
+        out = []
+        for name, t in new.items():
+            stored = self._store[name]
+            stored.narrow(self.seq_dim, start, T_new).copy_(t.detach())
+            out.append(stored.narrow(self.seq_dim, 0, end))  # a view: no copy of the history
+        self._size = end
+        return tuple(out)
+
+    def numel_per_token(self) -> int:
+        """Elements stored per position and batch item (summed over the stored tensors)."""
+        return sum(t[0].numel() // self.max_len for t in self._store.values())
+
+    def nbytes(self) -> int:
+        """Bytes allocated for the whole preallocated cache."""
+        return sum(t.numel() * t.element_size() for t in self._store.values())
+
+
+class KVCache(_SlotCache):
+    """Keys and values of one attention layer, preallocated for ``max_len`` positions.
+
+    Args:
+        batch_size: ``B``.
+        n_kv_heads: Key/value heads stored, ``H_kv``.
+        head_dim: Width of one head, ``D``.
+        max_len: Most positions the cache can hold.
+        dtype: Storage dtype.
+        device: Storage device.
+
+    Shapes:
+        update(k, v): k, v ``(B, H_kv, T_new, D)`` -> k, v ``(B, H_kv, T + T_new, D)``
+    """
+
+    def __init__(self, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        shape = (batch_size, n_kv_heads, head_dim)
+        super().__init__({"k": shape, "v": shape}, max_len, seq_dim=2, dtype=dtype, device=device)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``k`` and ``v``; return every stored key and value (views, no copy).
+
+        Shapes:
+            k, v: ``(B, H_kv, T_new, D)``
+            returns: two tensors ``(B, H_kv, T + T_new, D)``
+        """
+        return self._append(k=k, v=v)
+
+
+class LatentKVCache(_SlotCache):
+    """The cache of multi-head latent attention: one latent ``c_KV`` and one shared RoPE key.
+
+    Args:
+        batch_size: ``B``.
+        d_latent: Width of the compressed key/value latent, ``d_c``.
+        d_rope: Width of the decoupled RoPE key shared by all heads, ``d_r`` (0 for none).
+        max_len: Most positions the cache can hold.
+        dtype: Storage dtype.
+        device: Storage device.
+
+    Shapes:
+        update(c_kv, k_rope): c_kv ``(B, T_new, d_c)``, k_rope ``(B, T_new, d_r)``
+        -> ``(B, T + T_new, d_c)``, ``(B, T + T_new, d_r)``
+    """
+
+    def __init__(self, batch_size: int, d_latent: int, d_rope: int, max_len: int, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        super().__init__({"c_kv": (batch_size, d_latent), "k_rope": (batch_size, d_rope)}, max_len,
+                         seq_dim=1, dtype=dtype, device=device)
+
+    def update(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the latent and the RoPE key; return everything stored (views, no copy).
+
+        Shapes:
+            c_kv: ``(B, T_new, d_c)``; k_rope: ``(B, T_new, d_r)``
+            returns: ``(B, T + T_new, d_c)``, ``(B, T + T_new, d_r)``
+        """
+        return self._append(c_kv=c_kv, k_rope=k_rope)

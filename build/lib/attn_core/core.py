@@ -1,0 +1,236 @@
+"""The one scaled dot-product attention core that every module in ``attn_core`` calls.
+
+    attention(Q, K, V) = softmax(Q Kᵀ · scale + bias, masked) V,   scale = 1/√d
+
+Two paths compute the same function:
+
+* the **explicit path** (``return_weights=True``) writes every step out, keeps the
+  softmax in float32 even for half-precision inputs, and returns the attention weights
+  so that they can be plotted;
+* the **fast path** (the default) hands the work to PyTorch's fused
+  ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), which never materialises
+  the weights. A test holds the two paths equal.
+
+Shape legend:
+    ...  any leading batch dimensions, typically ``(B, H)``
+    H    query heads; ``H_kv`` key/value heads (``H_kv`` divides ``H``: GQA/MQA)
+    T_q  number of queries, ``T_k`` number of keys (= values)
+    D    query/key width per head, ``D_v`` value width per head
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .masks import causal_mask
+
+__all__ = ["attention"]
+
+# ``enable_gqa`` arrived in PyTorch 2.5; attn_core supports torch>=2.2, so older
+# versions fall back to materialising the repeated key/value heads.
+_SDPA_HAS_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
+
+
+def _validate(q, k, v, mask, scale, dropout_p) -> int:
+    """Check the arguments and return the number of query heads per key/value head."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., T, D), got shape {tuple(t.shape)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype={t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
+    if not (q.dim() == k.dim() == v.dim()):
+        raise ValueError(
+            f"q, k, v must have the same number of dimensions, got q.shape={tuple(q.shape)}, "
+            f"k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension (D), got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        )
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"k and v must agree on all but the last dimension, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
+        )
+    groups = 1
+    if q.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
+        h, h_kv = q.shape[-3], k.shape[-3]
+        if h % h_kv != 0:
+            raise ValueError(
+                f"the number of query heads must be a multiple of the number of key/value heads, "
+                f"got {h} query heads (q.shape={tuple(q.shape)}) and {h_kv} key/value heads (k.shape={tuple(k.shape)})"
+            )
+        groups = h // h_kv
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]) if q.dim() >= 3 else ()
+    except RuntimeError:
+        raise ValueError(
+            f"q and k batch dimensions do not broadcast: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        ) from None
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+        if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+            raise TypeError(
+                f"mask must be boolean (True = may attend) or floating (an additive bias), got dtype={mask.dtype}"
+            )
+        heads = (q.shape[-3],) if q.dim() >= 3 else ()
+        scores_shape = (*batch, *heads, q.shape[-2], k.shape[-2])
+        try:
+            ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} "
+                f"(from q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)})"
+            )
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
+        raise ValueError(f"scale must be a positive number or None, got scale={scale!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a number in [0, 1), got dropout_p={dropout_p!r}")
+    return groups
+
+
+def _combine_masks(mask, is_causal, T_q, T_k, device):
+    """Split ``mask`` into a boolean ``allowed`` part and a float ``bias`` part, adding causality."""
+    allowed = bias = None
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            allowed = mask
+        else:
+            bias = mask
+    if is_causal:
+        # Bottom-right aligned, so it is also right for T_q < T_k (decoding with a cache).
+        causal = causal_mask(T_q, T_k, device=device)  # (T_q, T_k)
+        allowed = causal if allowed is None else allowed & causal
+    return allowed, bias
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention.
+
+    Args:
+        q: Queries.
+        k: Keys. With a head axis, ``k`` may have fewer heads than ``q`` (grouped-query
+            attention): query head ``h`` then uses key/value head ``h // (H // H_kv)``,
+            the same order as ``repeat_interleave`` and PyTorch's ``enable_gqa``.
+        v: Values, one per key.
+        mask: Boolean (``True`` = may attend) or floating (added to the scores, e.g.
+            ALiBi), broadcastable to the scores' shape ``(..., H, T_q, T_k)``.
+        is_causal: Block attention to future keys. Aligned bottom-right, so it stays
+            correct when ``T_q < T_k``. Combined with ``mask`` if both are given.
+        scale: Multiplies the scores; defaults to ``1/√D``.
+        dropout_p: Probability of zeroing an attention weight (pass 0.0 in eval mode).
+        return_weights: Use the explicit path and also return the attention weights.
+
+    Returns:
+        The output, or ``(output, weights)`` if ``return_weights``. The weights are the
+        softmax probabilities *before* dropout. A query whose keys are all masked gets
+        zero weights and a zero output, never NaN.
+
+    Shapes:
+        q: ``(..., H, T_q, D)``
+        k: ``(..., H_kv, T_k, D)``
+        v: ``(..., H_kv, T_k, D_v)``
+        mask: broadcastable to ``(..., H, T_q, T_k)``
+        output: ``(..., H, T_q, D_v)``
+        weights: ``(..., H, T_q, T_k)``
+
+    Raises:
+        TypeError: Non-tensor inputs, non-floating or mismatched dtypes, a mask that is
+            neither boolean nor floating.
+        ValueError: Mismatched ranks or widths, head counts that do not divide, a mask
+            that does not broadcast, a bad ``scale`` or ``dropout_p``.
+    """
+    groups = _validate(q, k, v, mask, scale, dropout_p)
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if return_weights:
+        return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups)
+    return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k)
+
+
+def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups):
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    if groups > 1:
+        # Grouped heads without copying K/V: give each key/value head an axis of G query
+        # heads, let matmul broadcast K over it, then flatten back to H = H_kv * G heads.
+        q = q.unflatten(-3, (k.shape[-3], groups))  # (..., H_kv, G, T_q, D)
+        k, v = k.unsqueeze(-3), v.unsqueeze(-3)  # (..., H_kv, 1, T_k, D)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., [H_kv, G,] T_q, T_k)
+    if groups > 1:
+        scores = scores.flatten(-4, -3)  # (..., H, T_q, T_k)
+    # Softmax in (at least) float32: in float16 the sums lose digits and large scores
+    # overflow. float64 inputs stay float64.
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    if allowed is not None:
+        fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # A row with every key masked would be softmax(-inf, ..., -inf) = NaN. Give it
+        # finite scores (any will do) and zero its weights after the softmax instead.
+        scores = scores.masked_fill(fully_masked, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if allowed is not None:
+        weights = weights.masked_fill(fully_masked, 0.0)
+    weights = weights.to(v.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    if groups > 1:
+        dropped = dropped.unflatten(-3, (k.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
+    out = dropped @ v  # (..., [H_kv, G,] T_q, D_v)
+    if groups > 1:
+        out = out.flatten(-4, -3)  # (..., H, T_q, D_v)
+    return out, weights
+
+
+def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k):
+    sdpa_kwargs = {}
+    if groups > 1:
+        if _SDPA_HAS_GQA and q.dim() == 4:
+            sdpa_kwargs["enable_gqa"] = True
+        else:  # older PyTorch: repeat each key/value head for its G query heads
+            k = k.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D)
+            v = v.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D_v)
+    if mask is None and (not is_causal or T_q == T_k):
+        # SDPA's own is_causal is top-left aligned, which agrees with ours only when T_q == T_k.
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **sdpa_kwargs
+        )
+    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device)
+    fully_masked = None
+    if allowed is not None:
+        fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+        # Let fully masked rows attend everywhere (finite, NaN-free, also in the
+        # backward pass) and zero their output afterwards.
+        allowed = allowed | fully_masked
+    if bias is None:
+        attn_mask = allowed
+    elif allowed is None:
+        attn_mask = bias.to(q.dtype)
+    else:
+        attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs
+    )
+    if fully_masked is not None:
+        out = out.masked_fill(fully_masked, 0.0)
+    return out

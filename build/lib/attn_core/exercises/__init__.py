@@ -1,0 +1,30 @@
+"""Check functions for the chapters' exercises: ``from attn_core.exercises import check_...``.
+
+One module per chapter (``ch01.py``, ``ch02.py``, ...). Each check runs the learner's
+function against the reference in ``attn_core`` on a few seeded inputs, prints a short
+verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
+notebook keeps running).
+"""
+
+from ._common import compare, report
+from .ch01 import check_scaled_scores, check_self_attention, check_softmax_temperature
+
+__all__ = ["report", "compare", "check_scaled_scores", "check_self_attention", "check_softmax_temperature"]
+
+from .ch07 import check_absorbed_query, check_cache_elements, check_decoupled_scores  # noqa: E402
+from .ch08 import check_alibi_slopes, check_rope_rotation, check_sinusoidal  # noqa: E402
+
+__all__ += ["check_absorbed_query", "check_decoupled_scores", "check_cache_elements"]
+__all__ += ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]
+
+from .ch02 import check_causal_mask, check_masked_softmax, check_padding_mask  # noqa: E402
+from .ch03 import check_merge_heads, check_mha_parameters, check_split_heads  # noqa: E402
+from .ch04 import check_cross_attention, check_source_mask, check_teacher_forcing  # noqa: E402
+from .ch05 import check_broadcast_kv, check_kv_cache_per_token, check_mqa_parameters  # noqa: E402
+from .ch06 import check_kv_cache_bytes, check_mean_pool_kv, check_repeat_kv  # noqa: E402
+
+__all__ += ["check_causal_mask", "check_padding_mask", "check_masked_softmax"]
+__all__ += ["check_split_heads", "check_merge_heads", "check_mha_parameters"]
+__all__ += ["check_cross_attention", "check_source_mask", "check_teacher_forcing"]
+__all__ += ["check_broadcast_kv", "check_mqa_parameters", "check_kv_cache_per_token"]
+__all__ += ["check_repeat_kv", "check_mean_pool_kv", "check_kv_cache_bytes"]

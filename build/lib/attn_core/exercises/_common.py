@@ -1,0 +1,24 @@
+"""Shared helpers for the exercise checks."""
+
+from __future__ import annotations
+
+import torch
+
+
+def report(name: str, ok: bool, detail: str = "") -> bool:
+    """Print a one-line verdict for exercise ``name`` and return ``ok``."""
+    mark = "correct" if ok else "not yet"
+    print(f"[{name}] {mark}" + (f": {detail}" if detail else ""))
+    return bool(ok)
+
+
+def compare(name: str, got: object, expected: torch.Tensor, *, atol: float = 1e-5) -> bool:
+    """Compare a learner's tensor with the reference: type, shape, then values."""
+    if not isinstance(got, torch.Tensor):
+        return report(name, False, f"expected a torch.Tensor, got {type(got).__name__}")
+    if got.shape != expected.shape:
+        return report(name, False, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+    err = (got.detach().double() - expected.detach().double()).abs().max().item()
+    if not err <= atol:
+        return report(name, False, f"max abs difference {err:.2e} (tolerance {atol:.0e})")
+    return report(name, True, f"max abs difference {err:.1e}")

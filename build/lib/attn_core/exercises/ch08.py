@@ -1,0 +1,91 @@
+"""Checks for the exercises of chapter 8 (positional encoding)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEncoding
+from ._common import compare, report
+
+__all__ = ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]
+
+
+def _as_tensor(got: object) -> object:
+    """Accept lists and numpy arrays as well as tensors (float64 for the comparison)."""
+    if isinstance(got, torch.Tensor):
+        return got
+    try:
+        return torch.as_tensor(got, dtype=torch.float64)
+    except Exception:
+        return got  # compare() reports the wrong type
+
+
+def _close(got: object, expected: torch.Tensor, atol: float) -> bool:
+    """Silent version of ``compare``: only a failing case prints (through ``compare``)."""
+    return (
+        isinstance(got, torch.Tensor)
+        and got.shape == expected.shape
+        and bool(((got.detach().double() - expected.double()).abs() <= atol).all())
+    )
+
+
+def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> bool:
+    """Exercise 8.1: ``fn(T, d_model)`` returns the sinusoidal encodings of positions ``0..T-1``.
+
+    Shapes:
+        fn's output: ``(T, d_model)``, sines in even and cosines in odd dimensions.
+    """
+    for T, d in ((5, 4), (50, 16)):
+        try:
+            got = _as_tensor(fn(T, d))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report("8.1 sinusoidal", False, f"{type(e).__name__}: {e}")
+        expected = SinusoidalPositionalEncoding(d).encodings(T, dtype=torch.float64)  # (T, d)
+        if not _close(got, expected, 1e-5):
+            return compare(f"8.1 sinusoidal (T={T}, d_model={d})", got, expected, atol=1e-5)
+    return report("8.1 sinusoidal", True, "(T=5, d_model=4) and (T=50, d_model=16) match")
+
+
+def check_rope_rotation(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
+    """Exercise 8.2: ``fn(x, offset)`` applies RoPE with interleaved pairs ``(2i, 2i+1)``
+    and base 10000 to ``x``, whose rows are positions ``offset, offset + 1, ...``.
+
+    Shapes:
+        x: ``(..., T, D)``; fn's output: ``(..., T, D)``
+    """
+    g = torch.Generator().manual_seed(80)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64)
+    rope = RotaryEmbedding(8, layout="interleaved")
+    for offset in (0, 7):
+        try:
+            got = fn(x, offset)
+        except Exception as e:
+            return report("8.2 RoPE", False, f"{type(e).__name__}: {e}")
+        expected = rope(x, offset)
+        if isinstance(got, torch.Tensor) and got.shape == x.shape:
+            half = RotaryEmbedding(8, layout="half")(x, offset)
+            if torch.allclose(got.double(), half, atol=1e-6):
+                return report("8.2 RoPE", False, "that is the split-halves layout; pair (2i, 2i+1) instead")
+        if not _close(got, expected, 1e-6):
+            return compare(f"8.2 RoPE (offset={offset})", got, expected, atol=1e-6)
+    return report("8.2 RoPE", True, "offsets 0 and 7 match")
+
+
+def check_alibi_slopes(fn: Callable[[int], object]) -> bool:
+    """Exercise 8.3: ``fn(n_heads)`` returns ALiBi's head slopes, also for counts that are
+    not a power of two (the paper's recipe).
+
+    Shapes:
+        fn's output: ``(n_heads,)`` (a tensor or a list)
+    """
+    for n in (8, 4, 16, 6, 12, 1):
+        try:
+            got = _as_tensor(fn(n))
+        except Exception as e:
+            return report("8.3 ALiBi slopes", False, f"n_heads={n}: {type(e).__name__}: {e}")
+        expected = torch.tensor(ALiBi.slopes_for(n), dtype=torch.float64)
+        if not _close(got, expected, 1e-7):
+            return compare(f"8.3 ALiBi slopes (n_heads={n})", got, expected, atol=1e-7)
+    return report("8.3 ALiBi slopes", True, "n_heads = 8, 4, 16, 6, 12, 1 all match")

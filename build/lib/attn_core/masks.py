@@ -1,0 +1,110 @@
+"""Boolean attention masks built from positions.
+
+Convention (the same as PyTorch's ``scaled_dot_product_attention``): a mask is a
+boolean tensor where ``True`` means *may attend* and ``False`` means *blocked*.
+
+Masks are built on demand from ``torch.arange`` for the lengths at hand. There is no
+buffer sized by a "maximum context length": such a buffer silently breaks on inputs
+longer than the maximum, and wastes memory on short ones.
+
+Shape legend:
+    B    batch size
+    T    sequence length (when queries and keys have the same length)
+    T_q  number of queries
+    T_k  number of keys (= values)
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["causal_mask", "padding_mask"]
+
+
+def _check_length(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {name}={value}")
+    return value
+
+
+def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Causal mask: query ``i`` may attend to key ``j`` only if ``j`` is not in its future.
+
+    When ``T_q < T_k`` (decoding with a cache: the queries are the *last* ``T_q``
+    positions of a sequence of ``T_k``), the mask is aligned *bottom-right*: query ``i``
+    sits at absolute position ``T_k - T_q + i``. PyTorch's ``is_causal=True`` aligns it
+    top-left instead, which is wrong for this case (chapter 2 shows the difference).
+
+    Args:
+        T_q: Number of queries.
+        T_k: Number of keys; defaults to ``T_q``. Must be ``>= T_q``.
+        device: Where to build the mask.
+
+    Returns:
+        A boolean tensor, ``True`` where attention is allowed.
+
+    Shapes:
+        output: ``(T_q, T_k)``
+
+    Raises:
+        TypeError: If a length is not an int.
+        ValueError: If a length is < 1 or ``T_k < T_q``.
+
+    Example:
+        >>> causal_mask(2, 4).int()
+        tensor([[1, 1, 1, 0],
+                [1, 1, 1, 1]], dtype=torch.int32)
+    """
+    T_q = _check_length("T_q", T_q)
+    T_k = T_q if T_k is None else _check_length("T_k", T_k)
+    if T_k < T_q:
+        raise ValueError(
+            f"causal_mask needs T_k >= T_q (queries are the last T_q of T_k positions), "
+            f"got T_q={T_q}, T_k={T_k}"
+        )
+    # Absolute positions: queries are the last T_q of the T_k positions.
+    q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
+    k_pos = torch.arange(T_k, device=device)  # (T_k,)
+    return k_pos[None, :] <= q_pos[:, None]  # (T_q, T_k)
+
+
+def padding_mask(lengths: torch.Tensor | list[int], T: int) -> torch.Tensor:
+    """Key padding mask for a batch of sequences of different lengths.
+
+    Sequence ``b`` holds ``lengths[b]`` real tokens followed by padding. Keys at
+    padded positions must not be attended to.
+
+    Args:
+        lengths: Number of real tokens in each sequence, each in ``[0, T]``.
+        T: Padded length (the number of keys).
+
+    Returns:
+        A boolean tensor, ``True`` for real tokens. The middle axis of size 1 lets it
+        broadcast over queries: it combines directly with ``(B, T_q, T_k)`` scores and
+        with :class:`~attn_core.MultiHeadAttention` (which adds the head axis).
+
+    Shapes:
+        lengths: ``(B,)``
+        output: ``(B, 1, T)``
+
+    Raises:
+        TypeError: If ``lengths`` is not a list of ints or an integer tensor.
+        ValueError: If a length is negative or larger than ``T``.
+    """
+    T = _check_length("T", T)
+    if isinstance(lengths, (list, tuple)):
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must be ints, got {lengths!r}")
+        lengths = torch.tensor(lengths, dtype=torch.long)
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(f"lengths must be a list of ints or a tensor, got {type(lengths).__name__}")
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.dim() != 1:
+        raise TypeError(
+            f"lengths must be a 1-D integer tensor, got dtype={lengths.dtype}, shape={tuple(lengths.shape)}"
+        )
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+        raise ValueError(f"every length must be in [0, T={T}], got lengths={lengths.tolist()}")
+    positions = torch.arange(T, device=lengths.device)  # (T,)
+    return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, T)

@@ -1,0 +1,147 @@
+"""Normalisation layers written out: LayerNorm (Ba et al., 2016) and RMSNorm (Zhang & Sennrich, 2019).
+
+Both rescale each token vector on its own (over the last axis, never across tokens or
+the batch), then apply a learned per-feature gain:
+
+    LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias
+    RMSNorm(x)   =  x            / sqrt(mean(x²) + eps) * weight
+
+RMSNorm drops the centring and the bias: one reduction instead of two, and in practice
+no loss in quality (LLaMA, Mistral, DeepSeek use it).
+
+The statistics are computed in (at least) float32 even for float16/bfloat16 inputs and
+the result is cast back to the input's dtype: a float16 sum of squares of a few hundred
+features overflows (its largest value is 65504), and a float16 mean loses digits.
+
+Shape legend:
+    ...  any leading dimensions, typically ``(B, T)``
+    d    the normalised width (``d_model``)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["LayerNorm", "RMSNorm"]
+
+
+def _check_width(d: object) -> int:
+    if isinstance(d, bool) or not isinstance(d, int):
+        raise TypeError(f"d must be an int, got {type(d).__name__} ({d!r})")
+    if d < 1:
+        raise ValueError(f"d must be >= 1, got d={d}")
+    return d
+
+
+def _check_eps(eps: object) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a number >= 0, got eps={eps!r}")
+    return float(eps)
+
+
+def _check_input(x: object, d: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != d:
+        raise ValueError(f"x must have shape (..., d={d}), got {tuple(x.shape)}")
+    return x
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    # float16/bfloat16 -> float32; float32 and float64 stay as they are.
+    return torch.promote_types(dtype, torch.float32)
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation: centre, scale to unit variance, then gain and bias.
+
+    Equal to ``torch.nn.LayerNorm(d, eps=eps, bias=bias)``. The variance is the
+    *biased* one (divide by ``d``, not ``d - 1``), as in PyTorch and the paper.
+
+    Args:
+        d: Width of the last axis.
+        eps: Added to the variance so that a constant vector does not divide by zero.
+        bias: Learn an additive bias (``False``: gain only, as in some recent models).
+
+    Attributes:
+        weight: ``(d,)`` gain, initialised to ones.
+        bias: ``(d,)`` bias, initialised to zeros, or ``None``.
+
+    Shapes:
+        x: ``(..., d)``; output: ``(..., d)``, same dtype as ``x``.
+
+    Raises:
+        TypeError: A non-int width, or an input that is not a floating tensor.
+        ValueError: A width < 1, a negative eps, or an input whose last axis is not ``d``.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.d, self.eps = _check_width(d), _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise every vector along the last axis.
+
+        Shapes:
+            x: ``(..., d)``; output: ``(..., d)``
+        """
+        _check_input(x, self.d)
+        xw = x.to(_work_dtype(x.dtype))  # statistics in float32 for half inputs
+        mean = xw.mean(dim=-1, keepdim=True)  # (..., 1)
+        centred = xw - mean  # (..., d)
+        var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), biased variance
+        y = centred * torch.rsqrt(var + self.eps)  # (..., d)
+        y = y * self.weight.to(y.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, eps={self.eps:g}, bias={self.bias is not None}"
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation: scale to unit RMS, then a gain; no centring, no bias.
+
+    Equal to ``torch.nn.RMSNorm(d, eps=eps)``. Note the default ``eps``: ``1e-6`` here
+    (LLaMA's value); PyTorch's default ``None`` means ``torch.finfo(dtype).eps``.
+
+    Args:
+        d: Width of the last axis.
+        eps: Added to the mean square so that a zero vector does not divide by zero.
+
+    Attributes:
+        weight: ``(d,)`` gain, initialised to ones.
+
+    Shapes:
+        x: ``(..., d)``; output: ``(..., d)``, same dtype as ``x``.
+
+    Raises:
+        TypeError: A non-int width, or an input that is not a floating tensor.
+        ValueError: A width < 1, a negative eps, or an input whose last axis is not ``d``.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.d, self.eps = _check_width(d), _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise every vector along the last axis.
+
+        Shapes:
+            x: ``(..., d)``; output: ``(..., d)``
+        """
+        _check_input(x, self.d)
+        xw = x.to(_work_dtype(x.dtype))  # statistics in float32 for half inputs
+        mean_square = (xw * xw).mean(dim=-1, keepdim=True)  # (..., 1)
+        y = xw * torch.rsqrt(mean_square + self.eps)  # (..., d)
+        return (y * self.weight.to(y.dtype)).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, eps={self.eps:g}"

@@ -1,0 +1,446 @@
+"""Positional information for attention: sinusoidal, learned, rotary (RoPE) and ALiBi.
+
+Attention by itself is permutation-equivariant: shuffle the tokens and the outputs are
+shuffled the same way. Each scheme here breaks that symmetry differently:
+
+* :class:`SinusoidalPositionalEncoding` adds fixed sines and cosines to the token
+  vectors (Vaswani et al., 2017); defined for every position.
+* :class:`LearnedPositionalEmbedding` adds a trained vector per position (GPT-2);
+  defined only up to ``max_len``.
+* :class:`RotaryEmbedding` rotates queries and keys by position-dependent angles, so
+  that a query-key dot product depends on their *relative* position (Su et al., 2021).
+* :class:`ALiBi` adds a per-head linear penalty on the distance to the attention
+  scores (Press et al., 2022).
+
+Shape legend:
+    B        batch size
+    T        number of positions in this call; ``T_q`` queries, ``T_k`` keys
+    d_model  width of a token vector (sinusoidal, learned)
+    D        width of one attention head (RoPE's ``head_dim``); ``D/2`` rotation pairs
+    H        attention heads (ALiBi)
+    ...      any leading dimensions, e.g. ``(B, H)``
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "rope_permutation",
+    "convert_rope_layout",
+]
+
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {name}={value}")
+    return value
+
+
+def _check_offset(offset: object) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__} ({offset!r})")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got offset={offset}")
+    return offset
+
+
+def _check_base(base: object) -> float:
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1.0 or math.isinf(base):
+        raise ValueError(f"base must be a finite number > 1, got base={base!r}")
+    return float(base)
+
+
+def _check_sequence(x: object, width: int, width_name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[-1] != width:
+        raise ValueError(f"x must have shape (B, T, {width_name}={width}), got {tuple(x.shape)}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
+    return x
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sine/cosine position vectors added to the token vectors (Vaswani et al., 2017).
+
+    ``PE[p, 2i] = sin(p / base^(2i/d_model))`` and ``PE[p, 2i+1] = cos(p / base^(2i/d_model))``.
+    Each pair of dimensions is a clock turning at its own speed, from one turn per
+    ``2π`` positions (``i = 0``) down to one turn per ``2π·base`` positions.
+
+    The encodings are computed on the fly for the positions asked for, so there is no
+    maximum length and no buffer that breaks on a longer input.
+
+    Args:
+        d_model: Width of the token vectors; must be even (the dimensions come in pairs).
+        base: Wavelength scale, 10000 in the paper.
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
+        encodings(T): ``(T, d_model)``
+
+    Raises:
+        ValueError: If ``d_model`` is not a positive even int, or ``base <= 1``.
+    """
+
+    def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        if d_model % 2 != 0:
+            raise ValueError(f"d_model must be even (sine/cosine pairs), got d_model={d_model}")
+        self.d_model, self.base = d_model, _check_base(base)
+
+    def encodings(
+        self, T: int, offset: int = 0, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        """The encodings of positions ``offset .. offset + T - 1``.
+
+        Shapes:
+            output: ``(T, d_model)``
+        """
+        _check_positive_int("T", T)
+        offset = _check_offset(offset)
+        # float64 for the angles: positions times frequencies lose digits in float32
+        # once positions reach the thousands.
+        pos = torch.arange(offset, offset + T, dtype=torch.float64, device=device)  # (T,)
+        i = torch.arange(0, self.d_model, 2, dtype=torch.float64, device=device)  # (d_model/2,)
+        angles = pos[:, None] / self.base ** (i / self.d_model)  # (T, d_model/2)
+        # Interleave: sin in the even dimensions, cos in the odd ones.
+        pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (T, d_model/2, 2)
+        return pe.flatten(-2).to(dtype)  # (T, d_model/2, 2) -> (T, d_model)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Add the encodings of positions ``offset .. offset + T - 1`` to ``x``.
+
+        Shapes:
+            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
+        """
+        _check_sequence(x, self.d_model, "d_model")
+        return x + self.encodings(x.shape[1], offset, device=x.device, dtype=x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, base={self.base:g}"
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One trained vector per position, added to the token vectors (as in GPT-2).
+
+    The table has ``max_len`` rows: a position past it has no vector at all, so the
+    model cannot run on longer inputs (it raises instead of silently wrapping around).
+
+    Args:
+        max_len: Number of positions the table covers.
+        d_model: Width of the token vectors.
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
+        encodings(T): ``(T, d_model)``
+
+    Raises:
+        ValueError: On a non-positive size, or positions ``>= max_len``.
+    """
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = _check_positive_int("max_len", max_len)
+        self.d_model = _check_positive_int("d_model", d_model)
+        self.embedding = nn.Embedding(max_len, d_model)
+        # GPT-2's initialisation: small, so that positions start as a gentle nudge.
+        nn.init.normal_(self.embedding.weight, std=0.02)
+
+    def encodings(self, T: int, offset: int = 0) -> torch.Tensor:
+        """The embeddings of positions ``offset .. offset + T - 1``.
+
+        Shapes:
+            output: ``(T, d_model)``
+        """
+        _check_positive_int("T", T)
+        offset = _check_offset(offset)
+        if offset + T > self.max_len:
+            raise ValueError(
+                f"positions {offset}..{offset + T - 1} exceed the learned table: max_len={self.max_len} "
+                f"(offset={offset}, T={T}); a learned embedding has no vector past position {self.max_len - 1}"
+            )
+        pos = torch.arange(offset, offset + T, device=self.embedding.weight.device)  # (T,)
+        return self.embedding(pos)  # (T, d_model)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Add the embeddings of positions ``offset .. offset + T - 1`` to ``x``.
+
+        Shapes:
+            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
+        """
+        _check_sequence(x, self.d_model, "d_model")
+        return x + self.encodings(x.shape[1], offset).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"max_len={self.max_len}, d_model={self.d_model}"
+
+
+def _check_layout(name: str, layout: object) -> str:
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"{name} must be one of {ROPE_LAYOUTS}, got {name}={layout!r}")
+    return layout
+
+
+def rope_permutation(head_dim: int, *, src: str = "interleaved", dst: str = "half") -> torch.Tensor:
+    """Index that reorders a head's dimensions from one RoPE layout to the other.
+
+    RoPE rotates pairs of dimensions. The paper and Meta's LLaMA code pair neighbours,
+    ``(0, 1), (2, 3), ...`` (``"interleaved"``); GPT-NeoX and Hugging Face's LLaMA pair
+    the two halves, ``(0, D/2), (1, D/2 + 1), ...`` (``"half"``). The two are the same
+    rotation once the dimensions are reordered: ``x[..., rope_permutation(D)]`` turns
+    an interleaved-layout vector into a half-layout one. (Hugging Face's weight
+    conversion applies this reordering to the rows of the query and key projections.)
+
+    Args:
+        head_dim: ``D``; must be even.
+        src: Layout of the input.
+        dst: Layout wanted.
+
+    Returns:
+        A permutation ``perm`` of ``range(D)`` with ``y = x[..., perm]``.
+
+    Shapes:
+        output: ``(D,)``
+
+    Example:
+        >>> rope_permutation(6)
+        tensor([0, 2, 4, 1, 3, 5])
+    """
+    _check_positive_int("head_dim", head_dim)
+    if head_dim % 2 != 0:
+        raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
+    _check_layout("src", src)
+    _check_layout("dst", dst)
+    idx = torch.arange(head_dim)
+    if src == dst:
+        return idx
+    # Interleaved -> half: the first members of the pairs (even dims) go to the first half.
+    to_half = torch.cat((idx[0::2], idx[1::2]))  # (D,)
+    # Half -> interleaved is the inverse permutation.
+    return to_half if dst == "half" else torch.argsort(to_half)
+
+
+def convert_rope_layout(x: torch.Tensor, *, src: str, dst: str) -> torch.Tensor:
+    """Reorder the last dimension of ``x`` from RoPE layout ``src`` to ``dst``.
+
+    Shapes:
+        x: ``(..., D)``; output: ``(..., D)``
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    return x[..., rope_permutation(x.shape[-1], src=src, dst=dst).to(x.device)]
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding, RoPE (Su et al., 2021, arXiv 2104.09864).
+
+    The head's ``D`` dimensions form ``D/2`` pairs; pair ``i`` of a vector at position
+    ``m`` is rotated by the angle ``m·θ_i`` with ``θ_i = base^(-2i/D)``. A rotation by
+    ``m·θ`` followed by the transpose of a rotation by ``n·θ`` is a rotation by
+    ``(m - n)·θ``, so the dot product of a rotated query and a rotated key depends on
+    the positions only through ``m - n``. Apply it to queries and keys, never values.
+
+    The cosines and sines are cached for the positions seen so far and the cache grows
+    by itself when a later position is asked for (there is no maximum length). The
+    angles are computed in float64 and the rotation in at least float32, so half-
+    precision inputs lose nothing to the position arithmetic.
+
+    Args:
+        head_dim: ``D``, the width of one query/key head; must be even.
+        base: ``θ`` base; 10000 in the paper, larger in long-context models.
+        layout: Which dimensions form a pair: ``"half"`` pairs ``i`` with ``i + D/2``
+            (GPT-NeoX, Hugging Face LLaMA); ``"interleaved"`` pairs ``2i`` with
+            ``2i + 1`` (the paper, Meta's LLaMA). See :func:`rope_permutation`.
+
+    Shapes:
+        x: ``(..., T, D)``, e.g. ``(B, H, T, D)``; output: same shape and dtype.
+
+    Raises:
+        ValueError: If ``head_dim`` is odd or not positive, ``base <= 1``, or the
+            layout is unknown.
+    """
+
+    def __init__(self, head_dim: int, *, base: float = 10000.0, layout: str = "half") -> None:
+        super().__init__()
+        _check_positive_int("head_dim", head_dim)
+        if head_dim % 2 != 0:
+            raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
+        self.head_dim, self.base = head_dim, _check_base(base)
+        self.layout = _check_layout("layout", layout)
+        # Plain attributes, not buffers: ``module.half()`` would cast buffers to float16
+        # and throw away the precision the angles need. They follow the input's device.
+        self._cos: torch.Tensor | None = None  # (L, D/2), float64
+        self._sin: torch.Tensor | None = None  # (L, D/2), float64
+
+    @property
+    def inv_freq(self) -> torch.Tensor:
+        """The rotation speeds ``θ_i = base^(-2i/D)``, in radians per position.
+
+        Shapes:
+            output: ``(D/2,)``
+        """
+        i = torch.arange(0, self.head_dim, 2, dtype=torch.float64)  # (D/2,)
+        return self.base ** (-i / self.head_dim)
+
+    @property
+    def cached_len(self) -> int:
+        """Number of positions whose cosines and sines are cached."""
+        return 0 if self._cos is None else self._cos.shape[0]
+
+    def _extend(self, length: int, device: torch.device) -> None:
+        # Grow geometrically so that decoding one token at a time rebuilds the cache
+        # only O(log T) times.
+        new_len = max(length, 2 * self.cached_len, 16)
+        pos = torch.arange(new_len, dtype=torch.float64)  # (L,)
+        angles = pos[:, None] * self.inv_freq[None, :]  # (L, D/2)
+        dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+        self._cos = angles.cos().to(device=device, dtype=dtype)
+        self._sin = angles.sin().to(device=device, dtype=dtype)
+
+    def cos_sin(
+        self, T: int, offset: int = 0, *, device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cosines and sines of the angles ``m·θ_i`` for positions ``m = offset .. offset + T - 1``.
+
+        Shapes:
+            output: two tensors ``(T, D/2)`` (float64, or float32 on MPS)
+        """
+        _check_positive_int("T", T)
+        offset = _check_offset(offset)
+        device = torch.device("cpu") if device is None else torch.device(device)
+        if self._cos is None or self.cached_len < offset + T or self._cos.device != device:
+            self._extend(max(offset + T, self.cached_len), device)
+        return self._cos[offset : offset + T], self._sin[offset : offset + T]
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Rotate ``x``, whose positions are ``offset .. offset + T - 1``.
+
+        Args:
+            x: Queries or keys, positions along dimension ``-2``.
+            offset: Position of the first row; the number of cached tokens when decoding.
+
+        Returns:
+            The rotated tensor, same shape and dtype as ``x``. Position 0 is unchanged.
+
+        Shapes:
+            x: ``(..., T, D)``; output: ``(..., T, D)``
+        """
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 2 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"x must have shape (..., T, head_dim={self.head_dim}), got {tuple(x.shape)}")
+        if not x.dtype.is_floating_point:
+            raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
+        T = x.shape[-2]
+        if T == 0:
+            return x
+        cos, sin = self.cos_sin(T, offset, device=x.device)  # (T, D/2) each
+        # Rotate in at least float32 (float64 inputs stay float64): in float16 the
+        # products of large positions' angles would lose most of their digits.
+        work = torch.promote_types(x.dtype, torch.float32)
+        cos, sin, xw = cos.to(work), sin.to(work), x.to(work)
+        if self.layout == "half":
+            x1, x2 = xw[..., : self.head_dim // 2], xw[..., self.head_dim // 2 :]  # (..., T, D/2) each
+        else:
+            pairs = xw.unflatten(-1, (self.head_dim // 2, 2))  # (..., T, D) -> (..., T, D/2, 2)
+            x1, x2 = pairs[..., 0], pairs[..., 1]  # (..., T, D/2) each
+        # The 2-D rotation of every pair (x1, x2) by its angle.
+        y1 = x1 * cos - x2 * sin
+        y2 = x1 * sin + x2 * cos
+        if self.layout == "half":
+            y = torch.cat((y1, y2), dim=-1)  # (..., T, D)
+        else:
+            y = torch.stack((y1, y2), dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}"
+
+
+class ALiBi(nn.Module):
+    """Attention with Linear Biases (Press et al., 2022, arXiv 2108.12409).
+
+    No position vectors at all: head ``h`` adds ``-m_h · (i - j)`` to the score of query
+    position ``i`` for key position ``j``, a penalty growing linearly with the distance.
+    The slopes ``m_h`` form a geometric sequence, so some heads look far and some only
+    nearby. For ``n`` heads (a power of two) the slopes are ``r, r², ..., rⁿ`` with
+    ``r = 2^(-8/n)``; for other ``n``, the paper takes the slopes of the nearest smaller
+    power of two ``p`` and adds every other slope of ``2p`` heads until it has ``n``.
+
+    ALiBi is defined for causal attention: use the bias together with ``is_causal=True``
+    (or a causal mask). Future keys (``j > i``) get the symmetric penalty
+    ``-m_h · (j - i)``, so the bias alone never favours them.
+
+    Args:
+        n_heads: Number of attention heads ``H``.
+
+    Attributes:
+        slopes: ``(H,)`` float32 buffer.
+
+    Shapes:
+        bias(T_q, T_k): ``(H, T_q, T_k)``, usable as ``mask=`` of
+        :func:`~attn_core.attention` for scores ``(B, H, T_q, T_k)``.
+    """
+
+    slopes: torch.Tensor
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = _check_positive_int("n_heads", n_heads)
+        self.register_buffer("slopes", torch.tensor(self.slopes_for(n_heads), dtype=torch.float32), persistent=False)
+
+    @staticmethod
+    def slopes_for(n_heads: int) -> list[float]:
+        """The paper's head slopes for ``n_heads`` heads, as Python floats (exact powers of two when ``H`` is one)."""
+        _check_positive_int("n_heads", n_heads)
+
+        def geometric(n: int) -> list[float]:  # n a power of two
+            # r^(h+1) with r = 2^(-8/n), written as one power of two so that it is exact
+            # whenever the exponent is an integer (8 heads: 1/2, 1/4, ..., 1/256).
+            return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+        p = 2 ** int(math.floor(math.log2(n_heads)))
+        if p == n_heads:
+            return geometric(n_heads)
+        # Not a power of two: p heads' slopes, then interleave with the slopes of 2p
+        # heads (every other one, i.e. the ones halfway between p's) to fill up.
+        return geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
+
+    def bias(
+        self, T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """Additive score bias ``-m_h · |i - j|``, aligned bottom-right like :func:`~attn_core.causal_mask`.
+
+        With ``T_q < T_k`` (decoding with a cache), the queries are the last ``T_q`` of
+        ``T_k`` positions: query row ``r`` sits at position ``T_k - T_q + r``.
+
+        Shapes:
+            output: ``(H, T_q, T_k)``
+        """
+        T_q = _check_positive_int("T_q", T_q)
+        T_k = T_q if T_k is None else _check_positive_int("T_k", T_k)
+        if T_k < T_q:
+            raise ValueError(f"ALiBi.bias needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}")
+        device = self.slopes.device if device is None else device
+        q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
+        k_pos = torch.arange(T_k, device=device)  # (T_k,)
+        # Negate the integer distance, not the float product: -(slope * 0) would be -0.0.
+        neg_distance = -(q_pos[:, None] - k_pos[None, :]).abs()  # (T_q, T_k), integer
+        return self.slopes.to(device=device, dtype=dtype)[:, None, None] * neg_distance.to(dtype)  # (H, T_q, T_k)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}"

@@ -1,0 +1,274 @@
+"""Small synthetic sequence tasks, generated on the fly from a ``torch.Generator``.
+
+Each task makes a batch for a next-token-prediction model: ``inputs`` are token ids and
+``targets[b, t]`` is the token that should follow ``inputs[b, :t+1]``, or
+:data:`IGNORE_INDEX` where the next token is not predictable (random content) and
+should not be scored. ``torch.nn.functional.cross_entropy(..., ignore_index=IGNORE_INDEX)``
+then scores only the positions that test the skill.
+
+Decoder-only tasks (one sequence; data tokens ``x_1..x_n``, a separator, the answer):
+
+* :func:`copy_task`    ``x SEP x``            the answer repeats the input
+* :func:`reverse_task` ``x SEP reversed(x)``
+* :func:`sort_task`    ``x SEP sorted(x)``
+* :func:`induction_task` ``r r filler``: a random pattern of distinct tokens (of a
+  random length), repeated. In the repeat every token has appeared before, and what
+  followed it then is what follows it now: the skill of an *induction head*.
+* :func:`associative_recall_task` ``k₁ v₁ k₂ v₂ ... k_q``: after key/value pairs, a
+  key is repeated and its value must be recalled.
+
+Encoder-decoder form (chapter 4): :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
+the ideal cross-attention is the anti-diagonal :func:`reverse_alignment`.
+
+All functions share the call ``fn(batch_size, *, generator=None, **sizes)``, so that
+``functools.partial(induction_task, n=16, vocab_size=32)`` is a ``batch_fn`` for
+:func:`attn_core.train`.
+
+Shape legend:
+    B    batch size
+    n    data tokens per example; sequence lengths are given per task
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = [
+    "IGNORE_INDEX",
+    "SEP",
+    "copy_task",
+    "reverse_task",
+    "sort_task",
+    "induction_task",
+    "associative_recall_task",
+    "Seq2SeqBatch",
+    "reverse_seq2seq",
+    "reverse_alignment",
+]
+
+#: Target value of positions that are not scored (PyTorch's cross-entropy default).
+IGNORE_INDEX = -100
+#: Token 0 is the separator (and the decoder's start token); data tokens are 1..vocab_size-1.
+SEP = 0
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
+    return value
+
+
+def _check_generator(generator: object) -> torch.Generator | None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator
+
+
+def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.Tensor:
+    """Random data tokens in ``1..vocab_size-1`` (0 is the separator).
+
+    Shapes:
+        output: ``(B, n)``
+    """
+    _check_int("batch_size", batch_size, 1)
+    _check_int("n", n, 1)
+    _check_int("vocab_size", vocab_size, 2)
+    _check_generator(generator)
+    return torch.randint(1, vocab_size, (batch_size, n), generator=generator)
+
+
+def _answer_after_separator(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence ``x SEP y`` shifted into inputs and targets, scoring only the answer ``y``.
+
+    Shapes:
+        x, y: ``(B, n)``; returns inputs, targets ``(B, 2n)``
+    """
+    B, n = x.shape
+    sep = torch.full((B, 1), SEP, dtype=torch.long)
+    seq = torch.cat((x, sep, y), dim=1)  # (B, 2n + 1)
+    inputs, targets = seq[:, :-1].clone(), seq[:, 1:].clone()  # (B, 2n) each
+    # Targets before the separator's position are random data: not predictable.
+    targets[:, : n] = IGNORE_INDEX
+    return inputs, targets
+
+
+def copy_task(
+    batch_size: int, *, n: int = 8, vocab_size: int = 16, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy: ``x₁..xₙ SEP x₁..xₙ``; the ``n`` answer tokens are scored.
+
+    Returns:
+        ``(inputs, targets)``, LongTensors; ``targets`` is :data:`IGNORE_INDEX` on the
+        first ``n`` positions.
+
+    Shapes:
+        inputs, targets: ``(B, 2n)``
+    """
+    x = _data_tokens(batch_size, n, vocab_size, generator)
+    return _answer_after_separator(x, x)
+
+
+def reverse_task(
+    batch_size: int, *, n: int = 8, vocab_size: int = 16, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reverse: ``x₁..xₙ SEP xₙ..x₁``; the ``n`` answer tokens are scored.
+
+    Shapes:
+        inputs, targets: ``(B, 2n)``
+    """
+    x = _data_tokens(batch_size, n, vocab_size, generator)
+    return _answer_after_separator(x, x.flip(1))
+
+
+def sort_task(
+    batch_size: int, *, n: int = 8, vocab_size: int = 16, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort: ``x₁..xₙ SEP sorted(x)`` (ascending, repeats kept); the answer is scored.
+
+    Shapes:
+        inputs, targets: ``(B, 2n)``
+    """
+    x = _data_tokens(batch_size, n, vocab_size, generator)
+    return _answer_after_separator(x, x.sort(dim=1).values)
+
+
+def induction_task(
+    batch_size: int,
+    *,
+    n: int = 16,
+    vocab_size: int = 32,
+    min_n: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Induction: a random pattern of ``p`` distinct tokens, then the same pattern again.
+
+    Each row draws its own pattern length ``p`` in ``[min_n, n]``; the sequence is the
+    pattern, the pattern again, then random filler up to the fixed length ``2n``. The
+    pattern's tokens are distinct, so in the repeat each token has exactly one earlier
+    occurrence and the token that followed it there is the unique right answer ("… A B
+    … A → B"). Only those ``p - 1`` positions are scored.
+
+    The varying ``p`` matters: with one fixed ``p`` a single attention layer can solve
+    the task by position alone ("look ``p - 1`` tokens back"), and no induction head
+    forms. With ``p`` varying, the only way is to find the earlier copy of the current
+    token by content and read what followed it: a previous-token head in one layer plus
+    an induction head in the next (Olsson et al., 2022, arXiv 2209.11895).
+
+    Args:
+        batch_size: ``B``.
+        n: Longest pattern; the sequence has ``2n`` tokens.
+        vocab_size: Tokens are drawn from ``0..vocab_size-1``.
+        min_n: Shortest pattern; default ``max(2, n // 2)``. ``min_n = n`` fixes ``p``.
+        generator: Source of randomness.
+
+    Returns:
+        ``(inputs, targets)``: the sequence shifted by one; ``targets`` is
+        :data:`IGNORE_INDEX` except at the repeat.
+
+    Shapes:
+        inputs, targets: ``(B, 2n - 1)``
+
+    Raises:
+        ValueError: If ``n > vocab_size`` (not ``n`` distinct tokens) or not ``2 <= min_n <= n``.
+    """
+    _check_int("batch_size", batch_size, 1)
+    _check_int("n", n, 2)
+    _check_int("vocab_size", vocab_size, 2)
+    _check_generator(generator)
+    min_n = max(2, n // 2) if min_n is None else _check_int("min_n", min_n, 2)
+    if min_n > n:
+        raise ValueError(f"min_n must be <= n, got min_n={min_n}, n={n}")
+    if n > vocab_size:
+        raise ValueError(f"induction_task draws n distinct tokens: need n <= vocab_size, got n={n}, vocab_size={vocab_size}")
+    # A random permutation per row, cut to n: distinct tokens without a Python loop.
+    pattern = torch.rand(batch_size, vocab_size, generator=generator).argsort(dim=1)[:, :n]  # (B, n)
+    p = torch.randint(min_n, n + 1, (batch_size, 1), generator=generator)  # (B, 1) pattern length per row
+    filler = torch.randint(0, vocab_size, (batch_size, 2 * n), generator=generator)  # (B, 2n)
+    j = torch.arange(2 * n)[None, :]  # (1, 2n) positions
+    # Position j < 2p reads pattern[j mod p]; later positions are filler.
+    from_pattern = pattern.gather(1, (j % p).clamp_max(n - 1))  # (B, 2n)
+    seq = torch.where(j < 2 * p, from_pattern, filler)  # (B, 2n)
+    inputs, targets = seq[:, :-1].clone(), seq[:, 1:].clone()  # (B, 2n - 1) each
+    t = j[:, :-1]  # (1, 2n - 1) input positions
+    # Scored: the current token is in the repeat and so is the next one (p <= t <= 2p - 2).
+    scored = (t >= p) & (t <= 2 * p - 2)  # (B, 2n - 1)
+    targets[~scored] = IGNORE_INDEX
+    return inputs, targets
+
+
+def associative_recall_task(
+    batch_size: int, *, n_pairs: int = 8, vocab_size: int = 32, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Associative recall: ``k₁ v₁ … k_m v_m k_q`` -> ``v_q``; only the last position is scored.
+
+    Keys are distinct ids from the lower half of the vocabulary, values random ids from
+    the upper half, so a key is never mistaken for a value.
+
+    Shapes:
+        inputs, targets: ``(B, 2·n_pairs + 1)``
+
+    Raises:
+        ValueError: If ``n_pairs > vocab_size // 2`` (not enough distinct keys).
+    """
+    _check_int("batch_size", batch_size, 1)
+    _check_int("n_pairs", n_pairs, 1)
+    _check_int("vocab_size", vocab_size, 4)
+    _check_generator(generator)
+    half = vocab_size // 2
+    if n_pairs > half:
+        raise ValueError(
+            f"associative_recall_task needs n_pairs <= vocab_size // 2 distinct keys, got n_pairs={n_pairs}, "
+            f"vocab_size={vocab_size}"
+        )
+    keys = torch.rand(batch_size, half, generator=generator).argsort(dim=1)[:, :n_pairs]  # (B, m), ids 0..half-1
+    values = torch.randint(half, vocab_size, (batch_size, n_pairs), generator=generator)  # (B, m)
+    pairs = torch.stack((keys, values), dim=2).reshape(batch_size, 2 * n_pairs)  # (B, m, 2) -> (B, 2m)
+    which = torch.randint(0, n_pairs, (batch_size, 1), generator=generator)  # (B, 1)
+    query = keys.gather(1, which)  # (B, 1)
+    inputs = torch.cat((pairs, query), dim=1)  # (B, 2m + 1)
+    targets = torch.full_like(inputs, IGNORE_INDEX)
+    targets[:, -1:] = values.gather(1, which)
+    return inputs, targets
+
+
+class Seq2SeqBatch(NamedTuple):
+    """An encoder-decoder batch: the decoder reads ``tgt_in`` (``SEP`` then the answer shifted right).
+
+    Shapes:
+        src: ``(B, n)``; tgt_in: ``(B, n)``; tgt_out: ``(B, n)``
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+
+def reverse_seq2seq(
+    batch_size: int, *, n: int = 8, vocab_size: int = 16, generator: torch.Generator | None = None
+) -> Seq2SeqBatch:
+    """Reversal as an encoder-decoder task: the encoder reads ``x``, the decoder writes ``reversed(x)``.
+
+    Output step ``i`` must copy source position ``n - 1 - i``, so a trained
+    cross-attention should look like :func:`reverse_alignment`.
+
+    Shapes:
+        src, tgt_in, tgt_out: ``(B, n)``
+    """
+    x = _data_tokens(batch_size, n, vocab_size, generator)
+    y = x.flip(1)
+    start = torch.full((batch_size, 1), SEP, dtype=torch.long)
+    return Seq2SeqBatch(src=x, tgt_in=torch.cat((start, y[:, :-1]), dim=1), tgt_out=y)
+
+
+def reverse_alignment(n: int) -> torch.Tensor:
+    """The ideal cross-attention of :func:`reverse_seq2seq`: output ``i`` attends to source ``n - 1 - i``.
+
+    Shapes:
+        output: ``(n, n)``, float, one 1 per row (the anti-diagonal)
+    """
+    _check_int("n", n, 1)
+    return torch.eye(n).flip(1)

@@ -1,0 +1,270 @@
+"""A tiny, seeded trainer: enough to show *trained* attention maps within seconds on a CPU.
+
+``train(model, batch_fn, steps=..., lr=...)`` runs AdamW with a linear learning-rate
+warm-up (then constant, or a cosine decay), cross-entropy on the scored positions of
+each batch, and gradient clipping. Everything random inside it (the batches, dropout)
+is drawn from the given ``seed``, so the same model state and seed give the same loss
+history, bit for bit, on the same machine.
+
+The progress bar is off unless asked for (``progress=True``): notebooks compare their
+committed outputs under nbval, and a bar's text changes from run to run. When asked
+for, it is an ipywidgets bar in a notebook (replaced by one deterministic line at the
+end) and a text bar on stderr elsewhere.
+
+Shape legend:
+    B    batch size
+    T    sequence length
+    V    vocabulary size
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .tasks import IGNORE_INDEX
+
+__all__ = ["TrainResult", "train", "lm_loss", "accuracy", "lr_at"]
+
+SCHEDULES = ("constant", "cosine")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        losses: The training loss of every step, as Python floats.
+        final_loss: Mean loss of the last ``min(20, steps)`` steps (less noisy than the last one).
+        seconds: Wall time of the training loop.
+        tokens_per_second: Input tokens processed per second (``B·T·steps / seconds``).
+        steps: Number of steps run (fewer than asked if the loss diverged).
+        lrs: The learning rate used at every step.
+        diverged: The loss became inf/NaN; training stopped there (``final_loss`` is NaN).
+    """
+
+    losses: list[float]
+    final_loss: float
+    seconds: float
+    tokens_per_second: float
+    steps: int
+    lrs: list[float] = field(default_factory=list)
+    diverged: bool = False
+
+    def __repr__(self) -> str:  # no timings: a printed result must reproduce under nbval
+        return f"TrainResult(steps={self.steps}, final_loss={self.final_loss:.3f}, diverged={self.diverged})"
+
+
+def lm_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Mean cross-entropy of ``model(inputs)`` against ``targets``, over the scored positions.
+
+    Shapes:
+        batch: ``(inputs (B, T), targets (B, T))``; ``model(inputs)``: ``(B, T, V)``
+    """
+    inputs, targets = batch[0], batch[-1]
+    logits = model(inputs)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """Fraction of scored positions where the model's most likely next token is the target.
+
+    Shapes:
+        inputs, targets: ``(B, T)``
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        predictions = model(inputs).argmax(dim=-1)  # (B, T)
+    finally:
+        model.train(was_training)
+    scored = targets != IGNORE_INDEX
+    if not scored.any():
+        raise ValueError("targets has no scored positions (all equal IGNORE_INDEX)")
+    return (predictions[scored] == targets[scored]).float().mean().item()
+
+
+def lr_at(step: int, *, steps: int, lr: float, warmup: int, schedule: str = "constant", min_lr_ratio: float = 0.1) -> float:
+    """Learning rate of step ``step`` (0-based): linear warm-up over ``warmup`` steps, then the schedule.
+
+    Warm-up goes ``lr/warmup, 2·lr/warmup, ..., lr``; ``"cosine"`` then decays to
+    ``min_lr_ratio·lr`` at the last step.
+    """
+    if warmup > 0 and step < warmup:
+        return lr * (step + 1) / warmup
+    if schedule == "constant":
+        return lr
+    span = max(1, steps - warmup - 1)
+    progress = min(1.0, (step - warmup) / span)
+    return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _check_number(name: str, value: object, *, low: float, inclusive: bool = True) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        ok = value >= low if inclusive else value > low
+    if not ok:
+        bound = f">= {low}" if inclusive else f"> {low}"
+        raise ValueError(f"{name} must be a number {bound}, got {name}={value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
+    return value
+
+
+class _Progress:
+    """An ipywidgets bar in a notebook kernel, a text bar on stderr elsewhere."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.bar, self.handle = steps, None, None
+        self.every = max(1, steps // 50)
+        try:
+            from IPython import get_ipython
+
+            in_kernel = get_ipython() is not None and hasattr(get_ipython(), "kernel")
+        except ImportError:  # pragma: no cover - IPython ships with Jupyter
+            in_kernel = False
+        if in_kernel:
+            import ipywidgets as widgets
+            from IPython.display import display
+
+            self.bar = widgets.IntProgress(value=0, min=0, max=steps, description="training")
+            self.handle = display(self.bar, display_id=True)
+
+    def update(self, step: int, loss: float) -> None:
+        if (step + 1) % self.every and step + 1 != self.steps:
+            return
+        if self.bar is not None:
+            self.bar.value = step + 1
+            self.bar.description = f"loss {loss:.3f}"
+        else:
+            done = int(30 * (step + 1) / self.steps)
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {step + 1}/{self.steps} loss {loss:.3f}")
+            sys.stderr.flush()
+
+    def close(self, final_loss: float) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            # Replace the bar by a line with no timing in it: the same text on every run.
+            self.handle.update(f"trained {self.steps} steps, final loss {final_loss:.3f}")
+        else:
+            sys.stderr.write("\n")
+
+
+def train(
+    model: nn.Module,
+    batch_fn: Callable[..., tuple],
+    *,
+    steps: int = 500,
+    lr: float = 3e-3,
+    warmup: int = 50,
+    batch_size: int = 32,
+    seed: int = 0,
+    weight_decay: float = 0.01,
+    schedule: str = "constant",
+    grad_clip: float | None = 1.0,
+    betas: tuple[float, float] = (0.9, 0.98),
+    loss_fn: Callable[[nn.Module, tuple], torch.Tensor] | None = None,
+    progress: bool = False,
+) -> TrainResult:
+    """Train ``model`` on batches from ``batch_fn`` with AdamW and a warm-up; return the loss history.
+
+    Args:
+        model: A module; with the default ``loss_fn``, ``model(inputs)`` returns logits.
+        batch_fn: ``batch_fn(batch_size, generator=g)`` returns a batch, e.g.
+            ``functools.partial(attn_core.tasks.induction_task, n=16, vocab_size=32)``.
+        steps: Optimisation steps.
+        lr: Peak learning rate.
+        warmup: Steps of linear warm-up from ``lr/warmup`` to ``lr`` (0: none).
+        batch_size: ``B``.
+        seed: Seeds the batches and everything else random during training (dropout).
+            The global RNG state is restored afterwards.
+        weight_decay: AdamW's decoupled weight decay, applied to matrices only (never to
+            norm gains, biases or the simplified blocks' scalar gains).
+        schedule: ``"constant"`` after warm-up, or ``"cosine"`` decay to ``0.1·lr``.
+        grad_clip: Clip the global gradient norm to this value (None: no clipping).
+        betas: AdamW's betas.
+        loss_fn: ``loss_fn(model, batch)`` returns the scalar loss; default :func:`lm_loss`.
+        progress: Show a progress bar (off by default, so that outputs reproduce).
+
+    Returns:
+        A :class:`TrainResult`. The model is left in training mode, trained in place. A
+        loss that becomes inf/NaN stops training (``result.diverged``) instead of raising.
+
+    Raises:
+        TypeError, ValueError: Bad arguments, naming the value.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not callable(batch_fn):
+        raise TypeError(f"batch_fn must be callable, got {type(batch_fn).__name__}")
+    _check_int("steps", steps, 1)
+    _check_int("warmup", warmup, 0)
+    _check_int("batch_size", batch_size, 1)
+    _check_int("seed", seed, 0)
+    _check_number("lr", lr, low=0.0, inclusive=False)
+    _check_number("weight_decay", weight_decay, low=0.0)
+    if grad_clip is not None:
+        _check_number("grad_clip", grad_clip, low=0.0, inclusive=False)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got schedule={schedule!r}")
+    loss_fn = lm_loss if loss_fn is None else loss_fn
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
+    generator = torch.Generator().manual_seed(seed)
+    bar = _Progress(steps) if progress else None
+    losses, lrs, tokens = [], [], 0
+    model.train()
+    # fork_rng: seed dropout & co. here without changing the caller's random stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        for step in range(steps):
+            step_lr = lr_at(step, steps=steps, lr=lr, warmup=warmup, schedule=schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = step_lr
+            batch = batch_fn(batch_size, generator=generator)
+            loss = loss_fn(model, batch)
+            if not torch.isfinite(loss):
+                # Diverged: record it and stop (an experiment may be *about* divergence).
+                losses.append(loss.item())
+                lrs.append(step_lr)
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip is not None:
+                nn.utils.clip_grad_norm_(params, grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+            lrs.append(step_lr)
+            tokens += batch[0].numel()
+            if bar is not None:
+                bar.update(step, losses[-1])
+        seconds = time.perf_counter() - start
+    diverged = not math.isfinite(losses[-1])
+    tail = losses[-min(20, len(losses)):]
+    final = math.nan if diverged else sum(tail) / len(tail)
+    if bar is not None:
+        bar.close(final)
+    return TrainResult(losses=losses, final_loss=final, seconds=seconds,
+                       tokens_per_second=tokens / max(seconds, 1e-9), steps=len(losses), lrs=lrs, diverged=diverged)

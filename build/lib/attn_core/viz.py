@@ -1,0 +1,605 @@
+"""Pictures and explorers of attention maps: the one toolkit every chapter uses.
+
+Static pictures (matplotlib):
+    :func:`heatmap` one map with token labels, a colorbar and masked cells shown as masked;
+    :func:`attention_grid` a layer × head grid for a whole model.
+
+Explorers, one entry point :func:`explorer`, two modes:
+    * **kernel-free** (``explorer(weights, tokens)``): the maps are embedded in the page as
+      data and redrawn by a few lines of JavaScript, so the controls (layer, head, query,
+      temperature, mask toggles, log scale) respond in Jupyter, in Colab *and* in the
+      static HTML book, which has no kernel. Temperature and masks are recomputed in the
+      browser from the scores. Where scripts cannot run, a static picture is shown instead.
+    * **kernel** (``explorer(fn, text=...)``): ipywidgets controls with Python callbacks;
+      ``fn(text)`` is called again when the reader edits the sentence. Works with
+      ipywidgets 7.7 (Colab) and 8.x.
+
+Shape legend:
+    L    layers, H heads
+    T_q  queries (rows), T_k keys (columns)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import json
+import math
+from typing import Callable, Sequence
+
+import torch
+
+__all__ = ["heatmap", "attention_grid", "explorer", "AttentionExplorer", "KernelExplorer", "MAX_EMBED_BYTES"]
+
+#: Upper bound on the bytes one kernel-free explorer embeds in a page.
+MAX_EMBED_BYTES = 1_000_000
+_LOG_FLOOR = 1e-3  # smallest weight resolved on the log scale
+
+
+# --------------------------------------------------------------------------- helpers
+def _as_tensor(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        try:
+            import numpy as np
+
+            if isinstance(x, np.ndarray):
+                return torch.from_numpy(x)
+        except ImportError:  # pragma: no cover - numpy ships with torch
+            pass
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    return x.detach().cpu()
+
+
+def _to_4d(name: str, x: torch.Tensor) -> torch.Tensor:
+    """Accept ``(T_q, T_k)``, ``(H, T_q, T_k)`` or ``(L, H, T_q, T_k)``; return 4-D."""
+    if x.dim() == 2:
+        return x[None, None]  # (1, 1, T_q, T_k)
+    if x.dim() == 3:
+        return x[None]  # (1, H, T_q, T_k)
+    if x.dim() == 4:
+        return x
+    raise ValueError(f"{name} must have shape (T_q, T_k), (H, T_q, T_k) or (L, H, T_q, T_k), got {tuple(x.shape)}")
+
+
+def _labels(name: str, tokens: Sequence[str] | None, n: int) -> list[str]:
+    if tokens is None:
+        return [str(i) for i in range(n)]
+    tokens = [str(t) for t in tokens]
+    if len(tokens) != n:
+        raise ValueError(f"{name} has {len(tokens)} labels but the maps have {n} along that axis")
+    return tokens
+
+
+def _check_mask(name: str, mask: object, shape: tuple[int, int]) -> torch.Tensor:
+    mask = _as_tensor(name, mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype={mask.dtype}")
+    if tuple(mask.shape) != shape:
+        raise ValueError(f"{name} must have shape (T_q, T_k)={shape}, got {tuple(mask.shape)}")
+    return mask
+
+
+# --------------------------------------------------------------------------- static pictures
+def heatmap(
+    weights,
+    q_tokens: Sequence[str] | None = None,
+    k_tokens: Sequence[str] | None = None,
+    *,
+    mask=None,
+    ax=None,
+    log: bool = False,
+    title: str | None = None,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+    cmap: str = "viridis",
+):
+    """Draw one attention map: rows are queries, columns are keys.
+
+    Args:
+        weights: The attention weights (or any scores) to draw.
+        q_tokens: Row labels (queries). Default: positions.
+        k_tokens: Column labels (keys). Default: ``q_tokens`` if the map is square.
+        mask: Boolean, ``True`` = may attend. Blocked cells are drawn hatched grey, as
+            *masked*, rather than as a dark zero that looks like a learned value.
+        ax: A matplotlib Axes to draw into (a new figure otherwise).
+        log: Logarithmic colour scale, for maps where one key dominates.
+        title: Axes title.
+        annotate: Write the values in the cells (default: when the map is at most 8×8).
+        colorbar: Add a colorbar.
+        cmap: Matplotlib colormap name.
+
+    Returns:
+        The matplotlib Axes.
+
+    Shapes:
+        weights: ``(T_q, T_k)``; mask: ``(T_q, T_k)``
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import LogNorm, Normalize
+
+    w = _as_tensor("weights", weights)
+    if w.dim() != 2:
+        raise ValueError(f"weights must have shape (T_q, T_k), got {tuple(w.shape)}; use attention_grid for more")
+    T_q, T_k = w.shape
+    q_labels = _labels("q_tokens", q_tokens, T_q)
+    if k_tokens is None and T_q == T_k:
+        k_tokens = q_tokens
+    k_labels = _labels("k_tokens", k_tokens, T_k)
+    data = w.double().numpy()
+    blocked = np.zeros_like(data, dtype=bool)
+    if mask is not None:
+        blocked = ~_check_mask("mask", mask, (T_q, T_k)).numpy()
+    shown = np.ma.masked_array(data, mask=blocked)
+    if ax is None:
+        size = max(3.0, min(9.0, 0.45 * max(T_q, T_k) + 1.5))
+        _, ax = plt.subplots(figsize=(size + (1.0 if colorbar else 0.0), size))
+    if log:
+        positive = data[(data > 0) & ~blocked]
+        vmin = max(_LOG_FLOOR, float(positive.min())) if positive.size else _LOG_FLOOR
+        norm = LogNorm(vmin=vmin, vmax=max(vmin * 10, float(data.max())), clip=True)
+    else:
+        norm = Normalize(vmin=min(0.0, float(shown.min())), vmax=float(shown.max()) if shown.count() else 1.0)
+    colormap = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")  # masked cells: light grey
+    image = ax.imshow(shown, cmap=colormap, norm=norm, aspect="auto", interpolation="nearest")
+    if blocked.any():
+        rows, cols = np.nonzero(blocked)
+        for r, c in zip(rows, cols):
+            ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", lw=0, color="#9a9a9a"))
+    ax.set_xticks(range(T_k), k_labels, rotation=90 if max(map(len, k_labels)) > 2 else 0)
+    ax.set_yticks(range(T_q), q_labels)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if title:
+        ax.set_title(title)
+    if annotate is None:
+        annotate = T_q <= 8 and T_k <= 8
+    if annotate:
+        for r in range(T_q):
+            for c in range(T_k):
+                if not blocked[r, c]:
+                    value = data[r, c]
+                    light = norm(value) < 0.6
+                    ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                            color="white" if light else "black")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def attention_grid(
+    weights,
+    q_tokens: Sequence[str] | None = None,
+    k_tokens: Sequence[str] | None = None,
+    *,
+    layer_names: Sequence[str] | None = None,
+    log: bool = False,
+    suptitle: str | None = None,
+    cell_size: float = 2.0,
+):
+    """Draw every head of every layer: a grid with one row per layer, one column per head.
+
+    Args:
+        weights: Attention weights of a whole model.
+        q_tokens: Row labels of each map (shown on the first column only).
+        k_tokens: Column labels (shown on the last row only).
+        layer_names: One name per layer (default ``layer 0``, ``layer 1``, ...).
+        log: Logarithmic colour scale.
+        suptitle: Figure title.
+        cell_size: Inches per map.
+
+    Returns:
+        The matplotlib Figure.
+
+    Shapes:
+        weights: ``(L, H, T_q, T_k)`` (or ``(H, T_q, T_k)`` for one layer)
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm, Normalize
+
+    w = _to_4d("weights", _as_tensor("weights", weights))
+    L, H, T_q, T_k = w.shape
+    q_labels = _labels("q_tokens", q_tokens, T_q)
+    k_labels = _labels("k_tokens", k_tokens if k_tokens is not None or T_q != T_k else q_tokens, T_k)
+    names = list(layer_names) if layer_names is not None else [f"layer {i}" for i in range(L)]
+    if len(names) != L:
+        raise ValueError(f"layer_names has {len(names)} names for {L} layers")
+    fig, axes = plt.subplots(L, H, figsize=(cell_size * H + 0.8, cell_size * L + 0.4), squeeze=False)
+    data = w.double()
+    norm = LogNorm(vmin=_LOG_FLOOR, vmax=1.0, clip=True) if log else Normalize(vmin=0.0, vmax=float(data.max()))
+    image = None
+    for layer in range(L):
+        for head in range(H):
+            ax = axes[layer][head]
+            image = ax.imshow(data[layer, head].numpy(), cmap="viridis", norm=norm, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if layer == 0:
+                ax.set_title(f"head {head}", fontsize=9)
+            if head == 0:
+                ax.set_ylabel(names[layer], fontsize=9)
+                if T_q <= 24:
+                    ax.set_yticks(range(T_q), q_labels, fontsize=6)
+            if layer == L - 1 and T_k <= 24:
+                ax.set_xticks(range(T_k), k_labels, fontsize=6, rotation=90)
+    fig.colorbar(image, ax=axes, fraction=0.02, pad=0.02)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+# --------------------------------------------------------------------------- kernel-free explorer
+def _colormap_lut(name: str = "viridis", n: int = 64) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    cm = plt.get_cmap(name)
+    out = []
+    for i in range(n):
+        r, g, b, _ = cm(i / (n - 1))
+        out.append(f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}")
+    return out
+
+
+def _round_list(values: torch.Tensor, digits: int) -> list:
+    """Round for embedding; ``-inf`` (a blocked score) becomes ``None`` (JSON null)."""
+    out = []
+    for v in values.reshape(-1).tolist():
+        out.append(None if v == -math.inf else round(v, digits))
+    return out
+
+
+class AttentionExplorer:
+    """A self-contained, kernel-free attention explorer (build it with :func:`explorer`).
+
+    Displaying it (the last expression of a cell) renders HTML and JavaScript that
+    redraw the map in the browser. ``nbytes`` is the size it embeds in a page; it grows
+    as ``L·H·T_q·T_k`` (about 6 bytes per score) plus one fallback PNG.
+
+    Shapes:
+        scores: ``(L, H, T_q, T_k)``; each mask: ``(T_q, T_k)``
+    """
+
+    def __init__(self, scores: torch.Tensor, q_tokens: list[str], k_tokens: list[str], *,
+                 masks: dict[str, torch.Tensor], layer_names: list[str], title: str,
+                 temperature: bool, log: bool, query: int, fallback_png: bool = True) -> None:
+        self.scores, self.q_tokens, self.k_tokens = scores, q_tokens, k_tokens
+        self.masks, self.layer_names, self.title = masks, layer_names, title
+        self.temperature, self.log, self.query = temperature, log, query
+        self._payload = {
+            "shape": list(scores.shape),
+            "scores": _round_list(scores, 4),
+            "q": q_tokens,
+            "k": k_tokens,
+            "masks": {name: [int(b) for b in m.reshape(-1).tolist()] for name, m in masks.items()},
+            "layers": layer_names,
+            "lut": _colormap_lut(),
+            "temperature": temperature,
+            "log": log,
+            "query": query,
+            "title": title,
+        }
+        self._data = json.dumps(self._payload, separators=(",", ":"), ensure_ascii=False)
+        self._uid = "attnx-" + hashlib.sha1(self._data.encode()).hexdigest()[:12]
+        self._fallback = self._fallback_png() if fallback_png else ""
+        self.nbytes = len(self._data.encode()) + len(self._fallback)
+        if self.nbytes > MAX_EMBED_BYTES:
+            raise ValueError(
+                f"this explorer would embed {self.nbytes:,} bytes (limit {MAX_EMBED_BYTES:,}); "
+                f"shape (L, H, T_q, T_k)={tuple(scores.shape)}: pass fewer layers, heads or tokens"
+            )
+
+    def weights(self, layer: int = 0, head: int = 0, temperature: float = 1.0) -> torch.Tensor:
+        """The map the page shows for these controls (all masks on), computed in Python.
+
+        Shapes:
+            output: ``(T_q, T_k)``
+        """
+        s = self.scores[layer, head].double() / temperature
+        for m in self.masks.values():
+            s = s.masked_fill(~m, -math.inf)
+        blocked_row = torch.isinf(s).all(-1, keepdim=True)
+        w = torch.softmax(s.masked_fill(blocked_row, 0.0), -1)
+        return w.masked_fill(blocked_row, 0.0)
+
+    def _fallback_png(self) -> str:
+        import matplotlib.pyplot as plt
+
+        combined = None
+        for m in self.masks.values():
+            combined = m if combined is None else combined & m
+        ax = heatmap(self.weights(0, 0), self.q_tokens, self.k_tokens, mask=combined, log=self.log,
+                     title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(), annotate=False)
+        buf = io.BytesIO()
+        ax.figure.savefig(buf, format="png", dpi=60, bbox_inches="tight")
+        plt.close(ax.figure)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    def __repr__(self) -> str:
+        L, H, T_q, T_k = self.scores.shape
+        return f"AttentionExplorer(L={L}, H={H}, T_q={T_q}, T_k={T_k}, masks={list(self.masks)}, nbytes={self.nbytes})"
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def html(self) -> str:
+        """The HTML (with its script) that renders the explorer."""
+        uid = self._uid
+        data = self._data.replace("</", "<\\/")  # keep "</script>" in a token from closing the tag
+        fallback = (
+            f'<img class="attnx-fallback" alt="attention map (static picture)" '
+            f'src="data:image/png;base64,{self._fallback}" style="max-width:100%">'
+            if self._fallback else ""
+        )
+        return (
+            f'<div class="attn-explorer" id="{uid}" data-state="static">'
+            f'<div class="attnx-title" style="font-weight:600;margin:4px 0">{html.escape(self.title)}</div>'
+            f'<div class="attnx-controls" style="display:none;font:13px sans-serif;margin:4px 0"></div>'
+            f'<div class="attnx-view" style="display:none"></div>{fallback}'
+            f'<script type="application/json" class="attnx-data">{data}</script>'
+            f"<script>{_EXPLORER_JS.replace('__UID__', uid)}</script></div>"
+        )
+
+
+# The browser side: parse the embedded data, build the controls, redraw on every input.
+_EXPLORER_JS = r"""
+(function () {
+  var root = document.getElementById("__UID__");
+  if (!root || root.getAttribute("data-ready")) return;
+  root.setAttribute("data-ready", "1");
+  var d = JSON.parse(root.querySelector(".attnx-data").textContent);
+  var L = d.shape[0], H = d.shape[1], TQ = d.shape[2], TK = d.shape[3];
+  var st = {layer: 0, head: 0, query: Math.min(d.query, TQ - 1), tau: 1.0, log: d.log, masks: {}};
+  Object.keys(d.masks).forEach(function (m) { st.masks[m] = true; });
+  var controls = root.querySelector(".attnx-controls"), view = root.querySelector(".attnx-view");
+  var fb = root.querySelector(".attnx-fallback");
+  if (fb) fb.style.display = "none";
+  controls.style.display = "flex"; controls.style.flexWrap = "wrap"; controls.style.gap = "4px 16px";
+  view.style.display = "block";
+  function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); }
+  function slider(name, label, min, max, step, value, fmt) {
+    var wrap = document.createElement("label");
+    wrap.innerHTML = esc(label) + ' <input type="range" data-control="' + name + '" min="' + min + '" max="' + max +
+      '" step="' + step + '" value="' + value + '" aria-label="' + esc(label) + '"> <output></output>';
+    var input = wrap.querySelector("input"), out = wrap.querySelector("output");
+    function sync() { out.textContent = fmt(parseFloat(input.value)); }
+    input.addEventListener("input", function () { sync(); update(name, parseFloat(input.value)); });
+    sync(); controls.appendChild(wrap);
+  }
+  function checkbox(name, label, checked) {
+    var wrap = document.createElement("label");
+    wrap.innerHTML = '<input type="checkbox" data-control="' + esc(name) + '"' + (checked ? " checked" : "") + "> " + esc(label);
+    var input = wrap.querySelector("input");
+    input.addEventListener("change", function () { update(name, input.checked); });
+    controls.appendChild(wrap);
+  }
+  if (L > 1) slider("layer", "layer", 0, L - 1, 1, 0, function (v) { return d.layers[v]; });
+  if (H > 1) slider("head", "head", 0, H - 1, 1, 0, function (v) { return v; });
+  slider("query", "query", 0, TQ - 1, 1, st.query, function (v) { return d.q[v]; });
+  if (d.temperature) slider("tau", "temperature", -1, 1, 0.05, 0, function (v) { return Math.pow(10, v).toFixed(2); });
+  Object.keys(d.masks).forEach(function (m) { checkbox("mask:" + m, m + " mask", true); });
+  checkbox("log", "log scale", d.log);
+  function update(name, value) {
+    if (name === "tau") st.tau = Math.pow(10, value);
+    else if (name === "log") st.log = value;
+    else if (name.indexOf("mask:") === 0) st.masks[name.slice(5)] = value;
+    else st[name] = value;
+    draw();
+  }
+  function weights() {
+    var base = (st.layer * H + st.head) * TQ * TK, w = new Array(TQ * TK), blocked = new Array(TQ * TK);
+    for (var i = 0; i < TQ; i++) {
+      var mx = -Infinity, row = i * TK;
+      for (var j = 0; j < TK; j++) {
+        var s = d.scores[base + row + j], off = s === null;
+        Object.keys(st.masks).forEach(function (m) { if (st.masks[m] && !d.masks[m][row + j]) off = true; });
+        blocked[row + j] = off;
+        w[row + j] = off ? -Infinity : s / st.tau;
+        if (w[row + j] > mx) mx = w[row + j];
+      }
+      var sum = 0;
+      for (j = 0; j < TK; j++) { w[row + j] = mx === -Infinity ? 0 : Math.exp(w[row + j] - mx); sum += w[row + j]; }
+      for (j = 0; j < TK; j++) w[row + j] = sum > 0 ? w[row + j] / sum : 0;
+    }
+    return {w: w, blocked: blocked};
+  }
+  function color(v) {
+    var t = st.log ? (Math.log10(Math.max(v, 1e-3)) + 3) / 3 : v;
+    t = Math.max(0, Math.min(1, t));
+    return d.lut[Math.round(t * (d.lut.length - 1))];
+  }
+  function draw() {
+    var r = weights(), c = 22, lw = 8 * Math.max.apply(null, d.q.map(function (t) { return String(t).length; })) + 10;
+    var top = 8 * Math.max.apply(null, d.k.map(function (t) { return String(t).length; })) + 14;
+    var W = lw + TK * c + 10, Hh = top + TQ * c + 10, s = [];
+    s.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + Hh + '" font-size="12" font-family="sans-serif">');
+    for (var j = 0; j < TK; j++) {
+      var x = lw + j * c + c / 2;
+      s.push('<text transform="translate(' + (x + 4) + ',' + (top - 6) + ') rotate(-90)">' + esc(d.k[j]) + "</text>");
+    }
+    for (var i = 0; i < TQ; i++) {
+      s.push('<text x="' + (lw - 6) + '" y="' + (top + i * c + c / 2 + 4) + '" text-anchor="end"' +
+        (i === st.query ? ' font-weight="bold"' : "") + ">" + esc(d.q[i]) + "</text>");
+      for (j = 0; j < TK; j++) {
+        var k = i * TK + j, v = r.w[k];
+        var fill = r.blocked[k] ? "#d9d9d9" : color(v);
+        s.push('<rect data-cell="' + i + "," + j + '" x="' + (lw + j * c) + '" y="' + (top + i * c) + '" width="' + c +
+          '" height="' + c + '" fill="' + fill + '"><title>' + esc(d.q[i]) + " \u2192 " + esc(d.k[j]) + ": " +
+          (r.blocked[k] ? "masked" : v.toFixed(3)) + "</title></rect>");
+      }
+    }
+    s.push('<rect x="' + lw + '" y="' + (top + st.query * c) + '" width="' + TK * c + '" height="' + c +
+      '" fill="none" stroke="#e4572e" stroke-width="2.5"/></svg>');
+    var bw = 180, b = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + (lw + bw + 50) + '" height="' + (TK * 18 + 30) +
+      '" font-size="12" font-family="sans-serif"><text x="0" y="12" font-weight="600">query \u201c' + esc(d.q[st.query]) + '\u201d attends to</text>'];
+    for (j = 0; j < TK; j++) {
+      var val = r.w[st.query * TK + j], y = 22 + j * 18;
+      b.push('<text x="' + (lw - 6) + '" y="' + (y + 12) + '" text-anchor="end">' + esc(d.k[j]) + "</text>");
+      b.push('<rect data-bar="' + j + '" x="' + lw + '" y="' + y + '" width="' + (val * bw).toFixed(1) + '" height="14" fill="#3b75af"/>');
+      b.push('<text x="' + (lw + val * bw + 4) + '" y="' + (y + 12) + '">' + val.toFixed(2) + "</text>");
+    }
+    b.push("</svg>");
+    view.innerHTML = '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">' + s.join("") + b.join("") + "</div>";
+    var masks = Object.keys(st.masks).filter(function (m) { return st.masks[m]; }).join("+") || "none";
+    root.setAttribute("data-state", "layer=" + st.layer + " head=" + st.head + " query=" + st.query +
+      " tau=" + st.tau.toFixed(2) + " masks=" + masks + " log=" + st.log);
+  }
+  draw();
+})();
+"""
+
+
+# --------------------------------------------------------------------------- kernel explorer
+class KernelExplorer:
+    """An ipywidgets explorer whose callbacks run in Python (build it with :func:`explorer`).
+
+    ``fn(text)`` returns ``(weights, tokens)``; the widgets recompute when the reader edits
+    the text or moves a control. Needs a running kernel (Jupyter, Colab); the static book
+    shows its first picture. Uses only widgets that exist in ipywidgets 7.7 and 8.
+
+    Shapes:
+        fn(text) -> weights ``(L, H, T, T)`` (or ``(H, T, T)``, ``(T, T)``), tokens: ``T`` strings
+    """
+
+    def __init__(self, fn: Callable[[str], tuple], text: str, *, title: str = "", log: bool = False) -> None:
+        import ipywidgets as widgets
+
+        self.fn, self.title = fn, title
+        self.text = widgets.Text(value=text, description="sentence", continuous_update=False,
+                                 layout=widgets.Layout(width="420px"))
+        self.layer = widgets.IntSlider(description="layer", min=0, max=0)
+        self.head = widgets.IntSlider(description="head", min=0, max=0)
+        self.query = widgets.IntSlider(description="query", min=0, max=0)
+        self.temperature = widgets.FloatLogSlider(description="temperature", value=1.0, base=10, min=-1, max=1,
+                                                  step=0.05, style={"description_width": "initial"})
+        self.log = widgets.Checkbox(description="log scale", value=log)
+        self.image = widgets.Image(format="png")
+        note = widgets.HTML("<small>Python callbacks: these controls need a running kernel (Jupyter or Colab).</small>")
+        self.widget = widgets.VBox([note, self.text, widgets.HBox([self.layer, self.head]),
+                                    widgets.HBox([self.query, self.temperature, self.log]), self.image])
+        self._recompute()
+        self.text.observe(lambda _: self._recompute(), names="value")
+        for control in (self.layer, self.head, self.query, self.temperature, self.log):
+            control.observe(lambda _: self._draw(), names="value")
+
+    def _recompute(self) -> None:
+        weights, tokens = self.fn(self.text.value)
+        self.weights = _to_4d("weights", _as_tensor("weights", weights)).double()
+        self.tokens = _labels("tokens", tokens, self.weights.shape[-1])
+        L, H, T_q, _ = self.weights.shape
+        self.layer.max, self.head.max, self.query.max = L - 1, H - 1, T_q - 1
+        self._draw()
+
+    def current(self) -> torch.Tensor:
+        """The map shown: ``softmax(log w / τ)`` = ``w^(1/τ)`` renormalised, zeros kept.
+
+        Shapes:
+            output: ``(T_q, T_k)``
+        """
+        w = self.weights[self.layer.value, self.head.value]
+        sharpened = w.clamp_min(0) ** (1.0 / self.temperature.value)
+        total = sharpened.sum(-1, keepdim=True)
+        return torch.where(total > 0, sharpened / total.clamp_min(1e-300), sharpened)
+
+    def _draw(self) -> None:
+        import matplotlib.pyplot as plt
+
+        w = self.current()
+        fig, (ax_map, ax_bar) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+        heatmap(w, self.tokens, self.tokens if w.shape[0] == w.shape[1] else None, ax=ax_map,
+                log=self.log.value, annotate=False, title=self.title or None)
+        q = self.query.value
+        ax_map.add_patch(plt.Rectangle((-0.5, q - 0.5), w.shape[1], 1, fill=False, ec="#e4572e", lw=2.5))
+        ax_bar.barh(range(w.shape[1]), w[q].numpy(), color="#3b75af")
+        ax_bar.set_yticks(range(w.shape[1]), self.tokens[: w.shape[1]])
+        ax_bar.invert_yaxis()
+        ax_bar.set_xlim(0, 1)
+        ax_bar.set_title(f"query “{self.tokens[q]}” attends to")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=70)
+        plt.close(fig)
+        self.image.value = buf.getvalue()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        L, H, T_q, T_k = self.weights.shape
+        return f"KernelExplorer(L={L}, H={H}, T_q={T_q}, T_k={T_k})"
+
+
+# --------------------------------------------------------------------------- entry point
+def explorer(
+    source,
+    q_tokens: Sequence[str] | None = None,
+    k_tokens: Sequence[str] | None = None,
+    *,
+    scores=None,
+    masks: dict | None = None,
+    layer_names: Sequence[str] | None = None,
+    title: str = "",
+    temperature: bool = True,
+    log: bool = False,
+    query: int = 0,
+    text: str | None = None,
+) -> AttentionExplorer | KernelExplorer:
+    """Explore attention maps: one call, kernel-free or with Python callbacks.
+
+    Args:
+        source: Either attention **weights** (kernel-free explorer; ``None`` if ``scores``
+            is given) or a **callable** ``fn(text) -> (weights, tokens)`` (kernel explorer,
+            needs ``text``).
+        q_tokens: Labels of the queries (rows).
+        k_tokens: Labels of the keys (columns); default ``q_tokens`` for square maps.
+        scores: Pre-softmax, *unmasked* scores instead of weights. Needed for mask
+            toggles: the page recomputes ``softmax(scores / τ)`` with the masks that are on.
+            From weights alone the page uses ``log w`` as the scores (the same softmax).
+        masks: Named boolean masks (``True`` = may attend), each toggled by a checkbox.
+        layer_names: Names for the layer slider.
+        title: A title above the explorer.
+        temperature: Show a temperature slider (τ from 0.1 to 10).
+        log: Start with a logarithmic colour scale.
+        query: The query row highlighted first.
+        text: The starting sentence of a kernel explorer.
+
+    Returns:
+        An :class:`AttentionExplorer` (display it) or a :class:`KernelExplorer`.
+
+    Shapes:
+        source / scores: ``(T_q, T_k)``, ``(H, T_q, T_k)`` or ``(L, H, T_q, T_k)``
+        each mask: ``(T_q, T_k)``
+
+    Raises:
+        TypeError: Wrong argument types.
+        ValueError: Wrong shapes, labels that do not match, or more than
+            :data:`MAX_EMBED_BYTES` to embed.
+    """
+    if callable(source) and not isinstance(source, torch.Tensor):
+        if text is None:
+            raise ValueError("a kernel explorer needs the starting sentence: explorer(fn, text=...)")
+        return KernelExplorer(source, text, title=title, log=log)
+    if (source is None) == (scores is None):
+        raise ValueError("pass either attention weights (source) or scores=, not both or neither")
+    if scores is not None:
+        s = _to_4d("scores", _as_tensor("scores", scores)).double()
+    else:
+        w = _to_4d("weights", _as_tensor("source", source)).double()
+        row_sums = w.sum(-1)
+        if (w < 0).any() or (((row_sums - 1).abs() > 1e-3) & (row_sums.abs() > 1e-6)).any():
+            raise ValueError("weights must be non-negative with rows summing to 1 (or 0); pass raw scores as scores=")
+        s = torch.log(w)  # softmax(log w) = w; zeros become -inf (masked)
+    L, H, T_q, T_k = s.shape
+    q_labels = _labels("q_tokens", q_tokens, T_q)
+    k_labels = _labels("k_tokens", k_tokens if k_tokens is not None or T_q != T_k else q_tokens, T_k)
+    names = list(layer_names) if layer_names is not None else [f"layer {i}" for i in range(L)]
+    if len(names) != L:
+        raise ValueError(f"layer_names has {len(names)} names for {L} layers")
+    checked = {str(k): _check_mask(f"masks[{k!r}]", m, (T_q, T_k)) for k, m in (masks or {}).items()}
+    if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < T_q:
+        raise ValueError(f"query must be an int in [0, {T_q}), got query={query!r}")
+    return AttentionExplorer(s, q_labels, k_labels, masks=checked, layer_names=names, title=title,
+                             temperature=temperature, log=log, query=query)

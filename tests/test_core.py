@@ -1,0 +1,191 @@
+"""attn_core.core.attention: reference equality, properties, gradients and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_core import attention, causal_mask, padding_mask
+
+
+def _qkv(*shape_q, T_k=None, H_kv=None, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    *batch, H, T_q, D = shape_q
+    T_k = T_q if T_k is None else T_k
+    H_kv = H if H_kv is None else H_kv
+    q = torch.randn(*batch, H, T_q, D, generator=g, dtype=dtype)
+    k = torch.randn(*batch, H_kv, T_k, D, generator=g, dtype=dtype)
+    v = torch.randn(*batch, H_kv, T_k, D, generator=g, dtype=dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("T_q,T_k", [(5, 5), (3, 7), (1, 6)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("explicit", [False, True])
+def test_equals_torch_sdpa(dtype, tol, T_q, T_k, causal, explicit):
+    q, k, v = _qkv(2, 3, T_q, 8, T_k=T_k, dtype=dtype)
+    # PyTorch's is_causal is top-left aligned; the bottom-right mask is the reference.
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T_q, T_k) if causal else None)
+    out = attention(q, k, v, is_causal=causal, return_weights=explicit)
+    out = out[0] if explicit else out
+    assert (out - ref).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("mask_kind", ["bool", "float", "padding"])
+def test_masks_equal_torch_sdpa(dtype, tol, mask_kind):
+    q, k, v = _qkv(2, 2, 4, 8, T_k=6, dtype=dtype)
+    if mask_kind == "bool":
+        mask = torch.rand(4, 6, generator=torch.Generator().manual_seed(1)) > 0.3
+        mask[:, 0] = True  # no fully masked row: SDPA would give NaN there
+    elif mask_kind == "float":
+        mask = torch.randn(2, 1, 4, 6, dtype=dtype)
+    else:
+        mask = padding_mask([6, 3], 6)[:, None]  # (B, 1, 1, T_k)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    for explicit in (False, True):
+        out = attention(q, k, v, mask=mask, return_weights=explicit)
+        out = out[0] if explicit else out
+        assert (out - ref).abs().max().item() <= tol
+
+
+def test_scale_and_explicit_fast_paths_agree():
+    q, k, v = _qkv(2, 3, 5, 4)
+    fast = attention(q, k, v, scale=0.3, is_causal=True)
+    explicit, _ = attention(q, k, v, scale=0.3, is_causal=True, return_weights=True)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
+    assert torch.allclose(fast, ref, atol=1e-12) and torch.allclose(explicit, ref, atol=1e-12)
+
+
+def test_grouped_heads_equal_repeat_interleave_and_enable_gqa():
+    q, k, v = _qkv(2, 6, 5, 8, H_kv=2)
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(3, dim=1), v.repeat_interleave(3, dim=1))
+    gqa = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    for explicit in (False, True):
+        out = attention(q, k, v, return_weights=explicit)
+        out = out[0] if explicit else out
+        assert (out - ref).abs().max() <= 1e-12 and (out - gqa).abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weights_rows_sum_to_one(dtype):
+    q, k, v = _qkv(2, 3, 6, 8, dtype=dtype)
+    _, w = attention(q, k, v, is_causal=True, return_weights=True)
+    assert w.shape == (2, 3, 6, 6)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 3, 6, dtype=dtype), atol=1e-6)
+    assert (w.triu(1) == 0).all(), "causal weights must be zero above the diagonal"
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_fully_masked_rows_give_zeros_not_nan(explicit):
+    q, k, v = _qkv(1, 2, 4, 8)
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[1] = False  # query 1 may attend to nothing
+    q.requires_grad_(True)
+    result = attention(q, k, v, mask=mask, return_weights=explicit)
+    out = result[0] if explicit else result
+    assert not torch.isnan(out).any()
+    assert (out[:, :, 1] == 0).all()
+    if explicit:
+        assert (result[1][:, :, 1] == 0).all()
+    out.sum().backward()
+    assert not torch.isnan(q.grad).any()
+
+
+def test_half_precision_softmax_in_float32():
+    q, k, v = _qkv(1, 2, 8, 16, dtype=torch.float16)
+    q = q * 30  # large scores: a float16 softmax would lose most digits
+    out, w = attention(q, k, v, return_weights=True)
+    ref = attention(q.double(), k.double(), v.double())
+    assert out.dtype == torch.float16 and w.dtype == torch.float16
+    assert (out.double() - ref).abs().max() < 2e-2
+    assert not torch.isnan(out).any()
+
+
+def test_dropout_rescales_and_is_off_at_zero():
+    q, k, v = _qkv(1, 1, 64, 8, dtype=torch.float32)
+    torch.manual_seed(0)
+    dropped = attention(q, k, v, dropout_p=0.5, return_weights=True)[0]
+    plain = attention(q, k, v, return_weights=True)[0]
+    assert not torch.allclose(dropped, plain)
+    # Averaged over many draws, inverted dropout leaves the expectation unchanged.
+    mean = torch.stack([attention(q, k, v, dropout_p=0.5, return_weights=True)[0] for _ in range(400)]).mean(0)
+    assert (mean - plain).abs().mean() < 0.05
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    B=st.integers(1, 3), H_kv=st.integers(1, 3), G=st.integers(1, 3), T_q=st.integers(1, 6),
+    extra=st.integers(0, 4), D=st.sampled_from([2, 4, 8]), causal=st.booleans(),
+)
+def test_shapes_and_paths_agree(B, H_kv, G, T_q, extra, D, causal):
+    q, k, v = _qkv(B, H_kv * G, T_q, D, T_k=T_q + extra, H_kv=H_kv)
+    fast = attention(q, k, v, is_causal=causal)
+    explicit, w = attention(q, k, v, is_causal=causal, return_weights=True)
+    assert fast.shape == (B, H_kv * G, T_q, D) and w.shape == (B, H_kv * G, T_q, T_q + extra)
+    assert (fast - explicit).abs().max() <= 1e-12
+
+
+def test_causality_future_keys_do_not_matter():
+    q, k, v = _qkv(1, 2, 6, 4)
+    out = attention(q, k, v, is_causal=True)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 4:, :] += 10
+    v2[..., 4:, :] -= 10
+    out2 = attention(q, k2, v2, is_causal=True)
+    assert torch.equal(out[..., :4, :], out2[..., :4, :])
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_gradcheck(explicit):
+    q, k, v = (t.requires_grad_(True) for t in _qkv(1, 2, 3, 4, T_k=4))
+    mask = padding_mask([3], 4)[:, None]
+
+    def f(q, k, v):
+        r = attention(q, k, v, mask=mask, is_causal=True, return_weights=explicit)
+        return r[0] if explicit else r
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_bad_input_names_the_values():
+    q, k, v = _qkv(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor, got list"):
+        attention([1.0], k, v)
+    with pytest.raises(ValueError, match=r"same number of dimensions.*q.shape=\(2, 3, 4\)"):
+        attention(q[0], k, v)
+    with pytest.raises(ValueError, match=r"same last dimension.*k.shape=\(1, 2, 3, 5\)"):
+        attention(q, torch.randn(1, 2, 3, 5, dtype=q.dtype), v)
+    with pytest.raises(ValueError, match="k and v must agree"):
+        attention(q, k, v[..., :2, :])
+    with pytest.raises(ValueError, match="multiple of the number of key/value heads, got 2 query heads"):
+        attention(q, torch.randn(1, 3, 3, 4, dtype=q.dtype), torch.randn(1, 3, 3, 4, dtype=q.dtype))
+    with pytest.raises(TypeError, match="share a dtype.*q=torch.float64, k=torch.float32"):
+        attention(q, k.float(), v)
+    with pytest.raises(TypeError, match="mask must be boolean .* got dtype=torch.int64"):
+        attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 3\) does not broadcast to the scores' shape \(1, 2, 3, 3\)"):
+        attention(q, k, v, mask=torch.ones(4, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor or None, got list"):
+        attention(q, k, v, mask=[[True]])
+    with pytest.raises(ValueError, match="scale must be a positive number or None, got scale=-1"):
+        attention(q, k, v, scale=-1)
+    with pytest.raises(ValueError, match="dropout_p must be a number in \\[0, 1\\), got dropout_p=1.5"):
+        attention(q, k, v, dropout_p=1.5)
+    with pytest.raises(TypeError, match="floating-point tensor, got dtype=torch.int64"):
+        attention(q.long(), k.long(), v.long())
+    with pytest.raises(ValueError, match=r"at least 2 dimensions .* got shape \(3,\)"):
+        attention(torch.randn(3), torch.randn(3), torch.randn(3))
+
+
+def test_default_scale_is_inverse_sqrt_d():
+    q, k, v = _qkv(1, 1, 2, 16)
+    _, w = attention(q, k, v, return_weights=True)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(16), -1)
+    assert torch.allclose(w, expected, atol=1e-14)

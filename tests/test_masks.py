@@ -1,0 +1,59 @@
+"""attn_core.masks: causal and padding masks built from positions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_core import causal_mask, padding_mask
+
+
+def test_causal_square_is_lower_triangular():
+    assert torch.equal(causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
+
+
+@settings(max_examples=30, deadline=None)
+@given(T_q=st.integers(1, 12), extra=st.integers(0, 12))
+def test_causal_is_bottom_right_aligned(T_q, extra):
+    T_k = T_q + extra
+    m = causal_mask(T_q, T_k)
+    assert m.shape == (T_q, T_k) and m.dtype == torch.bool
+    # The last query sees every key; query i sees keys 0 .. T_k - T_q + i.
+    assert m[-1].all()
+    assert torch.equal(m.sum(-1), torch.arange(T_k - T_q + 1, T_k + 1))
+    # It is the bottom rows of the square mask of the full sequence.
+    assert torch.equal(m, causal_mask(T_k)[-T_q:])
+
+
+def test_causal_differs_from_torch_top_left_when_T_q_lt_T_k():
+    top_left = torch.ones(2, 4, dtype=torch.bool).tril()  # what is_causal=True uses
+    assert not torch.equal(causal_mask(2, 4), top_left)
+
+
+def test_masks_work_past_any_fixed_length():
+    # No buffer sized by a maximum context: long inputs work.
+    assert causal_mask(5000, 5000)[4999].all()
+
+
+def test_padding_mask_values_and_shape():
+    m = padding_mask([3, 0, 5], 5)
+    assert m.shape == (3, 1, 5) and m.dtype == torch.bool
+    assert m[:, 0].int().tolist() == [[1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+    assert torch.equal(padding_mask(torch.tensor([3, 0, 5]), 5), m)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="T_k >= T_q .* got T_q=4, T_k=2"):
+        causal_mask(4, 2)
+    with pytest.raises(ValueError, match="T_q must be >= 1, got T_q=0"):
+        causal_mask(0)
+    with pytest.raises(TypeError, match="T_q must be an int, got float"):
+        causal_mask(2.0)
+    with pytest.raises(ValueError, match=r"every length must be in \[0, T=4\], got lengths=\[5, 2\]"):
+        padding_mask([5, 2], 4)
+    with pytest.raises(TypeError, match="lengths must be ints"):
+        padding_mask([1.5], 4)
+    with pytest.raises(TypeError, match="1-D integer tensor, got dtype=torch.float32"):
+        padding_mask(torch.tensor([1.0]), 4)

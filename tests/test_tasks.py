@@ -1,0 +1,124 @@
+"""attn_core.tasks: every task's invariants, determinism from the generator, and bad input."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_core.tasks import (
+    IGNORE_INDEX,
+    SEP,
+    associative_recall_task,
+    copy_task,
+    induction_task,
+    reverse_alignment,
+    reverse_seq2seq,
+    reverse_task,
+    sort_task,
+)
+
+TRANSFORMS = {copy_task: lambda x: x, reverse_task: lambda x: x.flip(1), sort_task: lambda x: x.sort(1).values}
+
+
+def _g(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@settings(max_examples=10, deadline=None)
+@given(B=st.integers(1, 4), n=st.integers(1, 9), V=st.integers(2, 20), seed=st.integers(0, 100))
+def test_separator_tasks(B, n, V, seed):
+    for task, transform in TRANSFORMS.items():
+        inputs, targets = task(B, n=n, vocab_size=V, generator=_g(seed))
+        assert inputs.shape == targets.shape == (B, 2 * n)
+        assert inputs.dtype == targets.dtype == torch.long
+        x = inputs[:, :n]
+        assert ((x >= 1) & (x < V)).all()  # data tokens never collide with the separator
+        assert (inputs[:, n] == SEP).all()
+        assert (targets[:, :n] == IGNORE_INDEX).all()
+        assert torch.equal(targets[:, n:], transform(x))  # the answer is scored, and right
+        assert torch.equal(inputs[:, 1:], torch.where(targets[:, :-1] == IGNORE_INDEX, inputs[:, 1:], targets[:, :-1]))
+
+
+@settings(max_examples=10, deadline=None)
+@given(B=st.integers(1, 6), n=st.integers(2, 12), extra=st.integers(0, 8), seed=st.integers(0, 100))
+def test_induction_invariants(B, n, extra, seed):
+    V = n + extra
+    inputs, targets = induction_task(B, n=n, vocab_size=V, generator=_g(seed))
+    assert inputs.shape == targets.shape == (B, 2 * n - 1)
+    for b in range(B):
+        scored = (targets[b] != IGNORE_INDEX).nonzero().flatten()
+        p = int(scored[0])  # the pattern length: the first scored position
+        assert max(2, n // 2) <= p <= n
+        assert len(scored) == p - 1 and torch.equal(scored, torch.arange(p, 2 * p - 1))
+        pattern = inputs[b, :p]
+        assert len(set(pattern.tolist())) == p  # distinct tokens
+        assert torch.equal(inputs[b, p : 2 * p - 1], pattern[: p - 1])  # the repeat
+        for t in scored.tolist():
+            # the token at t occurred once before, at t - p; the target is what followed it
+            earlier = (inputs[b, :t] == inputs[b, t]).nonzero().flatten()
+            assert earlier.tolist() == [t - p]
+            assert targets[b, t] == inputs[b, t - p + 1]
+
+
+def test_induction_pattern_length_varies():
+    _, targets = induction_task(64, n=10, vocab_size=20, generator=_g(3))
+    lengths = {int((row != IGNORE_INDEX).nonzero()[0]) for row in targets}
+    assert len(lengths) > 3 and min(lengths) >= 5 and max(lengths) <= 10
+    _, fixed = induction_task(8, n=6, vocab_size=10, min_n=6, generator=_g(3))
+    assert all(int((row != IGNORE_INDEX).nonzero()[0]) == 6 for row in fixed)
+
+
+def test_associative_recall():
+    inputs, targets = associative_recall_task(16, n_pairs=5, vocab_size=20, generator=_g(1))
+    assert inputs.shape == targets.shape == (16, 11)
+    assert (targets[:, :-1] == IGNORE_INDEX).all()
+    keys, values = inputs[:, 0:10:2], inputs[:, 1:10:2]
+    assert (keys < 10).all() and (values >= 10).all()
+    for b in range(16):
+        assert len(set(keys[b].tolist())) == 5
+        i = keys[b].tolist().index(int(inputs[b, -1]))
+        assert targets[b, -1] == values[b, i]
+
+
+def test_seq2seq_reverse_and_alignment():
+    batch = reverse_seq2seq(3, n=5, vocab_size=9, generator=_g(2))
+    assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape == (3, 5)
+    assert torch.equal(batch.tgt_out, batch.src.flip(1))
+    assert (batch.tgt_in[:, 0] == SEP).all() and torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1])
+    A = reverse_alignment(5)
+    # output i reads source n-1-i: applying the alignment to the source gives the target
+    assert torch.equal((A @ batch.src.T.float()).T.long(), batch.tgt_out)
+
+
+@pytest.mark.parametrize(
+    "task", [copy_task, reverse_task, sort_task, induction_task, associative_recall_task, reverse_seq2seq]
+)
+def test_same_generator_seed_same_batch(task):
+    a, b = task(4, generator=_g(7)), task(4, generator=_g(7))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    c = task(4, generator=_g(8))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+    # usable as a trainer's batch_fn via functools.partial
+    fn = functools.partial(task, vocab_size=40)
+    assert fn(2, generator=_g(0))[0].shape[0] == 2
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="n <= vocab_size, got n=10, vocab_size=8"):
+        induction_task(2, n=10, vocab_size=8)
+    with pytest.raises(ValueError, match="min_n must be <= n, got min_n=7, n=6"):
+        induction_task(2, n=6, min_n=7)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        copy_task(0)
+    with pytest.raises(TypeError, match="n must be an int"):
+        reverse_task(2, n=2.5)
+    with pytest.raises(ValueError, match="vocab_size=1"):
+        sort_task(2, vocab_size=1)
+    with pytest.raises(ValueError, match="n_pairs=9, vocab_size=16"):
+        associative_recall_task(2, n_pairs=9, vocab_size=16)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        copy_task(2, generator=0)

@@ -1,0 +1,142 @@
+"""attn_core.viz: pictures and explorers. Runs under ipywidgets 8 and 7.7 (make colab).
+
+The browser side of the kernel-free explorer is tested in tests/browser; here we test
+what Python embeds and the kernel explorer's callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ipywidgets  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from attn_core import causal_mask, viz  # noqa: E402
+
+
+def _weights(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=g), dim=-1)
+
+
+def _embedded(explorer) -> dict:
+    html = explorer.html()
+    data = re.search(r'<script type="application/json" class="attnx-data">(.*?)</script>', html, re.S).group(1)
+    return json.loads(data.replace("<\\/", "</"))
+
+
+def test_heatmap_labels_colorbar_and_masked_cells():
+    w = _weights(4, 4)
+    ax = viz.heatmap(w, list("abcd"), mask=causal_mask(4))
+    assert [t.get_text() for t in ax.get_yticklabels()] == list("abcd")
+    assert len(ax.figure.axes) == 2, "a colorbar axis"
+    image = ax.get_images()[0]
+    assert image.get_array().mask.sum() == 6, "blocked cells are masked, not drawn as 0"
+    assert len(ax.patches) == 6, "blocked cells are hatched"
+    plt.close(ax.figure)
+
+
+def test_heatmap_log_scale_and_bad_input():
+    ax = viz.heatmap(_weights(3, 5), log=True, annotate=False)
+    assert type(ax.get_images()[0].norm).__name__ == "LogNorm"
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match=r"shape \(T_q, T_k\), got \(2, 3, 3\)"):
+        viz.heatmap(_weights(2, 3, 3))
+    with pytest.raises(ValueError, match="q_tokens has 2 labels but the maps have 3"):
+        viz.heatmap(_weights(3, 3), ["a", "b"])
+    with pytest.raises(TypeError, match="weights must be a torch.Tensor or numpy array, got list"):
+        viz.heatmap([[1.0]])
+    with pytest.raises(TypeError, match="boolean tensor"):
+        viz.heatmap(_weights(3, 3), mask=torch.ones(3, 3))
+
+
+def test_attention_grid_is_layers_by_heads():
+    fig = viz.attention_grid(_weights(2, 3, 5, 5), list("abcde"), suptitle="grid")
+    assert len(fig.axes) == 2 * 3 + 1  # maps + colorbar
+    plt.close(fig)
+    with pytest.raises(ValueError, match="layer_names has 1 names for 2 layers"):
+        viz.attention_grid(_weights(2, 1, 3, 3), layer_names=["x"])
+
+
+def test_explorer_embeds_scores_masks_and_a_fallback_picture():
+    s = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(1))
+    e = viz.explorer(None, list("abcde"), scores=s, masks={"causal": causal_mask(5)}, title="t")
+    data = _embedded(e)
+    assert data["shape"] == [2, 3, 5, 5] and len(data["scores"]) == 150
+    assert data["masks"]["causal"][:5] == [1, 0, 0, 0, 0]
+    assert 'class="attnx-fallback"' in e.html() and "data:image/png;base64," in e.html()
+    assert repr(e).startswith("AttentionExplorer(L=2, H=3, T_q=5, T_k=5")
+    # The page's arithmetic, done in Python: masked softmax of scores / tau.
+    expected = torch.softmax((s[1, 2].double() / 0.5).masked_fill(~causal_mask(5), float("-inf")), -1)
+    assert torch.allclose(e.weights(1, 2, temperature=0.5), expected)
+
+
+def test_explorer_from_weights_uses_log_weights_and_keeps_zeros():
+    w = _weights(4, 4).masked_fill(~causal_mask(4), 0.0)
+    w = w / w.sum(-1, keepdim=True)
+    e = viz.explorer(w, list("abcd"))
+    assert _embedded(e)["scores"][1] is None, "a zero weight is embedded as a blocked score"
+    assert torch.allclose(e.weights(), w.double(), atol=1e-4)
+
+
+def test_explorer_html_is_deterministic_and_bounded():
+    w = _weights(1, 2, 6, 6)
+    a, b = viz.explorer(w, list("abcdef")), viz.explorer(w, list("abcdef"))
+    assert a.html() == b.html(), "nbval compares it: no random ids"
+    assert a.nbytes < 60_000
+    # Size grows with L*H*T_q*T_k and is capped.
+    with pytest.raises(ValueError, match=r"would embed .* bytes \(limit 1,000,000\)"):
+        viz.explorer(_weights(4, 8, 64, 64))
+
+
+def test_explorer_escapes_script_closing_tokens():
+    e = viz.explorer(_weights(2, 2), ["</script>", "b"])
+    html = e.html()
+    assert html.count("</script>") == 2, "only the two real closing tags"
+
+
+def test_explorer_bad_input():
+    with pytest.raises(ValueError, match="either attention weights .* or scores="):
+        viz.explorer(None)
+    with pytest.raises(ValueError, match="rows summing to 1"):
+        viz.explorer(torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"masks\['pad'\] must have shape \(T_q, T_k\)=\(3, 3\), got \(2, 2\)"):
+        viz.explorer(_weights(3, 3), masks={"pad": torch.ones(2, 2, dtype=torch.bool)})
+    with pytest.raises(ValueError, match=r"query must be an int in \[0, 3\), got query=3"):
+        viz.explorer(_weights(3, 3), query=3)
+    with pytest.raises(ValueError, match=r"shape \(T_q, T_k\), \(H, T_q, T_k\) or \(L, H, T_q, T_k\), got \(1, 1, 1, 2, 2\)"):
+        viz.explorer(_weights(1, 1, 1, 2, 2))
+    with pytest.raises(ValueError, match="needs the starting sentence"):
+        viz.explorer(lambda text: None)
+
+
+def _fn(text):
+    words = text.split()
+    T = len(words)
+    return _weights(2, 2, T, T, seed=T), words
+
+
+def test_kernel_explorer_recomputes_in_python():
+    k = viz.explorer(_fn, text="the cat sat")
+    assert isinstance(k.widget, ipywidgets.VBox)
+    assert k.image.value[:4] == b"\x89PNG"
+    assert (k.layer.max, k.head.max, k.query.max) == (1, 1, 2)
+    first = k.image.value
+    k.text.value = "a much longer sentence here"  # the callback re-runs fn
+    assert k.query.max == 4 and k.tokens[0] == "a" and k.image.value != first
+    k.temperature.value = 0.1
+    sharp = k.current()
+    assert torch.allclose(sharp.sum(-1), torch.ones(5, dtype=sharp.dtype))
+    assert sharp.max(-1).values.min() > k.weights[0, 0].max(-1).values.min()
+    assert repr(k) == "KernelExplorer(L=2, H=2, T_q=5, T_k=5)"
+
+
+def test_works_on_this_ipywidgets_major_version():
+    assert ipywidgets.__version__.split(".")[0] in {"7", "8"}
