@@ -593,6 +593,11 @@ def explorer(
             raise ValueError("weights must be non-negative with rows summing to 1 (or 0); pass raw scores as scores=")
         s = torch.log(w)  # softmax(log w) = w; zeros become -inf (masked)
     L, H, T_q, T_k = s.shape
+    if s.numel() * 4 > MAX_EMBED_BYTES:  # every score takes at least 4 bytes of JSON: fail fast
+        raise ValueError(
+            f"this explorer would embed over {s.numel() * 4:,} bytes (limit {MAX_EMBED_BYTES:,}); "
+            f"shape (L, H, T_q, T_k)={tuple(s.shape)}: pass fewer layers, heads or tokens"
+        )
     q_labels = _labels("q_tokens", q_tokens, T_q)
     k_labels = _labels("k_tokens", k_tokens if k_tokens is not None or T_q != T_k else q_tokens, T_k)
     names = list(layer_names) if layer_names is not None else [f"layer {i}" for i in range(L)]

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Timing", "time_interleaved", "machine_info", "matmul_throughput", "sync", "format_table"]
+__all__ = ["Timing", "time_interleaved", "paired_ratio", "machine_info", "matmul_throughput", "sync", "format_table"]
 
 
 def sync(device: torch.device | str) -> None:

@@ -1,0 +1,140 @@
+"""attn_core.train: determinism, the schedule, weight decay groups, divergence, progress, bad input."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from attn_core import DecoderConfig, DecoderLM, TrainResult, accuracy, train
+from attn_core.tasks import IGNORE_INDEX, copy_task
+from attn_core.train import lm_loss, lr_at
+
+BATCHES = functools.partial(copy_task, n=4, vocab_size=10)
+
+
+def _tiny(seed: int = 0, dropout: float = 0.0) -> DecoderLM:
+    torch.manual_seed(seed)
+    return DecoderLM(DecoderConfig.gpt2_like(vocab_size=10, n_layers=1, d_model=16, n_heads=2, max_len=8,
+                                             dropout=dropout))
+
+
+def test_same_seed_same_loss_history():
+    a = train(_tiny(dropout=0.1), BATCHES, steps=12, lr=1e-2, warmup=3, batch_size=8, seed=3)
+    b = train(_tiny(dropout=0.1), BATCHES, steps=12, lr=1e-2, warmup=3, batch_size=8, seed=3)
+    assert a.losses == b.losses  # bit for bit, dropout included
+    c = train(_tiny(dropout=0.1), BATCHES, steps=12, lr=1e-2, warmup=3, batch_size=8, seed=4)
+    assert a.losses != c.losses
+    assert isinstance(a, TrainResult) and a.steps == 12 and len(a.lrs) == 12
+    assert a.seconds > 0 and a.tokens_per_second > 0
+    assert a.final_loss == pytest.approx(sum(a.losses[-12:]) / 12)
+
+
+def test_global_rng_untouched():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    train(_tiny(dropout=0.1), BATCHES, steps=2, batch_size=4, seed=0)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_loss_decreases_on_copy():
+    result = train(_tiny(), BATCHES, steps=80, lr=1e-2, warmup=10, batch_size=16, seed=0)
+    assert sum(result.losses[-10:]) / 10 < 0.8 * sum(result.losses[:10]) / 10
+
+
+def test_schedule():
+    lrs = [lr_at(s, steps=100, lr=1.0, warmup=10) for s in range(100)]
+    assert lrs[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert all(v == 1.0 for v in lrs[10:])
+    cos = [lr_at(s, steps=100, lr=1.0, warmup=10, schedule="cosine") for s in range(100)]
+    assert cos[10] == pytest.approx(1.0) and cos[-1] == pytest.approx(0.1)
+    assert all(x >= y for x, y in zip(cos[10:], cos[11:]))  # monotone decay
+    result = train(_tiny(), BATCHES, steps=6, lr=0.01, warmup=3, batch_size=4, schedule="cosine")
+    assert result.lrs[:3] == pytest.approx([0.01 / 3, 0.02 / 3, 0.01])
+
+
+class _Unused(nn.Module):
+    """A model with parameters the loss ignores: only weight decay can move them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 10)
+        self.matrix = nn.Parameter(torch.ones(3, 3))
+        self.vector = nn.Parameter(torch.ones(3))
+
+    def forward(self, idx):
+        return self.emb(idx) + 0 * (self.matrix.sum() + self.vector.sum())
+
+
+def test_weight_decay_only_on_matrices():
+    model = _Unused()
+    train(model, BATCHES, steps=5, lr=0.1, warmup=0, weight_decay=0.5, batch_size=4, grad_clip=None)
+    assert (model.matrix < 1).all()  # decayed
+    assert torch.equal(model.vector, torch.ones(3))  # not decayed
+
+
+def test_divergence_stops_and_is_reported():
+    calls = []
+
+    def exploding(model, batch):
+        calls.append(1)
+        loss = lm_loss(model, batch)
+        return loss if len(calls) < 3 else loss * float("nan")
+
+    result = train(_tiny(), BATCHES, steps=10, batch_size=4, loss_fn=exploding)
+    assert result.diverged and result.steps == 3 and math.isnan(result.final_loss)
+    assert "diverged=True" in repr(result)
+
+
+def test_progress_off_by_default_and_on_request(capsys):
+    result = train(_tiny(), BATCHES, steps=3, batch_size=4)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    # no timing in the repr: a printed result reproduces under nbval
+    assert re.fullmatch(r"TrainResult\(steps=3, final_loss=\d+\.\d{3}, diverged=False\)", repr(result))
+    train(_tiny(), BATCHES, steps=3, batch_size=4, progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == "" and "3/3" in captured.err
+
+
+def test_accuracy():
+    model = _tiny().eval()
+    inputs, targets = BATCHES(8, generator=torch.Generator().manual_seed(0))
+    predictions = model(inputs).argmax(-1)
+    scored = targets != IGNORE_INDEX
+    expected = (predictions[scored] == targets[scored]).float().mean().item()
+    assert accuracy(model, inputs, targets) == pytest.approx(expected)
+    forced = torch.where(scored, predictions, targets)
+    assert accuracy(model, inputs, forced) == 1.0
+    with pytest.raises(ValueError, match="no scored positions"):
+        accuracy(model, inputs, torch.full_like(targets, IGNORE_INDEX))
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        (dict(steps=0), ValueError, "steps=0"),
+        (dict(lr=0.0), ValueError, "lr=0.0"),
+        (dict(lr=-1), ValueError, "lr=-1"),
+        (dict(warmup=-1), ValueError, "warmup=-1"),
+        (dict(batch_size=2.0), TypeError, "batch_size must be an int"),
+        (dict(schedule="linear"), ValueError, "schedule='linear'"),
+        (dict(weight_decay=-0.1), ValueError, "weight_decay=-0.1"),
+        (dict(grad_clip=0), ValueError, "grad_clip=0"),
+    ],
+)
+def test_bad_input(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        train(_tiny(), BATCHES, **kwargs)
+
+
+def test_bad_model_and_batch_fn():
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        train(lambda x: x, BATCHES)
+    with pytest.raises(TypeError, match="batch_fn must be callable"):
+        train(_tiny(), [1, 2])
