@@ -37,6 +37,9 @@ from .norms import LayerNorm, RMSNorm
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
 
+# --- efficient.py (chapter 13) ---
+from .efficient import online_softmax, peak_tensor_memory, tiled_attention
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -77,4 +80,8 @@ __all__ = [
     "TrainResult",
     "accuracy",
     "generate",
+    # --- chapter 13 names ---
+    "online_softmax",
+    "tiled_attention",
+    "peak_tensor_memory",
 ]

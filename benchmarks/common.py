@@ -80,8 +80,8 @@ def time_interleaved(
             fns[name]()
         sync(device)
     # How many calls make one timed sample: enough to last min_seconds.
-    inner = {}
-    for name in names:
+    inner = {name: 1 for name in names}
+    for name in names if min_seconds > 0 else []:
         t0 = time.perf_counter()
         fns[name]()
         sync(device)

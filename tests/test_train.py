@@ -35,10 +35,11 @@ def test_same_seed_same_loss_history():
 
 
 def test_global_rng_untouched():
+    model = _tiny(dropout=0.1)
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    train(_tiny(dropout=0.1), BATCHES, steps=2, batch_size=4, seed=0)
+    train(model, BATCHES, steps=2, batch_size=4, seed=0)
     assert torch.equal(torch.rand(3), expected)
 
 

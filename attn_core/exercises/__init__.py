@@ -28,3 +28,11 @@ __all__ += ["check_split_heads", "check_merge_heads", "check_mha_parameters"]
 __all__ += ["check_cross_attention", "check_source_mask", "check_teacher_forcing"]
 __all__ += ["check_broadcast_kv", "check_mqa_parameters", "check_kv_cache_per_token"]
 __all__ += ["check_repeat_kv", "check_mean_pool_kv", "check_kv_cache_bytes"]
+
+from .ch09 import check_layer_norm, check_residual_wiring, check_rms_norm  # noqa: E402
+from .ch10 import check_parameter_formula, check_swiglu, check_swiglu_hidden_dim  # noqa: E402
+from .ch11 import check_causality_test, check_centring_matrix, check_shaped_attention  # noqa: E402
+
+__all__ += ["check_layer_norm", "check_rms_norm", "check_residual_wiring"]
+__all__ += ["check_swiglu", "check_swiglu_hidden_dim", "check_parameter_formula"]
+__all__ += ["check_centring_matrix", "check_shaped_attention", "check_causality_test"]

@@ -1,0 +1,132 @@
+"""``python -m benchmarks [--quick] [--suite NAME ...] [--device cpu|cuda|all] [--out FILE] [--check]``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import attention, decoding, memory
+from .common import format_table, machine_info, matmul_throughput
+
+SUITES = ("attention", "memory", "decoding")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _tables(result: dict) -> str:
+    out = []
+    att = [r for r in result["rows"] if r["suite"] == "attention"]
+    for device in sorted({r["device"] for r in att}):
+        main = [r for r in att if r["device"] == device and r["part"] == "main"]
+        if main:
+            r0 = main[0]
+            out.append(f"\nAttention layer forward [{device}], B={r0['batch']}, T={r0['T']}, d={r0['d_model']}, "
+                       f"H={r0['n_heads']}, causal (baseline: {r0['baseline']})")
+            out.append(format_table(main, [
+                ("name", "implementation", ""), ("median_s", "median ms", ".1f"), ("spread", "IQR/median", ".2f"),
+                ("ratio_to_baseline", "ratio", ".3f"), ("paired_ratio_to_baseline", "paired ratio", ".3f"),
+                ("gflops", "GFLOP/s", ".1f"), ("fraction_of_matmul", "of matmul", ".2f"),
+                ("max_abs_diff", "max |diff|", ".1e"),
+            ]).replace(" ms", " s ", 0))
+        sweep = [r for r in att if r["device"] == device and r["part"] == "sweep"]
+        if sweep:
+            out.append(f"\nSweep over T [{device}], B={sweep[0]['batch']}, d={sweep[0]['d_model']}, H={sweep[0]['n_heads']}")
+            out.append(format_table(sweep, [
+                ("T", "T", "d"), ("name", "implementation", ""), ("median_s", "median s", ".4f"),
+                ("ratio_to_baseline", "ratio", ".3f"), ("fraction_of_matmul", "of matmul", ".2f"),
+            ]))
+    mem = [r for r in result["rows"] if r["suite"] == "memory"]
+    if mem:
+        out.append("\nPeak tensor memory of the attention forward (MiB), causal")
+        out.append(format_table([dict(r, peak_mib=r["peak_bytes"] / 2**20, scores_mib=r["score_matrix_bytes"] / 2**20)
+                                 for r in mem], [
+            ("device", "device", ""), ("T", "T", "d"), ("name", "path", ""), ("peak_mib", "peak MiB", ".2f"),
+            ("scores_mib", "one T×T MiB", ".2f"), ("ratio_to_baseline", "vs explicit", ".4f"),
+        ]))
+    dec = [r for r in result["rows"] if r["suite"] == "decoding" and r.get("part") != "cache"]
+    if dec:
+        out.append(f"\nGreedy decoding, {dec[0]['parameters']:,}-parameter LLaMA-like model, prompt {dec[0]['prompt']}")
+        out.append(format_table(dec, [
+            ("device", "device", ""), ("new_tokens", "new tokens", "d"), ("name", "", ""),
+            ("median_s", "median s", ".3f"), ("tokens_per_s", "tokens/s", ".1f"), ("speedup", "speed-up", ".2f"),
+        ]))
+    cache = [r for r in result["rows"] if r.get("part") == "cache"]
+    if cache:
+        out.append("\nKV-cache bytes per token (all layers, float32), measured from the cache tensors")
+        out.append(format_table(cache, [("name", "attention", ""), ("cache_bytes_per_token", "bytes/token", "d"),
+                                        ("ratio_to_baseline", "vs MHA", ".3f")]))
+    if result["targets"]:
+        out.append("\nTargets")
+        out.append(format_table([dict(t, verdict="PASS" if t["passed"] else "FAIL", limit=f"{t['comparison']} {t['threshold']:g}")
+                                 for t in result["targets"]],
+                                [("name", "target", ""), ("value", "value", ".4g"), ("limit", "limit", ""),
+                                 ("verdict", "", "")]))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and few rounds (for tests)")
+    parser.add_argument("--suite", action="append", choices=SUITES, help="run only these suites (repeatable)")
+    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
+                        help="'all' (default) = the CPU, and the GPU when CUDA is available")
+    parser.add_argument("--out", type=Path, help="JSON file to write (default: benchmarks/results/<time>.json)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's choice)")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 if a target fails")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    suites = args.suite or list(SUITES)
+    devices = ["cpu"] if args.device == "cpu" else []
+    if args.device in ("cuda", "all") and torch.cuda.is_available():
+        devices = (["cpu"] if args.device == "all" else []) + ["cuda"]
+    elif args.device == "cuda":
+        print("CUDA is not available; nothing to run", file=sys.stderr)
+        return 2
+    if args.device == "all" and not torch.cuda.is_available():
+        devices = ["cpu"]
+
+    start = time.perf_counter()
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    info = machine_info()
+    log(f"benchmarks ({'quick' if args.quick else 'full'}): torch {info['torch']}, {info['processor']}, "
+        f"{info['torch_threads']} threads, devices {devices}")
+    result = {"schema": 1, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "quick": args.quick, "machine": info, "torch": torch.__version__, "devices": devices,
+              "matmul_gflops": {}, "rows": [], "targets": []}
+    for device in devices:
+        n = 512 if args.quick else (4096 if device == "cuda" else 2048)
+        result["matmul_gflops"][device] = gf = matmul_throughput(n=n, device=device, rounds=3 if args.quick else 9)
+        log(f"  matmul throughput [{device}]: {gf:.1f} GFLOP/s ({n}×{n} float32)")
+        for suite in suites:
+            if suite == "attention":
+                part = attention.run(device, quick=args.quick, matmul_gflops=gf, log=log)
+            elif suite == "memory":
+                part = memory.run(device, quick=args.quick, log=log)
+            else:
+                part = decoding.run(device, quick=args.quick, log=log)
+            result["rows"] += part["rows"]
+            result["targets"] += part["targets"]
+    result["seconds"] = time.perf_counter() - start
+    print(_tables(result))
+    out = args.out
+    if out is None:
+        RESULTS.mkdir(exist_ok=True)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = RESULTS / f"{'quick' if args.quick else 'full'}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out} ({result['seconds']:.0f} s)")
+    failed = [t["name"] for t in result["targets"] if not t["passed"]]
+    if failed:
+        print(f"{len(failed)} target(s) not met: " + "; ".join(failed))
+    return 1 if (args.check and failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
