@@ -528,13 +528,14 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
         attention = sum(_shaped_attention_params(c, first=(i == 0)) for i in range(L))
         norms_per_layer = 2 if c.block == "sas" else 1  # SAS-P shares one norm for both branches
         gains = L  # β_FF per block
-    final_norm = 0 if c.norm_position == "post" else 1  # post-norm outputs are already normalised
+    # One extra norm either way: before the logits (pre-norm) or on the embeddings (post-norm).
+    extra_norm = 1
     return {
         "embedding": V * d,
         "positions": c.max_len * d if c.positional == "learned" else 0,
         "attention": attention,
         "mlp": mlp,
-        "norms": (L * norms_per_layer + final_norm) * _norm_params(c.norm, d),
+        "norms": (L * norms_per_layer + extra_norm) * _norm_params(c.norm, d),
         "gains": gains,
         "lm_head": 0 if c.tie_weights else V * d,
     }
@@ -547,7 +548,7 @@ def parameter_count(config: DecoderConfig) -> int:
 
 # --------------------------------------------------------------------------- the language model
 class DecoderLM(nn.Module):
-    """A decoder-only (GPT-style) language model: embeddings, ``L`` causal blocks, a final norm, logits.
+    """A decoder-only (GPT-style) language model: embeddings, ``L`` causal blocks, a norm, logits.
 
     One code path serves training and generation: ``forward(idx)`` runs a whole sequence
     under the causal mask; ``forward(idx, caches=model.make_caches(B, max_len))`` runs
@@ -564,7 +565,10 @@ class DecoderLM(nn.Module):
         rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers, or None.
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock` or
             :class:`~attn_core.SimplifiedBlock`.
-        final_norm: Normalisation before the output projection (``nn.Identity`` for post-norm).
+        embed_norm: Normalisation of the embeddings for post-norm models (as in BERT),
+            ``nn.Identity`` for pre-norm ones.
+        final_norm: Normalisation before the output projection for pre-norm models;
+            ``nn.Identity`` for post-norm ones, whose blocks end with a norm already.
         lm_head: ``nn.Linear(d_model, V, bias=False)``; its weight *is* ``tok_emb.weight``
             when ``config.tie_weights``.
 
@@ -589,8 +593,14 @@ class DecoderLM(nn.Module):
         if c.positional == "rope" and c.attention == "mha":
             self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base)
         self.drop = nn.Dropout(c.dropout)
+        # Post-norm blocks feed the raw stream to their first attention: normalise the
+        # embeddings first (as BERT does), or the first layer attends with vectors of
+        # scale 0.02 (the initialisation) and barely learns. Pre-norm blocks normalise
+        # their own inputs and need the norm at the other end, before the logits.
+        post = c.norm_position == "post"
+        self.embed_norm = make_norm(c.norm, c.d_model) if post else nn.Identity()
         self.blocks = nn.ModuleList(self._make_block(i) for i in range(c.n_layers))
-        self.final_norm = nn.Identity() if c.norm_position == "post" else make_norm(c.norm, c.d_model)
+        self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
@@ -678,7 +688,7 @@ class DecoderLM(nn.Module):
         x = self.tok_emb(idx.long())  # (B, T, d_model)
         if self.pos_emb is not None:
             x = self.pos_emb(x, offset)  # positions continue after the cached ones
-        x = self.drop(x)
+        x = self.drop(self.embed_norm(x))
         all_weights = []
         for i, block in enumerate(self.blocks):
             cache = None if caches is None else caches[i]

@@ -27,12 +27,12 @@ def _tables(result: dict) -> str:
             r0 = main[0]
             out.append(f"\nAttention layer forward [{device}], B={r0['batch']}, T={r0['T']}, d={r0['d_model']}, "
                        f"H={r0['n_heads']}, causal (baseline: {r0['baseline']})")
-            out.append(format_table(main, [
-                ("name", "implementation", ""), ("median_s", "median ms", ".1f"), ("spread", "IQR/median", ".2f"),
+            out.append(format_table([dict(r, median_ms=1e3 * r["median_s"]) for r in main], [
+                ("name", "implementation", ""), ("median_ms", "median ms", ".1f"), ("spread", "IQR/median", ".2f"),
                 ("ratio_to_baseline", "ratio", ".3f"), ("paired_ratio_to_baseline", "paired ratio", ".3f"),
                 ("gflops", "GFLOP/s", ".1f"), ("fraction_of_matmul", "of matmul", ".2f"),
                 ("max_abs_diff", "max |diff|", ".1e"),
-            ]).replace(" ms", " s ", 0))
+            ]))
         sweep = [r for r in att if r["device"] == device and r["part"] == "sweep"]
         if sweep:
             out.append(f"\nSweep over T [{device}], B={sweep[0]['batch']}, d={sweep[0]['d_model']}, H={sweep[0]['n_heads']}")
@@ -61,7 +61,8 @@ def _tables(result: dict) -> str:
         out.append(format_table(cache, [("name", "attention", ""), ("cache_bytes_per_token", "bytes/token", "d"),
                                         ("ratio_to_baseline", "vs MHA", ".3f")]))
     if result["targets"]:
-        out.append("\nTargets")
+        out.append("\nTargets" + (" (quick mode: sizes far too small for the performance targets to mean anything)"
+                                   if result["quick"] else ""))
         out.append(format_table([dict(t, verdict="PASS" if t["passed"] else "FAIL", limit=f"{t['comparison']} {t['threshold']:g}")
                                  for t in result["targets"]],
                                 [("name", "target", ""), ("value", "value", ".4g"), ("limit", "limit", ""),

@@ -25,7 +25,7 @@ from .common import time_interleaved
 FULL = dict(model=dict(vocab_size=256, n_layers=4, d_model=256, n_heads=8, n_kv_heads=2, max_len=512),
             prompt=16, lengths=[32, 64, 128, 256], rounds=3)
 QUICK = dict(model=dict(vocab_size=32, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, max_len=64),
-             prompt=4, lengths=[8, 16], rounds=2)
+             prompt=4, lengths=[4, 8], rounds=2)
 TARGET_LENGTH = 256
 
 

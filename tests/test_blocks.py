@@ -320,3 +320,16 @@ def test_config_type_errors():
         DecoderConfig.gpt2_like(n_layers=2.0)
     with pytest.raises(TypeError, match="tie_weights must be a bool"):
         DecoderConfig.gpt2_like(tie_weights=1)
+
+
+def test_norm_placement_in_the_model():
+    pre, post = DecoderLM(PRESETS["gpt2_like"]), DecoderLM(PRESETS["gpt2_post"])
+    assert isinstance(pre.embed_norm, torch.nn.Identity) and not isinstance(pre.final_norm, torch.nn.Identity)
+    assert isinstance(post.final_norm, torch.nn.Identity) and not isinstance(post.embed_norm, torch.nn.Identity)
+    # post-norm: the first block reads normalised embeddings (as BERT does)
+    idx = torch.randint(0, 24, (2, 5))
+    seen = {}
+    post.blocks[0].register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0]))
+    post.eval()(idx)
+    # (not exactly 1: eps = 1e-5 is not negligible next to the variance of 0.02-scale embeddings)
+    assert torch.allclose(seen["x"].var(-1, unbiased=False), torch.ones(2, 5), atol=0.03)

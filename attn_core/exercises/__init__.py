@@ -36,3 +36,7 @@ from .ch11 import check_causality_test, check_centring_matrix, check_shaped_atte
 __all__ += ["check_layer_norm", "check_rms_norm", "check_residual_wiring"]
 __all__ += ["check_swiglu", "check_swiglu_hidden_dim", "check_parameter_formula"]
 __all__ += ["check_centring_matrix", "check_shaped_attention", "check_causality_test"]
+
+from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes  # noqa: E402
+
+__all__ += ["check_token_passes", "check_cache_bytes", "check_greedy_decode"]

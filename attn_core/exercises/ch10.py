@@ -46,7 +46,7 @@ def check_parameter_formula(fn: Callable[[DecoderConfig], int]) -> bool:
     """Exercise 10.3: ``fn(config)`` counts the parameters of ``DecoderLM(config)`` for standard MHA/GQA blocks.
 
     Covers tied and untied heads, learned and rotary positions, GELU and SwiGLU,
-    LayerNorm and RMSNorm, biases, grouped key/value heads and post-norm (no final norm).
+    LayerNorm and RMSNorm, biases, grouped key/value heads and post-norm (an embedding norm instead of a final one).
     """
     configs = [
         DecoderConfig.gpt2_like(),
