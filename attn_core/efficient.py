@@ -43,6 +43,7 @@ __all__ = [
     "tiled_attention",
     "attention_score_bytes",
     "peak_tensor_memory",
+    "aten_ops",
     "attention_implementations",
     "attention_layer_flops",
 ]
@@ -353,6 +354,32 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int
         result = fn(*args, **kwargs)
         del result
     return tracker.peak
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records the name of every ATen operator that runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
+    """The ATen operators that ``fn(*args, **kwargs)`` runs, in order (e.g. ``["mm", "_softmax", ...]``).
+
+    Shows which kernel PyTorch picked: a fused ``scaled_dot_product_attention`` backend is
+    one operator (``_scaled_dot_product_flash_attention_for_cpu`` on a CPU), the math
+    backend a sequence of matmuls and a softmax.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with _OpRecorder() as recorder:
+        fn(*args, **kwargs)
+    return recorder.names
 
 
 # ----------------------------------------------------------------------------- benchmark subjects

@@ -70,6 +70,7 @@ def lm_loss(model: nn.Module, batch) -> torch.Tensor:
     """
     inputs, targets = batch[0], batch[-1]
     logits = model(inputs)  # (B, T, V)
+    # (B, T, V) -> (B*T, V) and (B, T) -> (B*T,): one prediction per row
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 

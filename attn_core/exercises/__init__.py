@@ -40,3 +40,9 @@ __all__ += ["check_centring_matrix", "check_shaped_attention", "check_causality_
 from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes  # noqa: E402
 
 __all__ += ["check_token_passes", "check_cache_bytes", "check_greedy_decode"]
+from .ch13 import check_attention_flops, check_merge_stats, check_online_attention_row  # noqa: E402
+
+__all__ += ["check_merge_stats", "check_online_attention_row", "check_attention_flops"]
+from .ch14 import check_attention_parameters, check_equivalent_groups, check_kv_bytes_per_token  # noqa: E402
+
+__all__ += ["check_kv_bytes_per_token", "check_attention_parameters", "check_equivalent_groups"]

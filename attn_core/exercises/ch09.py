@@ -82,9 +82,14 @@ def check_residual_wiring(
     ok_post, got_post = _run("9.3 post-norm", post_norm, x, f, norm)
     if not (ok_pre and ok_post):
         return False
-    close = lambda a, b: isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b, atol=1e-8)  # noqa: E731
+
+    def close(a: object, b: torch.Tensor) -> bool:
+        return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b, atol=1e-8)
+
     if close(got_pre, expected_post) and close(got_post, expected_pre):
-        return report("9.3 residual wiring", False, "pre- and post-norm are swapped: post-norm normalises the sum x + f(x)")
+        return report(
+            "9.3 residual wiring", False, "pre- and post-norm are swapped: post-norm normalises the sum x + f(x)"
+        )
     return compare("9.3 pre-norm", got_pre, expected_pre, atol=1e-8) & compare(
         "9.3 post-norm", got_post, expected_post, atol=1e-8
     )

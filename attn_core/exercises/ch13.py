@@ -1,0 +1,111 @@
+"""Checks for the exercises of chapter 13 (efficient attention)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..attention import MultiHeadAttention
+from ..core import attention
+from ._common import compare, report
+
+__all__ = ["check_merge_stats", "check_online_attention_row", "check_attention_flops"]
+
+
+def _inputs(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+
+
+def check_merge_stats(fn: Callable[..., tuple]) -> bool:
+    """Exercise 13.1: ``fn(m1, l1, m2, l2)`` merges the softmax statistics of two blocks.
+
+    For a block ``x``, ``m = max(x)`` and ``l = Σ exp(x - m)``. The merge of two blocks
+    must equal the statistics of their concatenation: ``(m, l)`` with ``m = max(m1, m2)``.
+    Tensors of statistics are merged element-wise; a block that is all ``-inf``
+    (``m = -inf``, ``l = 0``) must not produce NaN.
+
+    Shapes:
+        m1, l1, m2, l2: ``(N,)``; fn's output: two tensors ``(N,)``
+    """
+    def stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        m = x.amax(-1)
+        safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        return m, torch.exp(x - safe[:, None]).sum(-1)
+
+    cases = [(_inputs(130, 6, 5, scale=3.0), _inputs(131, 6, 7, scale=3.0)),
+             (_inputs(132, 4, 3, scale=300.0), _inputs(133, 4, 2, scale=300.0))]
+    a, b = _inputs(134, 3, 4), torch.full((3, 2), float("-inf"), dtype=torch.float64)
+    a[0] = float("-inf")  # row 0: both blocks fully masked (m = -inf, l = 0 on both sides)
+    cases.append((a, b))  # rows 1-2: the second block is fully masked
+    for i, (x1, x2) in enumerate(cases):
+        m1, l1 = stats(x1)
+        m2, l2 = stats(x2)
+        m, l = stats(torch.cat((x1, x2), dim=-1))
+        try:
+            got = fn(m1, l1, m2, l2)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report("13.1 merge stats", False, f"{type(e).__name__}: {e}")
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            return report("13.1 merge stats", False, f"expected a pair (m, l), got {type(got).__name__}")
+        gm, gl = got
+        if not (isinstance(gm, torch.Tensor) and isinstance(gl, torch.Tensor)):
+            return report("13.1 merge stats", False, "expected two tensors")
+        if gl.isnan().any():
+            return report("13.1 merge stats", False, f"case {i + 1}: NaN in l (a fully masked block has m = -inf)")
+        if not torch.equal(gm, m):
+            return report("13.1 merge stats", False, f"case {i + 1}: m should be the larger of m1 and m2")
+        if not torch.allclose(gl, l, rtol=1e-10, atol=0):
+            return report("13.1 merge stats", False, f"case {i + 1}: l is off; rescale each sum by exp(m_i - m)")
+    return report("13.1 merge stats", True, f"{len(cases)} cases, including large scores and a masked block")
+
+
+def check_online_attention_row(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 13.2: ``fn(q, k, v, block_size)`` computes one query's attention output by visiting
+    the keys in blocks with an online softmax (never holding more than one block of scores).
+
+    Shapes:
+        q: ``(D,)``; k: ``(T, D)``; v: ``(T, D_v)``; fn's output: ``(D_v,)``
+    """
+    for seed, T, D, D_v, block in ((135, 10, 4, 3, 3), (136, 17, 8, 5, 4), (137, 5, 2, 2, 8)):
+        q, k, v = _inputs(seed, D, scale=4.0), _inputs(seed + 10, T, D), _inputs(seed + 20, T, D_v)
+        expected = attention(q[None], k, v)[0]  # (D_v,)
+        try:
+            got = fn(q, k, v, block)
+        except Exception as e:
+            return report("13.2 online attention row", False, f"{type(e).__name__}: {e}")
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            unscaled = attention(q[None], k, v, scale=1.0)[0]
+            if torch.allclose(got, unscaled, atol=1e-8) and not torch.allclose(got, expected, atol=1e-8):
+                return report("13.2 online attention row", False, "the scores need the 1/√D scale")
+        if not compare(f"13.2 online attention row (T={T}, block {block})", got, expected, atol=1e-10):
+            return False
+    return True
+
+
+def check_attention_flops(fn: Callable[[int, int, int], int]) -> bool:
+    """Exercise 13.3: ``fn(batch, T, d_model)`` counts the floating-point operations of one
+    (non-causal) multi-head self-attention layer's forward pass: the four projections and the
+    two attention products, 2 per multiply-add.
+
+    The reference is measured with ``torch.utils.flop_counter.FlopCounterMode`` on an
+    :class:`~attn_core.MultiHeadAttention` (explicit path, no bias).
+    """
+    for B, T, d, H in ((1, 8, 16, 2), (2, 16, 32, 4), (3, 5, 24, 3)):
+        with torch.random.fork_rng(devices=[]):
+            layer = MultiHeadAttention(d, H)
+        x = torch.zeros(B, T, d)
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            layer(x, return_weights=True)
+        want = counter.get_total_flops()
+        try:
+            got = fn(B, T, d)
+        except Exception as e:
+            return report("13.3 attention FLOPs", False, f"{type(e).__name__}: {e}")
+        if got != want:
+            hint = " (2 FLOPs per multiply-add)" if isinstance(got, (int, float)) and 2 * got == want else ""
+            return report("13.3 attention FLOPs", False, f"batch={B}, T={T}, d_model={d}: got {got!r}, measured {want}{hint}")
+    return report("13.3 attention FLOPs", True, "3 layer shapes match FlopCounterMode")
