@@ -10,9 +10,12 @@ PY := $(VENV)/bin/python
 COLAB_VENV := .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# Deterministic kernels: the committed outputs were made with these settings.
+# Deterministic kernels: the committed outputs were made with these settings. One
+# thread per kernel: nbval runs two notebooks at once on 2 cores, and a fixed thread
+# count keeps floating-point reductions, and so the printed digits, reproducible.
+# (No MPLBACKEND here: Agg would stop the kernels from showing figures.)
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
+NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 .PHONY: book test setup unit lessons colab browser bench clean nbsync
 .DEFAULT_GOAL := book
@@ -55,12 +58,12 @@ unit: setup
 	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
 
 lessons: setup
-	$(PY) -m pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
+	$(NB_ENV) $(PY) -m pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
 
 colab: setup $(COLAB_VENV)/.installed
 	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style
 	$(COLAB_PY) -m pytest tests/test_viz.py -q -p no:cacheprovider
-	$(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider
+	$(NB_ENV) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider
 
 browser: chromium
 	test -f _build/html/index.html || $(MAKE) book
@@ -78,7 +81,7 @@ bench: setup
 
 # Re-execute notebooks in place (after changing a chapter): make nbsync NB=book/01_self_attention.ipynb
 nbsync: setup
-	$(PY) tools/execute_notebooks.py $(or $(NB),book/*.ipynb)
+	$(NB_ENV) $(PY) tools/execute_notebooks.py $(or $(NB),book/*.ipynb)
 
 clean:
 	rm -rf _build _vendor
