@@ -126,9 +126,13 @@ def _validate(q: object, k: object, v: object, scale: object) -> int:
             f"k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
         )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same last dimension (D), got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}")
+        raise ValueError(
+            f"q and k must have the same last dimension (D), got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        )
     if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"k and v must agree on all but the last dimension, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must agree on all but the last dimension, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
+        )
     groups = 1
     if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
         h, h_kv = q.shape[-3], k.shape[-3]
@@ -210,7 +214,9 @@ def tiled_attention(
     T_q, T_k, D_v = q.shape[-2], k.shape[-2], v.shape[-1]
     if is_causal and T_q > T_k:
         # The same rule as attn_core.causal_mask: the queries are the last T_q of T_k positions.
-        raise ValueError(f"is_causal needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}")
+        raise ValueError(
+            f"is_causal needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
+        )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     work = torch.promote_types(q.dtype, torch.float32)  # accumulate half inputs in float32
     if groups > 1:

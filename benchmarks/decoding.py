@@ -14,7 +14,6 @@ measured from the cache tensors the models allocate.
 
 from __future__ import annotations
 
-import time
 
 import torch
 

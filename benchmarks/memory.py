@@ -5,7 +5,9 @@ storage of every tensor that PyTorch operators create during the call, subtracts
 when the last tensor using that storage is freed, and records the maximum. Inputs are
 created beforehand and not counted; the forward pass runs under ``torch.no_grad()``.
 Scratch memory inside one fused kernel is invisible to this method, so the fused path's
-figure is what it hands back (its output), not its internal tile buffers.
+figure is what it hands back (its output), not its internal tile buffers. On CUDA the
+caching allocator's peak (``torch.cuda.max_memory_allocated``) is recorded as well, which
+does include kernel scratch memory.
 
 Compared: the explicit path (materialises ``(B, H, T, T)`` scores and weights), the
 tiled plain-PyTorch forward (one ``(B, H, block, block)`` tile at a time), and the fused
@@ -22,6 +24,16 @@ from attn_core.efficient import attention_score_bytes
 FULL = dict(batch=1, n_heads=12, head_dim=64, Ts=[256, 512, 1024, 2048, 4096], block=256)
 QUICK = dict(batch=1, n_heads=2, head_dim=16, Ts=[128], block=32)
 TARGET_T = 4096
+
+
+def _cuda_peak(fn) -> int:
+    """Peak bytes the CUDA caching allocator handed out during ``fn()``, above what was allocated before."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
 
 
 def run(device: str, *, quick: bool, log=print) -> dict:
@@ -41,6 +53,7 @@ def run(device: str, *, quick: bool, log=print) -> dict:
         with torch.no_grad():
             peaks = {name: peak_tensor_memory(fn) for name, fn in fns.items()}
             diff = (fns["tiled"]() - fns["explicit"]()).abs().max().item()
+            allocator = {name: _cuda_peak(fn) for name, fn in fns.items()} if device == "cuda" else {}
         scores = attention_score_bytes(B, H, T)
         for name, peak in peaks.items():
             rows.append(dict(
@@ -48,6 +61,9 @@ def run(device: str, *, quick: bool, log=print) -> dict:
                 peak_bytes=peak, score_matrix_bytes=scores, peak_over_scores=peak / scores,
                 baseline="explicit", ratio_to_baseline=peak / peaks["explicit"],
                 max_abs_diff_tiled_vs_explicit=diff,
+                # On CUDA, the caching allocator's own peak as a second method (it also sees
+                # the scratch memory inside fused kernels).
+                **({"cuda_allocator_peak_bytes": allocator[name]} if allocator else {}),
             ))
         if T == max(cfg["Ts"]):
             targets.append(dict(

@@ -243,3 +243,52 @@ def test_attention_score_bytes():
         attention_score_bytes(1, 0, 4)
     with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
         attention_score_bytes(1, 1, 4, dtype="float32")
+
+
+# ----------------------------------------------------------------------------- benchmark subjects
+def test_attention_implementations_agree():
+    from attn_core import MultiHeadAttention
+    from attn_core.efficient import attention_implementations
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 4, causal=True).eval()
+    impls = attention_implementations(layer, include_tiled=True, tiled_block_size=5)
+    assert len(impls) == 8 and "fused QKV + SDPA" in impls
+    x = torch.randn(2, 11, 32)
+    with torch.no_grad():
+        ref = impls["fused QKV + SDPA"](x)
+        for name, fn in impls.items():
+            torch.testing.assert_close(fn(x), ref, rtol=1e-5, atol=1e-5, msg=name)
+    with pytest.raises(ValueError, match="causal=False"):
+        attention_implementations(MultiHeadAttention(32, 4))
+    with pytest.raises(ValueError, match="n_kv_heads=2"):
+        attention_implementations(MultiHeadAttention(32, 4, n_kv_heads=2, causal=True))
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        attention_implementations(torch.nn.Linear(2, 2))
+
+
+def test_attention_layer_flops_matches_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attn_core import MultiHeadAttention
+    from attn_core.efficient import attention_layer_flops
+
+    layer = MultiHeadAttention(24, 3)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        layer(torch.zeros(2, 7, 24), return_weights=True)
+    assert attention_layer_flops(2, 7, 24, causal=False) == counter.get_total_flops()
+    causal = attention_layer_flops(2, 7, 24, causal=True)
+    assert causal == 8 * 2 * 7 * 24**2 + 4 * 2 * 28 * 24  # 28 = 7·8/2 query/key pairs
+
+
+def test_aten_ops_names_the_kernels():
+    from attn_core.efficient import aten_ops
+
+    q = torch.randn(1, 2, 8, 4)
+    with torch.no_grad():
+        explicit = aten_ops(lambda: attention(q, q, q, return_weights=True))
+    assert "_softmax" in explicit or "softmax" in " ".join(explicit)
+    assert any("scaled_dot_product" in op for op in aten_ops(attention, q, q, q))
+    with pytest.raises(TypeError, match="fn must be callable"):
+        aten_ops(None)

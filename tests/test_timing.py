@@ -1,0 +1,48 @@
+"""Tests for attn_core.timing: interleaved rounds, medians, ratios, matmul throughput."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from attn_core.timing import Timing, matmul_throughput, paired_ratio, time_interleaved
+
+
+def test_rounds_are_interleaved_and_rotated():
+    calls = []
+    t = time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then rotated rounds
+    assert [len(t[n].seconds) for n in "ab"] == [3, 3]
+
+
+def test_medians_and_ratios_order_the_work():
+    t = time_interleaved({"short": lambda: time.sleep(0.002), "long": lambda: time.sleep(0.02)}, rounds=5, warmup=0)
+    assert t["long"].median > t["short"].median > 0
+    assert paired_ratio(t["long"], t["short"]) > 2
+    assert t["short"].spread >= 0
+
+
+def test_min_seconds_repeats_short_calls():
+    count = []
+    time_interleaved({"tiny": lambda: count.append(1)}, rounds=2, warmup=0, min_seconds=0.01)
+    assert len(count) > 3  # one calibration call plus several calls per round
+
+
+def test_timing_statistics():
+    t = Timing("x", [1.0, 2.0, 3.0, 4.0, 100.0])
+    assert t.median == 3.0
+    assert Timing("y", [2.0, 4.0]).spread == pytest.approx(2.0 / 3.0)  # range / median
+
+
+def test_matmul_throughput_is_positive():
+    assert matmul_throughput(n=64, rounds=2) > 0
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(rounds=0), "rounds=0"), (dict(rounds=2, warmup=-1), "warmup=-1"),
+                                           (dict(rounds=True), "rounds=True")])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        time_interleaved({"a": lambda: None}, **kwargs)
+    with pytest.raises(ValueError, match="different lengths"):
+        paired_ratio(Timing("a", [1.0]), Timing("b", [1.0, 2.0]))
