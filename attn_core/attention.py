@@ -16,16 +16,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._checks import check_int
 from .core import attention
 
 __all__ = ["SelfAttention", "MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
 
 
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {name}={value}")
 
 
 def _check_input(name: str, x: object, width: int, width_name: str) -> None:
@@ -54,8 +50,8 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool = False, causal: bool = False) -> None:
         super().__init__()
-        _check_positive_int("d_in", d_in)
-        _check_positive_int("d_out", d_out)
+        check_int("d_in", d_in)
+        check_int("d_out", d_out)
         self.d_in, self.d_out, self.causal = d_in, d_out, causal
         self.q_proj = nn.Linear(d_in, d_out, bias=bias)
         self.k_proj = nn.Linear(d_in, d_out, bias=bias)
@@ -122,12 +118,12 @@ class MultiHeadAttention(nn.Module):
         d_context: int | None = None,
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
+        check_int("d_model", d_model)
+        check_int("n_heads", n_heads)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        _check_positive_int("n_kv_heads", n_kv_heads)
+        check_int("n_kv_heads", n_kv_heads)
         d_context = d_model if d_context is None else d_context
-        _check_positive_int("d_context", d_context)
+        check_int("d_context", d_context)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._checks import check_int
 from .attention import MultiHeadAttention
 from .cache import KVCache
 from .norms import LayerNorm, RMSNorm
@@ -53,12 +54,6 @@ BLOCK_KINDS = ("standard", "sas", "sas-p")
 
 
 # --------------------------------------------------------------------------- argument checks
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {name}={value}")
-    return value
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
@@ -109,8 +104,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int | None = None, *, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        d_ff = 4 * d_model if d_ff is None else _check_positive_int("d_ff", d_ff)
+        check_int("d_model", d_model)
+        d_ff = 4 * d_model if d_ff is None else check_int("d_ff", d_ff)
         self.d_model, self.d_ff = d_model, d_ff
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
@@ -129,8 +124,8 @@ def swiglu_hidden_dim(d_model: int, multiple_of: int = 8) -> int:
 
     ``swiglu_hidden_dim(4096, 256) == 11008``, LLaMA-7B's value.
     """
-    _check_positive_int("d_model", d_model)
-    _check_positive_int("multiple_of", multiple_of)
+    check_int("d_model", d_model)
+    check_int("multiple_of", multiple_of)
     hidden = int(2 * (4 * d_model) / 3)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
@@ -161,8 +156,8 @@ class SwiGLU(nn.Module):
         self, d_model: int, d_ff: int | None = None, *, multiple_of: int = 8, dropout: float = 0.0, bias: bool = False
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else _check_positive_int("d_ff", d_ff)
+        check_int("d_model", d_model)
+        d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else check_int("d_ff", d_ff)
         self.d_model, self.d_ff = d_model, d_ff
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
@@ -248,8 +243,8 @@ class TransformerBlock(nn.Module):
         causal: bool = True,
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
+        check_int("d_model", d_model)
+        check_int("n_heads", n_heads)
         _check_choice("mlp", mlp, MLP_KINDS)
         _check_choice("norm", norm, NORM_KINDS)
         self.norm_position = _check_choice("norm_position", norm_position, NORM_POSITIONS)
@@ -376,10 +371,10 @@ class DecoderConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
-            _check_positive_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         for name in ("n_kv_heads", "d_ff", "d_latent", "d_q_latent", "head_dim"):
             if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
+                check_int(name, getattr(self, name))
         if self.rope_dim is not None:
             if isinstance(self.rope_dim, bool) or not isinstance(self.rope_dim, int) or self.rope_dim < 0:
                 raise ValueError(f"rope_dim must be an int >= 0 or None, got rope_dim={self.rope_dim!r}")
@@ -634,8 +629,8 @@ class DecoderLM(nn.Module):
             batch_size: ``B``.
             max_len: Positions each cache holds; default ``config.max_len``.
         """
-        _check_positive_int("batch_size", batch_size)
-        max_len = self.config.max_len if max_len is None else _check_positive_int("max_len", max_len)
+        check_int("batch_size", batch_size)
+        max_len = self.config.max_len if max_len is None else check_int("max_len", max_len)
         p = self.tok_emb.weight
         return [b.make_cache(batch_size, max_len, dtype=p.dtype, device=p.device) for b in self.blocks]
 

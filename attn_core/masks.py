@@ -17,16 +17,11 @@ Shape legend:
 from __future__ import annotations
 
 import torch
+from ._checks import check_int
 
 __all__ = ["causal_mask", "padding_mask"]
 
 
-def _check_length(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {name}={value}")
-    return value
 
 
 def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -57,8 +52,8 @@ def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str 
         tensor([[1, 1, 1, 0],
                 [1, 1, 1, 1]], dtype=torch.int32)
     """
-    T_q = _check_length("T_q", T_q)
-    T_k = T_q if T_k is None else _check_length("T_k", T_k)
+    T_q = check_int("T_q", T_q)
+    T_k = T_q if T_k is None else check_int("T_k", T_k)
     if T_k < T_q:
         raise ValueError(
             f"causal_mask needs T_k >= T_q (queries are the last T_q of T_k positions), "
@@ -93,7 +88,7 @@ def padding_mask(lengths: torch.Tensor | list[int], T: int) -> torch.Tensor:
         TypeError: If ``lengths`` is not a list of ints or an integer tensor.
         ValueError: If a length is negative or larger than ``T``.
     """
-    T = _check_length("T", T)
+    T = check_int("T", T)
     if isinstance(lengths, (list, tuple)):
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
             raise TypeError(f"lengths must be ints, got {lengths!r}")

@@ -31,6 +31,7 @@ import math
 import torch
 from torch import nn
 
+from ._checks import check_int
 from .attention import MultiHeadAttention
 from .cache import KVCache, LatentKVCache
 from .core import attention
@@ -40,13 +41,6 @@ from .positional import RotaryEmbedding
 __all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token"]
 
 
-def _check_positive_int(name: str, value: object, *, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    low = 0 if allow_zero else 1
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
-    return value
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -110,21 +104,21 @@ class MultiHeadLatentAttention(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
-        _check_positive_int("d_latent", d_latent)
+        check_int("d_model", d_model)
+        check_int("n_heads", n_heads)
+        check_int("d_latent", d_latent)
         if d_q_latent is not None:
-            _check_positive_int("d_q_latent", d_q_latent)
+            check_int("d_q_latent", d_q_latent)
         if head_dim is None:
             if d_model % n_heads != 0:
                 raise ValueError(
                     f"d_model={d_model} is not divisible by n_heads={n_heads}; pass head_dim= to choose the head width"
                 )
             head_dim = d_model // n_heads
-        _check_positive_int("head_dim", head_dim)
+        check_int("head_dim", head_dim)
         if rope_dim is None:
             rope_dim = (head_dim // 2) // 2 * 2  # the paper's d_h/2, kept even for RoPE's pairs
-        _check_positive_int("rope_dim", rope_dim, allow_zero=True)
+        check_int("rope_dim", rope_dim, minimum=0)
         if rope_dim % 2 != 0:
             raise ValueError(f"rope_dim must be even (RoPE rotates pairs of dimensions), got rope_dim={rope_dim}")
         self.d_model, self.n_heads, self.head_dim, self.rope_dim = d_model, n_heads, head_dim, rope_dim
@@ -306,7 +300,7 @@ class MultiHeadLatentAttention(nn.Module):
         Returns:
             The count, an int.
         """
-        T_k = _check_positive_int("context_len", context_len)
+        T_k = check_int("context_len", context_len)
         H, d_h, d_r, d_c, d = self.n_heads, self.head_dim, self.rope_dim, self.d_latent, self.d_model
         q_src = d if self.d_q_latent is None else self.d_q_latent
         macs = H * (d_h + d_r) * q_src  # q_up and q_rope

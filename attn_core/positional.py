@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 import torch
+from ._checks import check_int
 from torch import nn
 
 __all__ = [
@@ -40,20 +41,8 @@ __all__ = [
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {name}={value}")
-    return value
 
 
-def _check_offset(offset: object) -> int:
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, got {type(offset).__name__} ({offset!r})")
-    if offset < 0:
-        raise ValueError(f"offset must be >= 0, got offset={offset}")
-    return offset
 
 
 def _check_base(base: object) -> float:
@@ -96,7 +85,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
+        check_int("d_model", d_model)
         if d_model % 2 != 0:
             raise ValueError(f"d_model must be even (sine/cosine pairs), got d_model={d_model}")
         self.d_model, self.base = d_model, _check_base(base)
@@ -109,8 +98,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         Shapes:
             output: ``(T, d_model)``
         """
-        _check_positive_int("T", T)
-        offset = _check_offset(offset)
+        check_int("T", T)
+        offset = check_int("offset", offset, minimum=0)
         # float64 for the angles: positions times frequencies lose digits in float32
         # once positions reach the thousands.
         pos = torch.arange(offset, offset + T, dtype=torch.float64, device=device)  # (T,)
@@ -153,8 +142,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
-        self.max_len = _check_positive_int("max_len", max_len)
-        self.d_model = _check_positive_int("d_model", d_model)
+        self.max_len = check_int("max_len", max_len)
+        self.d_model = check_int("d_model", d_model)
         self.embedding = nn.Embedding(max_len, d_model)
         # GPT-2's initialisation: small, so that positions start as a gentle nudge.
         nn.init.normal_(self.embedding.weight, std=0.02)
@@ -165,8 +154,8 @@ class LearnedPositionalEmbedding(nn.Module):
         Shapes:
             output: ``(T, d_model)``
         """
-        _check_positive_int("T", T)
-        offset = _check_offset(offset)
+        check_int("T", T)
+        offset = check_int("offset", offset, minimum=0)
         if offset + T > self.max_len:
             raise ValueError(
                 f"positions {offset}..{offset + T - 1} exceed the learned table: max_len={self.max_len} "
@@ -219,7 +208,7 @@ def rope_permutation(head_dim: int, *, src: str = "interleaved", dst: str = "hal
         >>> rope_permutation(6)
         tensor([0, 2, 4, 1, 3, 5])
     """
-    _check_positive_int("head_dim", head_dim)
+    check_int("head_dim", head_dim)
     if head_dim % 2 != 0:
         raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
     _check_layout("src", src)
@@ -275,7 +264,7 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, *, base: float = 10000.0, layout: str = "half") -> None:
         super().__init__()
-        _check_positive_int("head_dim", head_dim)
+        check_int("head_dim", head_dim)
         if head_dim % 2 != 0:
             raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
         self.head_dim, self.base = head_dim, _check_base(base)
@@ -318,8 +307,8 @@ class RotaryEmbedding(nn.Module):
         Shapes:
             output: two tensors ``(T, D/2)`` (float64, or float32 on MPS)
         """
-        _check_positive_int("T", T)
-        offset = _check_offset(offset)
+        check_int("T", T)
+        offset = check_int("offset", offset, minimum=0)
         device = torch.device("cpu") if device is None else torch.device(device)
         if self._cos is None or self.cached_len < offset + T or self._cos.device != device:
             self._extend(max(offset + T, self.cached_len), device)
@@ -399,13 +388,13 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
-        self.n_heads = _check_positive_int("n_heads", n_heads)
+        self.n_heads = check_int("n_heads", n_heads)
         self.register_buffer("slopes", torch.tensor(self.slopes_for(n_heads), dtype=torch.float32), persistent=False)
 
     @staticmethod
     def slopes_for(n_heads: int) -> list[float]:
         """The paper's head slopes for ``n_heads`` heads, as Python floats (exact powers of two when ``H`` is one)."""
-        _check_positive_int("n_heads", n_heads)
+        check_int("n_heads", n_heads)
 
         def geometric(n: int) -> list[float]:  # n a power of two
             # r^(h+1) with r = 2^(-8/n), written as one power of two so that it is exact
@@ -431,8 +420,8 @@ class ALiBi(nn.Module):
         Shapes:
             output: ``(H, T_q, T_k)``
         """
-        T_q = _check_positive_int("T_q", T_q)
-        T_k = T_q if T_k is None else _check_positive_int("T_k", T_k)
+        T_q = check_int("T_q", T_q)
+        T_k = T_q if T_k is None else check_int("T_k", T_k)
         if T_k < T_q:
             raise ValueError(f"ALiBi.bias needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}")
         device = self.slopes.device if device is None else device

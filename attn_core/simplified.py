@@ -28,7 +28,8 @@ import math
 import torch
 from torch import nn
 
-from .blocks import _check_choice, _check_dropout, _check_positive_int, _check_sequence, make_mlp, make_norm
+from ._checks import check_int
+from .blocks import _check_choice, _check_dropout, _check_sequence, make_mlp, make_norm
 from .cache import KVCache
 from .core import attention
 from .masks import causal_mask
@@ -106,8 +107,8 @@ class ShapedAttention(nn.Module):
         gamma: float = 1.0,
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
+        check_int("d_model", d_model)
+        check_int("n_heads", n_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         for name, value in (("alpha", alpha), ("beta", beta), ("gamma", gamma)):
