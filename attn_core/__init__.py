@@ -37,7 +37,8 @@ from .norms import LayerNorm, RMSNorm
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
 
-# --- efficient.py (chapter 13) ---
+# --- efficient.py, timing.py (chapters 12-14) ---
+from . import timing
 from .efficient import online_softmax, peak_tensor_memory, tiled_attention
 
 __version__ = "0.1.0"
@@ -80,7 +81,8 @@ __all__ = [
     "TrainResult",
     "accuracy",
     "generate",
-    # --- chapter 13 names ---
+    # --- chapters 12-14 names ---
+    "timing",
     "online_softmax",
     "tiled_attention",
     "peak_tensor_memory",

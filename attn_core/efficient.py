@@ -38,6 +38,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ._checks import check_int
+from .attention import MultiHeadAttention
+from .core import _validate as _validate_qkv
+
 __all__ = [
     "online_softmax",
     "tiled_attention",
@@ -49,14 +53,6 @@ __all__ = [
 ]
 
 DEFAULT_BLOCK_SIZE = 128
-
-
-def _check_block(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {name}={value}")
-    return value
 
 
 def online_softmax(x: torch.Tensor, dim: int = -1, *, block_size: int = DEFAULT_BLOCK_SIZE) -> torch.Tensor:
@@ -89,7 +85,7 @@ def online_softmax(x: torch.Tensor, dim: int = -1, *, block_size: int = DEFAULT_
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.dtype.is_floating_point:
         raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
-    _check_block("block_size", block_size)
+    check_int("block_size", block_size)
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
         raise ValueError(f"dim={dim} is out of range for x of shape {tuple(x.shape)}")
     work = x.movedim(dim, -1).to(torch.promote_types(x.dtype, torch.float32))  # (..., N)
@@ -107,51 +103,6 @@ def online_softmax(x: torch.Tensor, dim: int = -1, *, block_size: int = DEFAULT_
     # An all -inf row has l = 0: divide by 1 instead, giving exp(-inf) / 1 = 0, not NaN.
     out = torch.exp(work - m_safe) / torch.where(l > 0, l, torch.ones_like(l))  # (..., N)
     return out.to(x.dtype).movedim(-1, dim)
-
-
-def _validate(q: object, k: object, v: object, scale: object) -> int:
-    """Check ``tiled_attention``'s arguments; return the number of query heads per key/value head."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype={t.dtype}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions (..., T, D), got shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
-    if not (q.dim() == k.dim() == v.dim()):
-        raise ValueError(
-            f"q, k, v must have the same number of dimensions, got q.shape={tuple(q.shape)}, "
-            f"k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension (D), got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
-        )
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(
-            f"k and v must agree on all but the last dimension, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
-        )
-    groups = 1
-    if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
-        h, h_kv = q.shape[-3], k.shape[-3]
-        if h % h_kv != 0:
-            raise ValueError(
-                f"the number of query heads must be a multiple of the number of key/value heads, got "
-                f"{h} query heads (q.shape={tuple(q.shape)}) and {h_kv} key/value heads (k.shape={tuple(k.shape)})"
-            )
-        groups = h // h_kv
-    if q.dim() >= 3:
-        try:
-            torch.broadcast_shapes(q.shape[:-3], k.shape[:-3])
-        except RuntimeError:
-            raise ValueError(
-                f"q and k batch dimensions do not broadcast: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
-            ) from None
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(f"scale must be a positive number or None, got scale={scale!r}")
-    return groups
 
 
 def tiled_attention(
@@ -208,9 +159,10 @@ def tiled_attention(
         ValueError: Mismatched ranks or widths, head counts that do not divide, block
             sizes below 1, a non-positive ``scale``, ``is_causal`` with ``T_q > T_k``.
     """
-    groups = _validate(q, k, v, scale)
-    block_q = _check_block("block_size", block_size)
-    block_k = block_q if block_size_k is None else _check_block("block_size_k", block_size_k)
+    # The checks of the reference (same messages); no mask, no dropout here.
+    groups = _validate_qkv(q, k, v, None, scale, 0.0)
+    block_q = check_int("block_size", block_size)
+    block_k = block_q if block_size_k is None else check_int("block_size_k", block_size_k)
     T_q, T_k, D_v = q.shape[-2], k.shape[-2], v.shape[-1]
     if is_causal and T_q > T_k:
         # The same rule as attn_core.causal_mask: the queries are the last T_q of T_k positions.
@@ -275,8 +227,8 @@ def attention_score_bytes(
         the counted tensor: ``(batch, heads, T_q, T_k)``
     """
     for name, value in (("batch", batch), ("heads", heads), ("T_q", T_q)):
-        _check_block(name, value)
-    T_k = T_q if T_k is None else _check_block("T_k", T_k)
+        check_int(name, value)
+    T_k = T_q if T_k is None else check_int("T_k", T_k)
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     return batch * heads * T_q * T_k * torch.empty((), dtype=dtype).element_size()
@@ -353,6 +305,9 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int
 
     Returns:
         Peak live bytes, an int (the result is discarded).
+
+    Raises:
+        TypeError: ``fn`` is not callable.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -380,6 +335,9 @@ def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
     Shows which kernel PyTorch picked: a fused ``scaled_dot_product_attention`` backend is
     one operator (``_scaled_dot_product_flash_attention_for_cpu`` on a CPU), the math
     backend a sequence of matmuls and a softmax.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -397,7 +355,7 @@ def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
 
 
 def attention_implementations(
-    layer: "torch.nn.Module", *, include_tiled: bool = False, tiled_block_size: int = 256
+    layer: MultiHeadAttention, *, include_tiled: bool = False, tiled_block_size: int = 256
 ) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     """Several implementations of one causal self-attention layer, all with ``layer``'s weights.
 
@@ -427,9 +385,11 @@ def attention_implementations(
 
     Shapes:
         x: ``(B, T, d_model)``; each output: ``(B, T, d_model)``
-    """
-    from .attention import MultiHeadAttention  # efficient.py is imported by attention users
 
+    Raises:
+        TypeError: ``layer`` is not a :class:`~attn_core.MultiHeadAttention`.
+        ValueError: ``layer`` is not causal, has grouped key/value heads, biases or RoPE.
+    """
     if not isinstance(layer, MultiHeadAttention):
         raise TypeError(f"layer must be an attn_core.MultiHeadAttention, got {type(layer).__name__}")
     if not layer.causal or layer.n_kv_heads != layer.n_heads or layer.q_proj.bias is not None or layer.rope is not None:
@@ -515,6 +475,6 @@ def attention_layer_flops(batch: int, T: int, d_model: int, *, causal: bool = Tr
     half anyway does more work than this count: its achieved rate is lower.
     """
     for name, value in (("batch", batch), ("T", T), ("d_model", d_model)):
-        _check_block(name, value)
+        check_int(name, value)
     pairs = T * (T + 1) // 2 if causal else T * T
     return 8 * batch * T * d_model**2 + 4 * batch * pairs * d_model

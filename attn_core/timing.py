@@ -25,6 +25,8 @@ from typing import Callable
 
 import torch
 
+from ._checks import check_int
+
 __all__ = ["Timing", "time_interleaved", "paired_ratio", "matmul_throughput", "sync"]
 
 
@@ -83,12 +85,11 @@ def time_interleaved(
         Name -> :class:`Timing`.
 
     Raises:
+        TypeError: ``rounds`` or ``warmup`` is not an int.
         ValueError: ``rounds < 1`` or ``warmup < 0``.
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an int >= 1, got rounds={rounds!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got warmup={warmup!r}")
+    check_int("rounds", rounds)
+    check_int("warmup", warmup, minimum=0)
     names = list(fns)
     for name in names:
         for _ in range(warmup):

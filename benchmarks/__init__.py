@@ -10,7 +10,8 @@ Suites (``--suite`` picks some):
   inputs (Raschka's setting: batch 8, context 1024, width 768, 12 heads), then a sweep
   over the context length; GFLOP/s as a fraction of the measured matmul throughput.
 * ``memory``: peak memory of the explicit, tiled and fused attention forward vs T.
-* ``decoding``: greedy generation with and without the KV cache; cache bytes per token.
+* ``decoding``: greedy generation with and without the KV cache (a 5.8M-parameter
+  LLaMA-like model, 128-token prompt, up to 256 new tokens); cache bytes per token.
 
 Each prints a table and everything goes into one JSON file under
 ``benchmarks/results/`` (machine, torch version, every figure, every ratio to its

@@ -33,6 +33,14 @@ def _tables(result: dict) -> str:
                 ("gflops", "GFLOP/s", ".1f"), ("fraction_of_matmul", "of matmul", ".2f"),
                 ("max_abs_diff", "max |diff|", ".1e"),
             ]))
+        tgt = [r for r in att if r["device"] == device and r["part"] == "target"]
+        if tgt:
+            out.append(f"\nThe same setting, the three implementations of the targets alone, {tgt[0]['rounds']} rounds")
+            out.append(format_table([dict(r, median_ms=1e3 * r["median_s"]) for r in tgt], [
+                ("name", "implementation", ""), ("median_ms", "median ms", ".1f"), ("spread", "IQR/median", ".2f"),
+                ("ratio_to_baseline", "ratio", ".3f"), ("paired_ratio_to_baseline", "paired ratio", ".3f"),
+                ("fraction_of_matmul", "of matmul", ".2f"),
+            ]))
         sweep = [r for r in att if r["device"] == device and r["part"] == "sweep"]
         if sweep:
             out.append(f"\nSweep over T [{device}], B={sweep[0]['batch']}, d={sweep[0]['d_model']}, H={sweep[0]['n_heads']}")

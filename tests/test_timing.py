@@ -39,10 +39,13 @@ def test_matmul_throughput_is_positive():
     assert matmul_throughput(n=64, rounds=2) > 0
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(rounds=0), "rounds=0"), (dict(rounds=2, warmup=-1), "warmup=-1"),
-                                           (dict(rounds=True), "rounds=True")])
-def test_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(rounds=0), ValueError, "rounds=0"),
+    (dict(rounds=2, warmup=-1), ValueError, "warmup=-1"),
+    (dict(rounds=True), TypeError, "rounds must be an int"),
+])
+def test_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
         time_interleaved({"a": lambda: None}, **kwargs)
     with pytest.raises(ValueError, match="different lengths"):
         paired_ratio(Timing("a", [1.0]), Timing("b", [1.0, 2.0]))

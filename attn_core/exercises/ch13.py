@@ -80,9 +80,11 @@ def check_online_attention_row(fn: Callable[..., torch.Tensor]) -> bool:
             unscaled = attention(q[None], k, v, scale=1.0)[0]
             if torch.allclose(got, unscaled, atol=1e-8) and not torch.allclose(got, expected, atol=1e-8):
                 return report("13.2 online attention row", False, "the scores need the 1/√D scale")
-        if not compare(f"13.2 online attention row (T={T}, block {block})", got, expected, atol=1e-10):
-            return False
-    return True
+        ok = isinstance(got, torch.Tensor) and got.shape == expected.shape
+        if not (ok and (got.detach().double() - expected).abs().max().item() <= 1e-10):
+            return compare(f"13.2 online attention row (T={T}, block {block})", got, expected, atol=1e-10)
+    # One line for the three cases, with a bound: the exact float64 rounding varies by machine.
+    return report("13.2 online attention row", True, "3 cases (block sizes 3, 4, 8) match within 1e-10")
 
 
 def check_attention_flops(fn: Callable[[int, int, int], int]) -> bool:
