@@ -162,6 +162,10 @@ def attention(
     groups = _validate(q, k, v, mask, scale, dropout_p)
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if is_causal and T_q == 1:
+        # A single query (a decoding step) is the last position: it may see every key, so
+        # there is no mask to build, combine and apply in every layer at every step.
+        is_causal = False
     if return_weights:
         return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups)
     return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k)
