@@ -64,6 +64,7 @@ colab: setup $(COLAB_VENV)/.installed
 	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style
 	$(COLAB_PY) -m pytest tests/test_viz.py -q -p no:cacheprovider
 	$(NB_ENV) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider
+	cat _build/colab_timings.md
 
 browser: chromium
 	test -f _build/html/index.html || $(MAKE) book
