@@ -431,13 +431,15 @@ _EXPLORER_JS = r"""
     }
     s.push('<rect x="' + lw + '" y="' + (top + st.query * c) + '" width="' + TK * c + '" height="' + c +
       '" fill="none" stroke="#e4572e" stroke-width="2.5"/></svg>');
-    var bw = 180, b = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + (lw + bw + 50) + '" height="' + (TK * 18 + 30) +
+    // The bar chart is labelled by keys, which may be longer than the query labels.
+    var klw = 8 * Math.max.apply(null, d.k.map(function (t) { return String(t).length; })) + 10;
+    var bw = 180, b = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + (klw + bw + 50) + '" height="' + (TK * 18 + 30) +
       '" font-size="12" font-family="sans-serif"><text x="0" y="12" font-weight="600">query \u201c' + esc(d.q[st.query]) + '\u201d attends to</text>'];
     for (j = 0; j < TK; j++) {
       var val = r.w[st.query * TK + j], y = 22 + j * 18;
-      b.push('<text x="' + (lw - 6) + '" y="' + (y + 12) + '" text-anchor="end">' + esc(d.k[j]) + "</text>");
-      b.push('<rect data-bar="' + j + '" x="' + lw + '" y="' + y + '" width="' + (val * bw).toFixed(1) + '" height="14" fill="#3b75af"/>');
-      b.push('<text x="' + (lw + val * bw + 4) + '" y="' + (y + 12) + '">' + val.toFixed(2) + "</text>");
+      b.push('<text x="' + (klw - 6) + '" y="' + (y + 12) + '" text-anchor="end">' + esc(d.k[j]) + "</text>");
+      b.push('<rect data-bar="' + j + '" x="' + klw + '" y="' + y + '" width="' + (val * bw).toFixed(1) + '" height="14" fill="#3b75af"/>');
+      b.push('<text x="' + (klw + val * bw + 4) + '" y="' + (y + 12) + '">' + val.toFixed(2) + "</text>");
     }
     b.push("</svg>");
     view.innerHTML = '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">' + s.join("") + b.join("") + "</div>";
