@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from ._checks import check_int
 
 __all__ = [
     "IGNORE_INDEX",
@@ -54,12 +55,6 @@ IGNORE_INDEX = -100
 SEP = 0
 
 
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
-    return value
 
 
 def _check_generator(generator: object) -> torch.Generator | None:
@@ -74,9 +69,9 @@ def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.T
     Shapes:
         output: ``(B, n)``
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("n", n, 1)
-    _check_int("vocab_size", vocab_size, 2)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("n", n, minimum=1)
+    check_int("vocab_size", vocab_size, minimum=2)
     _check_generator(generator)
     return torch.randint(1, vocab_size, (batch_size, n), generator=generator)
 
@@ -175,11 +170,11 @@ def induction_task(
     Raises:
         ValueError: If ``n > vocab_size`` (not ``n`` distinct tokens) or not ``2 <= min_n <= n``.
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("n", n, 2)
-    _check_int("vocab_size", vocab_size, 2)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("n", n, minimum=2)
+    check_int("vocab_size", vocab_size, minimum=2)
     _check_generator(generator)
-    min_n = max(2, n // 2) if min_n is None else _check_int("min_n", min_n, 2)
+    min_n = max(2, n // 2) if min_n is None else check_int("min_n", min_n, minimum=2)
     if min_n > n:
         raise ValueError(f"min_n must be <= n, got min_n={min_n}, n={n}")
     if n > vocab_size:
@@ -214,9 +209,9 @@ def associative_recall_task(
     Raises:
         ValueError: If ``n_pairs > vocab_size // 2`` (not enough distinct keys).
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("n_pairs", n_pairs, 1)
-    _check_int("vocab_size", vocab_size, 4)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("n_pairs", n_pairs, minimum=1)
+    check_int("vocab_size", vocab_size, minimum=4)
     _check_generator(generator)
     half = vocab_size // 2
     if n_pairs > half:
@@ -270,5 +265,5 @@ def reverse_alignment(n: int) -> torch.Tensor:
     Shapes:
         output: ``(n, n)``, float, one 1 per row (the anti-diagonal)
     """
-    _check_int("n", n, 1)
+    check_int("n", n, minimum=1)
     return torch.eye(n).flip(1)

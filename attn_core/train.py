@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._checks import check_int
 from .tasks import IGNORE_INDEX
 
 __all__ = ["TrainResult", "train", "lm_loss", "accuracy", "lr_at"]
@@ -118,12 +119,6 @@ def _check_number(name: str, value: object, *, low: float, inclusive: bool = Tru
     return float(value)
 
 
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {name}={value}")
-    return value
 
 
 class _Progress:
@@ -212,10 +207,10 @@ def train(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not callable(batch_fn):
         raise TypeError(f"batch_fn must be callable, got {type(batch_fn).__name__}")
-    _check_int("steps", steps, 1)
-    _check_int("warmup", warmup, 0)
-    _check_int("batch_size", batch_size, 1)
-    _check_int("seed", seed, 0)
+    check_int("steps", steps, minimum=1)
+    check_int("warmup", warmup, minimum=0)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("seed", seed, minimum=0)
     _check_number("lr", lr, low=0.0, inclusive=False)
     _check_number("weight_decay", weight_decay, low=0.0)
     if grad_clip is not None:

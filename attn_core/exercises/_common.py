@@ -22,3 +22,20 @@ def compare(name: str, got: object, expected: torch.Tensor, *, atol: float = 1e-
     if not err <= atol:
         return report(name, False, f"max abs difference {err:.2e} (tolerance {atol:.0e})")
     return report(name, True, f"max abs difference {err:.1e}")
+
+
+def check_counts(name: str, fn, cases: list[tuple[dict, int]], success: str) -> bool:
+    """Call ``fn(**kwargs)`` for each case and compare the count it returns with ``want``.
+
+    A learner's exception or wrong count is reported (with a hint when the answer is half
+    the measured one: a cache holds keys *and* values) instead of raised.
+    """
+    for kwargs, want in cases:
+        try:
+            got = fn(**kwargs)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if got != want:
+            hint = " (keys *and* values)" if got == want // 2 else ""
+            return report(name, False, f"{kwargs}: got {got!r}, measured {want}{hint}")
+    return report(name, True, success)

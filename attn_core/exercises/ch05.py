@@ -8,7 +8,7 @@ import torch
 
 from ..attention import MultiHeadAttention, MultiQueryAttention
 from ..mla import kv_cache_elements_per_token
-from ._common import compare, report
+from ._common import check_counts, compare, report
 
 __all__ = ["check_broadcast_kv", "check_mqa_parameters", "check_kv_cache_per_token"]
 
@@ -62,17 +62,10 @@ def check_kv_cache_per_token(fn: Callable[..., int]) -> bool:
     occupies in a whole model (every layer), measured from the caches real layers fill.
     """
     name = "5.3 KV cache per token"
-    cases = [(2, 4, 4, 8), (2, 4, 1, 8), (6, 8, 2, 16), (3, 6, 3, 4)]
-    for n_layers, n_heads, n_kv_heads, head_dim in cases:
+    cases = []
+    for n_layers, n_heads, n_kv_heads, head_dim in [(2, 4, 4, 8), (2, 4, 1, 8), (6, 8, 2, 16), (3, 6, 3, 4)]:
         with torch.random.fork_rng(devices=[]):
             layer = MultiHeadAttention(n_heads * head_dim, n_heads, n_kv_heads=n_kv_heads)
             want = n_layers * kv_cache_elements_per_token(layer)
-        args = dict(n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim)
-        try:
-            got = fn(**args)
-        except Exception as e:
-            return report(name, False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = " (keys *and* values)" if got == want // 2 else ""
-            return report(name, False, f"{args}: got {got!r}, measured {want}{hint}")
-    return report(name, True, f"all {len(cases)} models match their measured caches")
+        cases.append((dict(n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim), want))
+    return check_counts(name, fn, cases, f"all {len(cases)} models match their measured caches")

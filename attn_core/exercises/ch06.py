@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from ..cache import KVCache
-from ._common import compare, report
+from ._common import check_counts, compare, report
 
 __all__ = ["check_repeat_kv", "check_mean_pool_kv", "check_kv_cache_bytes"]
 
@@ -65,15 +65,10 @@ def check_kv_cache_bytes(fn: Callable[..., int]) -> bool:
     the key/value caches of a whole model, measured from :class:`~attn_core.KVCache` objects.
     """
     name = "6.3 KV-cache bytes"
-    cases = [(2, 4, 8, 16, 1, torch.float32), (3, 1, 16, 10, 2, torch.float16), (4, 2, 4, 7, 3, torch.bfloat16)]
-    for n_layers, n_kv, D, T, B, dtype in cases:
-        want = n_layers * KVCache(B, n_kv, D, T, dtype=dtype).nbytes()
-        args = dict(n_layers=n_layers, n_kv_heads=n_kv, head_dim=D, seq_len=T, batch_size=B, dtype=dtype)
-        try:
-            got = fn(**args)
-        except Exception as e:
-            return report(name, False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = " (keys *and* values)" if got == want // 2 else ""
-            return report(name, False, f"{args}: got {got!r}, measured {want}{hint}")
-    return report(name, True, f"all {len(cases)} models match their caches")
+    cases = [
+        (dict(n_layers=L, n_kv_heads=n_kv, head_dim=D, seq_len=T, batch_size=B, dtype=dtype),
+         L * KVCache(B, n_kv, D, T, dtype=dtype).nbytes())
+        for L, n_kv, D, T, B, dtype in [(2, 4, 8, 16, 1, torch.float32), (3, 1, 16, 10, 2, torch.float16),
+                                        (4, 2, 4, 7, 3, torch.bfloat16)]
+    ]
+    return check_counts(name, fn, cases, f"all {len(cases)} models match their caches")
