@@ -6,6 +6,7 @@ concept; see each module's docstring for its shape legend.
 
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
 from .cache import KVCache, LatentKVCache
+from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
 from .core import attention
 from .masks import causal_mask, padding_mask
 
@@ -44,6 +45,11 @@ from .efficient import online_softmax, peak_tensor_memory, tiled_attention
 __version__ = "0.1.0"
 
 __all__ = [
+    "assert_close",
+    "assert_differ",
+    "assert_above",
+    "assert_below",
+    "max_abs_diff",
     "attention",
     "causal_mask",
     "padding_mask",
