@@ -93,3 +93,14 @@ __all__ = [
     "tiled_attention",
     "peak_tensor_memory",
 ]
+
+# --- pretrained.py (the Shakespeare model, the "Reading a trained model" appendix) ---
+from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
+
+__all__ += ["ByteCodec", "load_shakespeare", "shakespeare_info", "shakespeare_text", "attention_maps", "bits_per_char"]
+
+# --- heads.py (finding heads by what they do) ---
+from . import heads
+from .heads import ablate_heads, score_heads
+
+__all__ += ["heads", "score_heads", "ablate_heads"]
