@@ -1,7 +1,29 @@
 """attn_core: the tested implementations behind "Attention, from scratch".
 
 Every chapter of the book imports from this package's top level. One module per
-concept; see each module's docstring for its shape legend.
+concept; see each module's docstring for its shape legend:
+
+    core        the one scaled dot-product attention every layer calls
+    masks       causal and padding masks (True = may attend)
+    heads       split_heads / merge_heads / head_mask: the wiring every multi-head layer shares
+    attention   SelfAttention, MultiHeadAttention (MHA, GQA, MQA, cross-attention)
+    mla         multi-head latent attention (DeepSeek-V2)
+    positional  sinusoidal, learned, rotary (RoPE) and ALiBi positions
+    cache       KVCache, LatentKVCache (every attention layer builds its own: make_cache)
+    norms       LayerNorm, RMSNorm, make_norm
+    mlp         FeedForward, SwiGLU, make_mlp
+    blocks      TransformerBlock
+    simplified  shaped attention and the simplified blocks (He & Hofmann, 2023)
+    config      DecoderConfig, its presets and its parameter count by formula
+    model       DecoderLM
+    generate    autoregressive decoding, with or without caches
+    efficient   online softmax and tiled (FlashAttention-style) attention
+    tasks       synthetic tasks; train: a tiny seeded trainer
+    measure     timing, peak memory, operator lists, FLOP counts (chapters 12-14)
+    mistakes    deliberately wrong versions that chapters demonstrate
+    checks      the argument checks every module uses
+    viz         heatmaps and the explorer widgets
+    exercises   check functions for the chapters' exercises
 """
 
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
@@ -20,26 +42,21 @@ from .positional import (
     rope_permutation,
 )
 
-# --- norms.py / blocks.py / simplified.py / tasks.py / train.py / generate.py (chapters 9-12) ---
+# --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 from . import tasks
-from .blocks import (
-    DecoderConfig,
-    DecoderLM,
-    FeedForward,
-    SwiGLU,
-    TransformerBlock,
-    parameter_breakdown,
-    parameter_count,
-    swiglu_hidden_dim,
-)
+from .blocks import TransformerBlock
+from .config import DecoderConfig, parameter_breakdown, parameter_count
 from .generate import generate
+from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
+from .model import DecoderLM
 from .norms import LayerNorm, RMSNorm
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
 
-# --- efficient.py, timing.py (chapters 12-14) ---
-from . import timing
-from .efficient import online_softmax, peak_tensor_memory, tiled_attention
+# --- efficient, measure (and its old name timing) (chapters 12-14) ---
+from . import measure, timing
+from .efficient import online_softmax, tiled_attention
+from .measure import peak_tensor_memory
 
 __version__ = "0.1.0"
 
@@ -83,6 +100,7 @@ __all__ = [
     "generate",
     # --- chapters 12-14 names ---
     "timing",
+    "measure",
     "online_softmax",
     "tiled_attention",
     "peak_tensor_memory",

@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from ._checks import check_int
+
+from .checks import check_instance, check_int
 
 __all__ = [
     "IGNORE_INDEX",
@@ -55,14 +56,6 @@ IGNORE_INDEX = -100
 SEP = 0
 
 
-
-
-def _check_generator(generator: object) -> torch.Generator | None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    return generator
-
-
 def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.Tensor:
     """Random data tokens in ``1..vocab_size-1`` (0 is the separator).
 
@@ -72,7 +65,7 @@ def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.T
     check_int("batch_size", batch_size, minimum=1)
     check_int("n", n, minimum=1)
     check_int("vocab_size", vocab_size, minimum=2)
-    _check_generator(generator)
+    check_instance("generator", generator, torch.Generator, optional=True)
     return torch.randint(1, vocab_size, (batch_size, n), generator=generator)
 
 
@@ -173,7 +166,7 @@ def induction_task(
     check_int("batch_size", batch_size, minimum=1)
     check_int("n", n, minimum=2)
     check_int("vocab_size", vocab_size, minimum=2)
-    _check_generator(generator)
+    check_instance("generator", generator, torch.Generator, optional=True)
     min_n = max(2, n // 2) if min_n is None else check_int("min_n", min_n, minimum=2)
     if min_n > n:
         raise ValueError(f"min_n must be <= n, got min_n={min_n}, n={n}")
@@ -212,7 +205,7 @@ def associative_recall_task(
     check_int("batch_size", batch_size, minimum=1)
     check_int("n_pairs", n_pairs, minimum=1)
     check_int("vocab_size", vocab_size, minimum=4)
-    _check_generator(generator)
+    check_instance("generator", generator, torch.Generator, optional=True)
     half = vocab_size // 2
     if n_pairs > half:
         raise ValueError(

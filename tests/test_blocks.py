@@ -262,7 +262,7 @@ def test_decoder_bad_input():
         model(torch.tensor([[0, 30]]))
     with pytest.raises(ValueError, match="min=-1"):
         model(torch.tensor([[-1, 3]]))
-    with pytest.raises(TypeError, match="integer token ids, got dtype=torch.float32"):
+    with pytest.raises(TypeError, match="idx must be an integer tensor, got dtype=torch.float32"):
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"shape \(B, T\)"):
         model(torch.zeros(3, dtype=torch.long))

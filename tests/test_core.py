@@ -172,15 +172,19 @@ def test_bad_input_names_the_values():
         attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"mask of shape \(4, 3\) does not broadcast to the scores' shape \(1, 2, 3, 3\)"):
         attention(q, k, v, mask=torch.ones(4, 3, dtype=torch.bool))
-    with pytest.raises(TypeError, match="mask must be a torch.Tensor or None, got list"):
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor, got list"):
         attention(q, k, v, mask=[[True]])
-    with pytest.raises(ValueError, match="scale must be a positive number or None, got scale=-1"):
+    with pytest.raises(ValueError, match="scale must be a finite number > 0, got scale=-1"):
         attention(q, k, v, scale=-1)
+    with pytest.raises(TypeError, match=r"scale must be a number, got str \('2'\)"):
+        attention(q, k, v, scale="2")
+    with pytest.raises(TypeError, match="dropout_p must be a number, got NoneType"):
+        attention(q, k, v, dropout_p=None)
     with pytest.raises(ValueError, match="dropout_p must be a number in \\[0, 1\\), got dropout_p=1.5"):
         attention(q, k, v, dropout_p=1.5)
     with pytest.raises(TypeError, match="floating-point tensor, got dtype=torch.int64"):
         attention(q.long(), k.long(), v.long())
-    with pytest.raises(ValueError, match=r"at least 2 dimensions .* got shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"must have shape \(\.\.\., T, D\), got \(3,\)"):
         attention(torch.randn(3), torch.randn(3), torch.randn(3))
 
 

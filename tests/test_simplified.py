@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attn_core.simplified as simplified
+import attn_core.core as core
 from attn_core import KVCache, ShapedAttention, SimplifiedBlock, causal_mask, centring_matrix
 from attn_core.simplified import _leaky_shaped_attention
 
@@ -88,13 +88,13 @@ def test_output_is_shaped_matrix_times_values(causal):
 
 def test_softmax_part_calls_the_core(monkeypatch):
     calls = []
-    real = simplified.attention
+    real = core.attention
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(simplified, "attention", spy)
+    monkeypatch.setattr(core, "attention", spy)
     attn = ShapedAttention(8, 2)
     attn(torch.randn(1, 3, 8))
     attn(torch.randn(1, 3, 8), return_weights=True)
