@@ -26,13 +26,24 @@ concept; see each module's docstring for its shape legend:
     exercises   check functions for the chapters' exercises
 """
 
+# --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
+# --- efficient, measure (and its old name timing) (chapters 12-14) ---
+from . import measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
+from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
+from .config import DecoderConfig, parameter_breakdown, parameter_count
 from .core import attention
+from .efficient import online_softmax, tiled_attention
+from .generate import generate
 from .masks import causal_mask, padding_mask
+from .measure import peak_tensor_memory
 
 # --- mla.py / positional.py (chapters 7-8) ---
 from .mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
+from .model import DecoderLM
+from .norms import LayerNorm, RMSNorm
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -41,22 +52,8 @@ from .positional import (
     convert_rope_layout,
     rope_permutation,
 )
-
-# --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
-from . import tasks
-from .blocks import TransformerBlock
-from .config import DecoderConfig, parameter_breakdown, parameter_count
-from .generate import generate
-from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
-from .model import DecoderLM
-from .norms import LayerNorm, RMSNorm
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
-
-# --- efficient, measure (and its old name timing) (chapters 12-14) ---
-from . import measure, timing
-from .efficient import online_softmax, tiled_attention
-from .measure import peak_tensor_memory
 
 __version__ = "0.1.0"
 

@@ -137,7 +137,11 @@ class MultiHeadAttention(nn.Module):
     _split_heads = staticmethod(split_heads)
 
     def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+        self,
+        batch_size: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> KVCache:
         """An empty :class:`~attn_core.KVCache` of ``n_kv_heads`` heads (dtype/device of the weights by default).
@@ -147,8 +151,12 @@ class MultiHeadAttention(nn.Module):
         """
         w = self.k_proj.weight
         return KVCache(
-            batch_size, self.n_kv_heads, self.head_dim, max_len,
-            dtype=w.dtype if dtype is None else dtype, device=w.device if device is None else device,
+            batch_size,
+            self.n_kv_heads,
+            self.head_dim,
+            max_len,
+            dtype=w.dtype if dtype is None else dtype,
+            device=w.device if device is None else device,
         )
 
     def forward(
@@ -183,7 +191,9 @@ class MultiHeadAttention(nn.Module):
         if context is not None:
             check_tensor("context", context, ("B", "T", ("d_context", self.d_context)))
             if context.shape[0] != x.shape[0]:
-                raise ValueError(f"x and context must have the same batch size, got {x.shape[0]} and {context.shape[0]}")
+                raise ValueError(
+                    f"x and context must have the same batch size, got {x.shape[0]} and {context.shape[0]}"
+                )
             if self.causal:
                 raise ValueError("causal=True is for self-attention; cross-attention (context given) is not causal")
             if kv_cache is not None:

@@ -116,16 +116,22 @@ class TransformerBlock(nn.Module):
         self.dropout_p = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
         if attention is None:
             attention = MultiHeadAttention(
-                d_model, n_heads, n_kv_heads=n_kv_heads, causal=causal is not False, bias=bias, dropout=dropout,
+                d_model,
+                n_heads,
+                n_kv_heads=n_kv_heads,
+                causal=causal is not False,
+                bias=bias,
+                dropout=dropout,
                 rope=rope,
             )
         else:
             check_instance("attention", attention, nn.Module)
             given = {k: v for k, v in (("n_kv_heads", n_kv_heads), ("rope", rope), ("causal", causal)) if v is not None}
             if given:
+                got = ", ".join(f"{k}={v!r}" for k, v in given.items())
                 raise ValueError(
                     f"{', '.join(given)} configure the built-in attention; with attention= they would be ignored: "
-                    f"set them on the attention module instead (got {', '.join(f'{k}={v!r}' for k, v in given.items())})"
+                    f"set them on the attention module instead (got {got})"
                 )
             if getattr(attention, "n_heads", n_heads) != n_heads:
                 raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
@@ -164,9 +170,7 @@ class TransformerBlock(nn.Module):
         """
         check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
         pre = self.norm_position == "pre"
-        result = self.attn(
-            self.attn_norm(x) if pre else x, mask=mask, kv_cache=kv_cache, return_weights=return_weights
-        )
+        result = self.attn(self.attn_norm(x) if pre else x, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
         a, weights = split_result(result, return_weights)
         if pre:
             x = x + self.resid_dropout(a)  # x + f(norm(x))

@@ -64,7 +64,9 @@ class _SlotCache:
                 want[self.seq_dim] = "T_new"
                 raise ValueError(f"{name} must have shape {tuple(want)}, got {tuple(t.shape)}")
             if T_new is not None and t.shape[self.seq_dim] != T_new:
-                raise ValueError(f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}")
+                raise ValueError(
+                    f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}"
+                )
             T_new = t.shape[self.seq_dim]
         if self._size + T_new > self.max_len:
             raise ValueError(
@@ -106,9 +108,21 @@ class KVCache(_SlotCache):
         update(k, v): k, v ``(B, H_kv, T_new, D)`` -> k, v ``(B, H_kv, T + T_new, D)``
     """
 
-    def __init__(self, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int, *,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
-        shape = (check_int("batch_size", batch_size), check_int("n_kv_heads", n_kv_heads), check_int("head_dim", head_dim))
+    def __init__(
+        self,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        shape = (
+            check_int("batch_size", batch_size),
+            check_int("n_kv_heads", n_kv_heads),
+            check_int("head_dim", head_dim),
+        )
         super().__init__({"k": shape, "v": shape}, max_len, seq_dim=2, dtype=dtype, device=device)
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,13 +153,26 @@ class LatentKVCache(_SlotCache):
         -> ``(B, T + T_new, d_c)``, ``(B, T + T_new, d_r)``
     """
 
-    def __init__(self, batch_size: int, d_latent: int, d_rope: int, max_len: int, *,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        d_latent: int,
+        d_rope: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
         check_int("batch_size", batch_size)
         check_int("d_latent", d_latent)
         check_int("d_rope", d_rope, minimum=0)
-        super().__init__({"c_kv": (batch_size, d_latent), "k_rope": (batch_size, d_rope)}, max_len,
-                         seq_dim=1, dtype=dtype, device=device)
+        super().__init__(
+            {"c_kv": (batch_size, d_latent), "k_rope": (batch_size, d_rope)},
+            max_len,
+            seq_dim=1,
+            dtype=dtype,
+            device=device,
+        )
 
     def update(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append the latent and the RoPE key; return everything stored (views, no copy).

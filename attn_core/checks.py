@@ -73,7 +73,9 @@ def check_number(
     above = high is not None and (value >= high if high_open else value > high)
     if math.isnan(value) or math.isinf(value) or below or above:
         finite = "" if low is not None and high is not None else "finite "
-        raise ValueError(f"{name} must be a {finite}number {_interval(low, high, low_open, high_open)}, got {name}={value!r}")
+        raise ValueError(
+            f"{name} must be a {finite}number {_interval(low, high, low_open, high_open)}, got {name}={value!r}"
+        )
     return float(value)
 
 

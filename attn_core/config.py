@@ -128,7 +128,9 @@ class DecoderConfig:
                 )
             for name in ("d_latent", "d_q_latent", "rope_dim"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"{name}={getattr(self, name)} is an MLA size; set attention='mla' or leave it None")
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} is an MLA size; set attention='mla' or leave it None"
+                    )
             if self.positional == "rope" and self.resolved_head_dim % 2 != 0:
                 raise ValueError(f"positional='rope' needs an even head width, got head_dim={self.resolved_head_dim}")
         else:
@@ -140,7 +142,9 @@ class DecoderConfig:
                     f"with n_heads={self.n_heads}"
                 )
             if self.positional != "rope" and self.rope_dim:
-                raise ValueError(f"rope_dim={self.rope_dim} needs positional='rope', got positional={self.positional!r}")
+                raise ValueError(
+                    f"rope_dim={self.rope_dim} needs positional='rope', got positional={self.positional!r}"
+                )
             if self.resolved_rope_dim % 2 != 0:
                 raise ValueError(f"rope_dim must be even (RoPE rotates pairs), got rope_dim={self.resolved_rope_dim}")
         if self.block != "standard":
@@ -177,26 +181,48 @@ class DecoderConfig:
 
     # Presets --------------------------------------------------------------------------
     @classmethod
-    def gpt2_like(cls, **overrides) -> "DecoderConfig":
+    def gpt2_like(cls, **overrides) -> DecoderConfig:
         """GPT-2's architecture at a toy size: MHA, learned positions, GELU, LayerNorm, pre-norm, tied, biases.
 
         GPT-2 small's shape is ``gpt2_like(vocab_size=50257, n_layers=12, d_model=768,
         n_heads=12, max_len=1024)`` (124,439,808 parameters).
         """
-        base = dict(vocab_size=64, n_layers=2, d_model=64, n_heads=4, max_len=128, positional="learned",
-                    mlp="gelu", norm="layernorm", norm_position="pre", tie_weights=True, bias=True)
+        base = dict(
+            vocab_size=64,
+            n_layers=2,
+            d_model=64,
+            n_heads=4,
+            max_len=128,
+            positional="learned",
+            mlp="gelu",
+            norm="layernorm",
+            norm_position="pre",
+            tie_weights=True,
+            bias=True,
+        )
         return cls(**{**base, **overrides})
 
     @classmethod
-    def llama_like(cls, **overrides) -> "DecoderConfig":
+    def llama_like(cls, **overrides) -> DecoderConfig:
         """LLaMA's architecture at a toy size: GQA, RoPE, SwiGLU, RMSNorm, pre-norm, untied, no biases.
 
         LLaMA-7B's shape is ``llama_like(vocab_size=32000, n_layers=32, d_model=4096,
         n_heads=32, n_kv_heads=32, d_ff=11008, max_len=2048)`` (6,738,415,616 parameters).
         """
-        base = dict(vocab_size=64, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, max_len=128,
-                    positional="rope", mlp="swiglu", norm="rmsnorm", norm_position="pre", tie_weights=False,
-                    bias=False)
+        base = dict(
+            vocab_size=64,
+            n_layers=2,
+            d_model=64,
+            n_heads=4,
+            n_kv_heads=2,
+            max_len=128,
+            positional="rope",
+            mlp="swiglu",
+            norm="rmsnorm",
+            norm_position="pre",
+            tie_weights=False,
+            bias=False,
+        )
         return cls(**{**base, **overrides})
 
 

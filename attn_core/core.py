@@ -256,9 +256,7 @@ def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k):
         attn_mask = bias.to(q.dtype)
     else:
         attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs
-    )
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs)
     if fully_masked is not None:
         out = out.masked_fill(fully_masked, 0.0)
     return out

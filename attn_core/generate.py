@@ -23,7 +23,10 @@ __all__ = ["generate", "sample_next"]
 
 
 def sample_next(
-    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Pick the next token from the last position's logits.

@@ -55,8 +55,7 @@ def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str 
     T_k = T_q if T_k is None else check_int("T_k", T_k)
     if T_k < T_q:
         raise ValueError(
-            f"causal_mask needs T_k >= T_q (queries are the last T_q of T_k positions), "
-            f"got T_q={T_q}, T_k={T_k}"
+            f"causal_mask needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
         )
     # Absolute positions: queries are the last T_q of the T_k positions.
     q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)

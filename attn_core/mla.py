@@ -266,7 +266,11 @@ class MultiHeadLatentAttention(nn.Module):
 
     # ------------------------------------------------------------------ cache and cost
     def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+        self,
+        batch_size: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> LatentKVCache:
         """An empty :class:`~attn_core.LatentKVCache` for this layer (dtype/device of its weights by default).
@@ -276,8 +280,12 @@ class MultiHeadLatentAttention(nn.Module):
         """
         w = self.kv_down.weight
         return LatentKVCache(
-            batch_size, self.d_latent, self.rope_dim, max_len,
-            dtype=w.dtype if dtype is None else dtype, device=w.device if device is None else device,
+            batch_size,
+            self.d_latent,
+            self.rope_dim,
+            max_len,
+            dtype=w.dtype if dtype is None else dtype,
+            device=w.device if device is None else device,
         )
 
     def cache_elements_per_token(self) -> int:

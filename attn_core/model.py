@@ -90,15 +90,32 @@ class DecoderLM(nn.Module):
         c = self.config
         if c.block != "standard":
             return SimplifiedBlock(
-                c.d_model, c.n_heads, parallel=(c.block == "sas-p"), d_ff=c.d_ff, mlp=c.mlp, norm=c.norm,
-                rope=self.rope, value_proj=(i == 0), beta_ff=c.beta_ff, bias=c.bias, dropout=c.dropout,
+                c.d_model,
+                c.n_heads,
+                parallel=(c.block == "sas-p"),
+                d_ff=c.d_ff,
+                mlp=c.mlp,
+                norm=c.norm,
+                rope=self.rope,
+                value_proj=(i == 0),
+                beta_ff=c.beta_ff,
+                bias=c.bias,
+                dropout=c.dropout,
             )
         attention = None
-        shared = dict(d_ff=c.d_ff, mlp=c.mlp, norm=c.norm, norm_position=c.norm_position, dropout=c.dropout, bias=c.bias)
+        shared = dict(
+            d_ff=c.d_ff, mlp=c.mlp, norm=c.norm, norm_position=c.norm_position, dropout=c.dropout, bias=c.bias
+        )
         if c.attention == "mla":
             attention = MultiHeadLatentAttention(
-                c.d_model, c.n_heads, d_latent=c.d_latent, d_q_latent=c.d_q_latent, head_dim=c.head_dim,
-                rope_dim=c.resolved_rope_dim, causal=True, rope_base=c.rope_base,
+                c.d_model,
+                c.n_heads,
+                d_latent=c.d_latent,
+                d_q_latent=c.d_q_latent,
+                head_dim=c.head_dim,
+                rope_dim=c.resolved_rope_dim,
+                causal=True,
+                rope_base=c.rope_base,
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
         return TransformerBlock(c.d_model, c.n_heads, n_kv_heads=c.resolved_n_kv_heads, rope=self.rope, **shared)
@@ -180,4 +197,3 @@ class DecoderLM(nn.Module):
     def extra_repr(self) -> str:
         c = self.config
         return f"block={c.block!r}, attention={c.attention!r}, positional={c.positional!r}, tied={c.tie_weights}"
-

@@ -395,7 +395,11 @@ class ALiBi(nn.Module):
         return geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
 
     def bias(
-        self, T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None,
+        self,
+        T_q: int,
+        T_k: int | None = None,
+        *,
+        device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
         """Additive score bias ``-m_h · |i - j|``, aligned bottom-right like :func:`~attn_core.causal_mask`.
@@ -409,7 +413,9 @@ class ALiBi(nn.Module):
         T_q = check_int("T_q", T_q)
         T_k = T_q if T_k is None else check_int("T_k", T_k)
         if T_k < T_q:
-            raise ValueError(f"ALiBi.bias needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}")
+            raise ValueError(
+                f"ALiBi.bias needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
+            )
         device = self.slopes.device if device is None else device
         q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
         k_pos = torch.arange(T_k, device=device)  # (T_k,)

@@ -40,7 +40,11 @@ __all__ = ["ShapedAttention", "SimplifiedBlock", "centring_matrix"]
 
 
 def centring_matrix(
-    T_q: int, T_k: int | None = None, *, causal: bool = True, device: torch.device | str | None = None,
+    T_q: int,
+    T_k: int | None = None,
+    *,
+    causal: bool = True,
+    device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """The centring matrix ``C`` of shaped attention: uniform attention over the allowed keys.
@@ -195,14 +199,16 @@ class ShapedAttention(nn.Module):
         alpha, beta, gamma = self._gains(softmax_w.dtype)
         return out, alpha * eye + beta * softmax_w - gamma * C  # (B, H, T, T_k)
 
-    def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None
-    ) -> KVCache:
+    def make_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None) -> KVCache:
         """An empty cache for the keys and (identity) values of this layer (dtype/device of its weights by default)."""
         w = self.k_proj.weight
         return KVCache(
-            batch_size, self.n_heads, self.head_dim, max_len,
-            dtype=w.dtype if dtype is None else dtype, device=w.device if device is None else device,
+            batch_size,
+            self.n_heads,
+            self.head_dim,
+            max_len,
+            dtype=w.dtype if dtype is None else dtype,
+            device=w.device if device is None else device,
         )
 
     def extra_repr(self) -> str:
@@ -271,9 +277,7 @@ class SimplifiedBlock(nn.Module):
         self.beta_ff = nn.Parameter(torch.tensor(float(beta_ff)))
         self.mlp_dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
 
-    def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None
-    ) -> KVCache:
+    def make_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None) -> KVCache:
         """An empty cache for this block's shaped attention."""
         return self.attn.make_cache(batch_size, max_len, dtype=dtype, device=device)
 

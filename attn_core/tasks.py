@@ -80,7 +80,7 @@ def _answer_after_separator(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     seq = torch.cat((x, sep, y), dim=1)  # (B, 2n + 1)
     inputs, targets = seq[:, :-1].clone(), seq[:, 1:].clone()  # (B, 2n) each
     # Targets before the separator's position are random data: not predictable.
-    targets[:, : n] = IGNORE_INDEX
+    targets[:, :n] = IGNORE_INDEX
     return inputs, targets
 
 
@@ -171,7 +171,9 @@ def induction_task(
     if min_n > n:
         raise ValueError(f"min_n must be <= n, got min_n={min_n}, n={n}")
     if n > vocab_size:
-        raise ValueError(f"induction_task draws n distinct tokens: need n <= vocab_size, got n={n}, vocab_size={vocab_size}")
+        raise ValueError(
+            f"induction_task draws n distinct tokens: need n <= vocab_size, got n={n}, vocab_size={vocab_size}"
+        )
     # A random permutation per row, cut to n: distinct tokens without a Python loop.
     pattern = torch.rand(batch_size, vocab_size, generator=generator).argsort(dim=1)[:, :n]  # (B, n)
     p = torch.randint(min_n, n + 1, (batch_size, 1), generator=generator)  # (B, 1) pattern length per row

@@ -94,7 +94,9 @@ def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> f
     return (predictions[scored] == targets[scored]).float().mean().item()
 
 
-def lr_at(step: int, *, steps: int, lr: float, warmup: int, schedule: str = "constant", min_lr_ratio: float = 0.1) -> float:
+def lr_at(
+    step: int, *, steps: int, lr: float, warmup: int, schedule: str = "constant", min_lr_ratio: float = 0.1
+) -> float:
     """Learning rate of step ``step`` (0-based): linear warm-up over ``warmup`` steps, then the schedule.
 
     Warm-up goes ``lr/warmup, 2·lr/warmup, ..., lr``; ``"cosine"`` then decays to
@@ -243,9 +245,16 @@ def train(
                 bar.update(step, losses[-1])
         seconds = time.perf_counter() - start
     diverged = not math.isfinite(losses[-1])
-    tail = losses[-min(20, len(losses)):]
+    tail = losses[-min(20, len(losses)) :]
     final = math.nan if diverged else sum(tail) / len(tail)
     if bar is not None:
         bar.close(final)
-    return TrainResult(losses=losses, final_loss=final, seconds=seconds,
-                       tokens_per_second=tokens / max(seconds, 1e-9), steps=len(losses), lrs=lrs, diverged=diverged)
+    return TrainResult(
+        losses=losses,
+        final_loss=final,
+        seconds=seconds,
+        tokens_per_second=tokens / max(seconds, 1e-9),
+        steps=len(losses),
+        lrs=lrs,
+        diverged=diverged,
+    )

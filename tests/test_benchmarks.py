@@ -20,7 +20,18 @@ def quick_result(tmp_path_factory):
 
 def test_json_has_machine_and_versions(quick_result):
     r = quick_result
-    for key in ("schema", "created", "quick", "machine", "torch", "devices", "matmul_gflops", "rows", "targets", "seconds"):
+    for key in (
+        "schema",
+        "created",
+        "quick",
+        "machine",
+        "torch",
+        "devices",
+        "matmul_gflops",
+        "rows",
+        "targets",
+        "seconds",
+    ):
         assert key in r, key
     assert r["quick"] is True and r["devices"] == ["cpu"]
     for key in ("platform", "processor", "python", "torch", "cpu_count", "torch_threads", "cuda"):
@@ -38,8 +49,14 @@ def test_every_suite_reports_medians_and_positive_ratios(quick_result):
             assert row["median_s"] > 0 and row["rounds"] >= 2, row
     names = {r["name"] for r in rows if r["suite"] == "attention" and r["part"] == "main"}
     assert names == {
-        "attn_core explicit", "einsum", "fused QKV, explicit", "fused QKV + SDPA", "attn_core fast path",
-        "nn.MultiheadAttention (need_weights=True)", "nn.MultiheadAttention (need_weights=False)", "attn_core tiled",
+        "attn_core explicit",
+        "einsum",
+        "fused QKV, explicit",
+        "fused QKV + SDPA",
+        "attn_core fast path",
+        "nn.MultiheadAttention (need_weights=True)",
+        "nn.MultiheadAttention (need_weights=False)",
+        "attn_core tiled",
     }
     for row in rows:
         if row["suite"] == "attention":

@@ -19,8 +19,9 @@ BATCHES = functools.partial(copy_task, n=4, vocab_size=10)
 
 def _tiny(seed: int = 0, dropout: float = 0.0) -> DecoderLM:
     torch.manual_seed(seed)
-    return DecoderLM(DecoderConfig.gpt2_like(vocab_size=10, n_layers=1, d_model=16, n_heads=2, max_len=8,
-                                             dropout=dropout))
+    return DecoderLM(
+        DecoderConfig.gpt2_like(vocab_size=10, n_layers=1, d_model=16, n_heads=2, max_len=8, dropout=dropout)
+    )
 
 
 def test_same_seed_same_loss_history():

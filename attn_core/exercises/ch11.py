@@ -65,6 +65,7 @@ def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -
     (must return False). Feed random queries and unequal gains: with ``q = 0`` and
     ``β = γ`` (the initialisation) the two bugs cancel and no test can see them.
     """
+
     def correct(q, k, v, alpha, beta, gamma):
         return _reference_shaped(q, k, v, alpha, beta, gamma)
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-
-import torch
 
 from ..checks import check_callable
 

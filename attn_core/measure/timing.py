@@ -104,7 +104,7 @@ def time_interleaved(
         inner[name] = max(1, int(min_seconds / max(time.perf_counter() - t0, 1e-9)))
     timings = {name: Timing(name) for name in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
         for name in order:
             fn, n = fns[name], inner[name]
             sync(device)

@@ -39,11 +39,14 @@ def test_matmul_throughput_is_positive():
     assert matmul_throughput(n=64, rounds=2) > 0
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(rounds=0), ValueError, "rounds=0"),
-    (dict(rounds=2, warmup=-1), ValueError, "warmup=-1"),
-    (dict(rounds=True), TypeError, "rounds must be an int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(rounds=0), ValueError, "rounds=0"),
+        (dict(rounds=2, warmup=-1), ValueError, "warmup=-1"),
+        (dict(rounds=True), TypeError, "rounds must be an int"),
+    ],
+)
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         time_interleaved({"a": lambda: None}, **kwargs)
