@@ -507,3 +507,22 @@ def test_mask_dtype():
 def test_rope_head_dim_mismatch():
     with pytest.raises(ValueError, match=r"rope.head_dim=8 does not match head_dim=4"):
         MultiHeadAttention(16, 4, rope=RotaryEmbedding(8))
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_make_cache_matches_the_layer_and_decoding_equals_the_full_pass(n_kv_heads):
+    layer = make(causal=True, n_kv_heads=n_kv_heads).eval()
+    cache = layer.make_cache(2, 6)
+    assert cache.numel_per_token() == 2 * n_kv_heads * layer.head_dim
+    assert cache.nbytes() == 2 * 2 * n_kv_heads * 6 * layer.head_dim * 8  # float64, like the weights
+    x = randn(2, 6, 16)
+    full = layer(x)
+    steps = torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(6)], dim=1)
+    torch.testing.assert_close(steps, full, atol=1e-12, rtol=0)
+
+
+def test_kv_cache_argument_is_typed():
+    from attn_core import LatentKVCache
+
+    with pytest.raises(TypeError, match="kv_cache must be an attn_core.KVCache or None, got LatentKVCache"):
+        make(causal=True)(randn(1, 2, 16), kv_cache=LatentKVCache(1, 4, 0, 4))

@@ -6,6 +6,10 @@ import pytest
 import torch
 
 from attn_core import (
+    KVCache,
+    LatentKVCache,
+    MultiHeadLatentAttention,
+    RotaryEmbedding,
     TransformerBlock,
 )
 
@@ -77,3 +81,26 @@ def test_block_return_weights_and_bad_input():
         block(torch.randn(2, 5, 8))
     with pytest.raises(TypeError, match="attention must be an nn.Module"):
         TransformerBlock(16, 4, attention="mla")
+
+
+def test_prebuilt_attention_refuses_the_builtin_attention_arguments():
+    mla = MultiHeadLatentAttention(16, 4, d_latent=8)
+    block = TransformerBlock(16, 4, attention=mla)
+    assert block.attn is mla
+    for kwargs in (dict(n_kv_heads=2), dict(rope=RotaryEmbedding(4)), dict(causal=False)):
+        name = next(iter(kwargs))
+        with pytest.raises(ValueError, match=f"{name}=.*would be ignored"):
+            TransformerBlock(16, 4, attention=mla, **kwargs)
+    with pytest.raises(ValueError, match="n_heads=2 does not match attention.n_heads=4"):
+        TransformerBlock(16, 2, attention=mla)
+    with pytest.raises(TypeError, match="attention must be an nn.Module, got str"):
+        TransformerBlock(16, 4, attention="mla")
+
+
+def test_block_cache_is_built_by_its_attention():
+    block = TransformerBlock(16, 4, n_kv_heads=2).double()
+    cache = block.make_cache(2, 8)
+    assert isinstance(cache, KVCache) and cache.numel_per_token() == 2 * 2 * 4
+    assert cache.nbytes() == 2 * 2 * 2 * 8 * 4 * 8  # k and v, float64 like the weights
+    latent = TransformerBlock(16, 4, attention=MultiHeadLatentAttention(16, 4, d_latent=8)).make_cache(1, 4)
+    assert isinstance(latent, LatentKVCache)

@@ -10,10 +10,13 @@ import torch
 from attn_core import (
     DecoderConfig,
     DecoderLM,
+    MultiHeadLatentAttention,
     parameter_breakdown,
     parameter_count,
 )
-from conftest import PRESETS
+from attn_core.mla import default_rope_dim
+from attn_core.mlp import make_mlp, mlp_hidden_dim
+from conftest import PRESETS, decoder
 
 
 # --------------------------------------------------------------------------- parameter count
@@ -104,3 +107,24 @@ def test_config_type_errors():
         DecoderConfig.gpt2_like(n_layers=2.0)
     with pytest.raises(TypeError, match="tie_weights must be a bool"):
         DecoderConfig.gpt2_like(tie_weights=1)
+
+
+def test_mla_rope_dim_has_one_default():
+    """MLA's own default and the config's resolved value agree (d_model=24, n_heads=4: head_dim 6)."""
+    c = DecoderConfig.llama_like(d_model=24, n_heads=4, n_kv_heads=None, attention="mla", d_latent=8)
+    mla = MultiHeadLatentAttention(24, 4, d_latent=8)
+    assert c.resolved_rope_dim == mla.rope_dim == default_rope_dim(6) == 2
+    model = decoder(c)
+    assert model.blocks[0].attn.rope_dim == c.resolved_rope_dim
+    assert parameter_count(c) == sum(p.numel() for p in model.parameters())
+
+
+def test_mla_in_the_model_uses_the_config_rope_base():
+    c = DecoderConfig.llama_like(n_kv_heads=None, attention="mla", d_latent=16, rope_base=500.0)
+    assert decoder(c).blocks[0].attn.rope.base == 500.0
+
+
+def test_mlp_hidden_width_has_one_default():
+    for mlp in ("gelu", "swiglu"):
+        c = DecoderConfig.gpt2_like(d_model=48, n_heads=4, mlp=mlp)
+        assert c.resolved_d_ff == mlp_hidden_dim(mlp, 48) == make_mlp(mlp, 48, None, bias=False).d_ff
