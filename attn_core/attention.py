@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import KVCache
+from .cache import KVCache, storage_like
 from .checks import check_instance, check_int, check_number, check_tensor
 from .core import attend, attention
 from .heads import head_mask, merge_heads, split_heads
@@ -149,15 +149,8 @@ class MultiHeadAttention(nn.Module):
         Shapes:
             stores k, v ``(B, H_kv, max_len, D)``
         """
-        w = self.k_proj.weight
-        return KVCache(
-            batch_size,
-            self.n_kv_heads,
-            self.head_dim,
-            max_len,
-            dtype=w.dtype if dtype is None else dtype,
-            device=w.device if device is None else device,
-        )
+        storage = storage_like(self.k_proj.weight, dtype, device)
+        return KVCache(batch_size, self.n_kv_heads, self.head_dim, max_len, **storage)
 
     def forward(
         self,

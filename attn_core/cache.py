@@ -28,7 +28,17 @@ import torch
 
 from .checks import check_int, check_tensor
 
-__all__ = ["KVCache", "LatentKVCache"]
+__all__ = ["KVCache", "LatentKVCache", "storage_like"]
+
+
+def storage_like(
+    weight: torch.Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> dict:
+    """The ``dtype`` and ``device`` a layer's cache gets: those asked for, else those of the layer's weight.
+
+    Every ``make_cache`` passes them on: ``KVCache(..., **storage_like(self.k_proj.weight, dtype, device))``.
+    """
+    return {"dtype": weight.dtype if dtype is None else dtype, "device": weight.device if device is None else device}
 
 
 class _SlotCache:

@@ -31,7 +31,7 @@ import math
 import torch
 from torch import nn
 
-from .cache import LatentKVCache
+from .cache import LatentKVCache, storage_like
 from .checks import check_instance, check_int, check_tensor
 from .core import attend
 from .heads import head_mask, merge_heads, split_heads
@@ -278,15 +278,8 @@ class MultiHeadLatentAttention(nn.Module):
         Shapes:
             stores ``c_kv (B, max_len, d_c)`` and ``k_rope (B, max_len, d_r)``
         """
-        w = self.kv_down.weight
-        return LatentKVCache(
-            batch_size,
-            self.d_latent,
-            self.rope_dim,
-            max_len,
-            dtype=w.dtype if dtype is None else dtype,
-            device=w.device if device is None else device,
-        )
+        storage = storage_like(self.kv_down.weight, dtype, device)
+        return LatentKVCache(batch_size, self.d_latent, self.rope_dim, max_len, **storage)
 
     def cache_elements_per_token(self) -> int:
         """Cached elements per token and layer (``d_c + d_r``), measured on a real cache; see

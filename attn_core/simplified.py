@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import KVCache
+from .cache import KVCache, storage_like
 from .checks import check_choice, check_instance, check_int, check_number, check_tensor
 from .core import attend, split_result
 from .heads import head_mask, merge_heads, split_heads
@@ -201,15 +201,8 @@ class ShapedAttention(nn.Module):
 
     def make_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None) -> KVCache:
         """An empty cache for the keys and (identity) values of this layer (dtype/device of its weights by default)."""
-        w = self.k_proj.weight
-        return KVCache(
-            batch_size,
-            self.n_heads,
-            self.head_dim,
-            max_len,
-            dtype=w.dtype if dtype is None else dtype,
-            device=w.device if device is None else device,
-        )
+        storage = storage_like(self.k_proj.weight, dtype, device)
+        return KVCache(batch_size, self.n_heads, self.head_dim, max_len, **storage)
 
     def extra_repr(self) -> str:
         return (
