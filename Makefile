@@ -16,6 +16,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # (No MPLBACKEND here: Agg would stop the kernels from showing figures.)
 export PYTHONHASHSEED := 0
 NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# The lessons must pass on any x86-64 CPU, so `make lessons` runs them twice: with the
+# kernels PyTorch picks for this CPU (AVX-512, AVX2, ...) and with PyTorch, MKL and oneDNN
+# held to plain SSE kernels, which sum in other orders. Override to try another, e.g.
+#   make lessons FORCED_KERNELS="ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"
+FORCED_KERNELS ?= ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+NBVAL := pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
 
 .PHONY: book test setup unit lessons colab browser bench clean nbsync
 .DEFAULT_GOAL := book
@@ -58,12 +64,17 @@ unit: setup
 	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
 
 lessons: setup
-	$(NB_ENV) $(PY) -m pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
+	@echo "== lessons, native kernels"
+	$(NB_ENV) $(PY) -m $(NBVAL)
+	@echo "== lessons, forced kernels: $(FORCED_KERNELS)"
+	$(NB_ENV) $(FORCED_KERNELS) $(PY) -m $(NBVAL)
 
 colab: setup $(COLAB_VENV)/.installed
 	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style
 	$(COLAB_PY) -m pytest tests/test_viz.py -q -p no:cacheprovider
-	$(NB_ENV) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider
+	rm -f _build/colab_timings.*.rows
+	$(NB_ENV) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider -n 2
+	{ echo "| notebook | seconds (Colab-like, CPU, two at a time) |"; echo "|---|---:|"; sort _build/colab_timings.*.rows; } > _build/colab_timings.md
 	cat _build/colab_timings.md
 
 browser: chromium
@@ -86,3 +97,7 @@ nbsync: setup
 
 clean:
 	rm -rf _build _vendor
+
+# Retrain the Shakespeare model shipped in attn_core/data/shakespeare/ (about 10-25 min on 2 cores; not part of `make test`)
+weights: setup
+	$(PY) tools/train_shakespeare.py

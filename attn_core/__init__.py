@@ -5,7 +5,7 @@ concept; see each module's docstring for its shape legend:
 
     core        the one scaled dot-product attention every layer calls
     masks       causal and padding masks (True = may attend)
-    heads       split_heads / merge_heads / head_mask: the wiring every multi-head layer shares
+    shapes      split_heads / merge_heads / head_mask: the wiring every multi-head layer shares
     attention   SelfAttention, MultiHeadAttention (MHA, GQA, MQA, cross-attention)
     mla         multi-head latent attention (DeepSeek-V2)
     positional  sinusoidal, learned, rotary (RoPE) and ALiBi positions
@@ -22,20 +22,25 @@ concept; see each module's docstring for its shape legend:
     measure     timing, peak memory, operator lists, FLOP counts (chapters 12-14)
     mistakes    deliberately wrong versions that chapters demonstrate
     checks      the argument checks every module uses
+    compare     assert_close & co.: comparisons printed as the tolerance they are held to
+    pretrained  the shipped byte-level model of Shakespeare (load_shakespeare)
+    heads       finding heads by what they do (score_heads, ablate_heads)
     viz         heatmaps and the explorer widgets
     exercises   check functions for the chapters' exercises
 """
 
 # --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 # --- efficient, measure (and its old name timing) (chapters 12-14) ---
-from . import measure, tasks, timing
+from . import heads, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
 from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
+from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
 from .config import DecoderConfig, parameter_breakdown, parameter_count
 from .core import attention
 from .efficient import online_softmax, tiled_attention
 from .generate import generate
+from .heads import ablate_heads, score_heads
 from .masks import causal_mask, padding_mask
 from .measure import peak_tensor_memory
 
@@ -52,12 +57,18 @@ from .positional import (
     convert_rope_layout,
     rope_permutation,
 )
+from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "assert_close",
+    "assert_differ",
+    "assert_above",
+    "assert_below",
+    "max_abs_diff",
     "attention",
     "causal_mask",
     "padding_mask",
@@ -101,4 +112,14 @@ __all__ = [
     "online_softmax",
     "tiled_attention",
     "peak_tensor_memory",
+    # --- the Shakespeare model and reading its heads (appendix) ---
+    "ByteCodec",
+    "load_shakespeare",
+    "shakespeare_info",
+    "shakespeare_text",
+    "attention_maps",
+    "bits_per_char",
+    "heads",
+    "score_heads",
+    "ablate_heads",
 ]

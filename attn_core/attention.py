@@ -19,8 +19,8 @@ from torch import nn
 from .cache import KVCache, storage_like
 from .checks import check_instance, check_int, check_number, check_tensor
 from .core import attend, attention
-from .heads import head_mask, merge_heads, split_heads
 from .positional import check_rope
+from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["SelfAttention", "MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
 
@@ -133,7 +133,7 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_context, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    # The shared helper, attn_core.heads.split_heads: (B, T, n·D) -> (B, n, T, D).
+    # The shared helper, attn_core.shapes.split_heads: (B, T, n·D) -> (B, n, T, D).
     _split_heads = staticmethod(split_heads)
 
     def make_cache(

@@ -34,9 +34,9 @@ from torch import nn
 from .cache import LatentKVCache, storage_like
 from .checks import check_instance, check_int, check_tensor
 from .core import attend
-from .heads import head_mask, merge_heads, split_heads
 from .norms import RMSNorm
 from .positional import RotaryEmbedding
+from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim"]
 

@@ -27,7 +27,8 @@ import html
 import io
 import json
 import math
-from typing import Callable, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import torch
 
@@ -35,7 +36,20 @@ __all__ = ["heatmap", "attention_grid", "explorer", "AttentionExplorer", "Kernel
 
 #: Upper bound on the bytes one kernel-free explorer embeds in a page.
 MAX_EMBED_BYTES = 1_000_000
-_LOG_FLOOR = 1e-3  # smallest weight resolved on the log scale
+_LOG_FLOOR = 1e-3  # smallest weight resolved on the log scale (passed to the page too)
+_CHAR_PX = 8  # width of a label character at 12 px, for the page's label margins
+# Scores are embedded with this many decimals, and the explorer works from the rounded
+# scores only (the page, weights() and the fallback picture). Rounding to a fixed grid
+# keeps the page identical on every CPU (float32 kernels differ in the last bits) and
+# small; 1e-3 in a score is a 0.1% change of a weight, invisible in a colour map.
+_SCORE_DECIMALS = 3
+
+
+def _explorer_js() -> str:
+    """The page-side code (``attn_core/explorer.js``, shipped as package data)."""
+    from importlib.resources import files
+
+    return files("attn_core").joinpath("explorer.js").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -162,8 +176,9 @@ def heatmap(
                 if not blocked[r, c]:
                     value = data[r, c]
                     light = norm(value) < 0.6
-                    ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                            color="white" if light else "black")
+                    ax.text(
+                        c, r, f"{value:.2f}", ha="center", va="center", fontsize=8, color="white" if light else "black"
+                    )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return ax
@@ -250,6 +265,12 @@ def _round_list(values: torch.Tensor, digits: int) -> list:
     return out
 
 
+def _quantize(values: torch.Tensor, digits: int) -> torch.Tensor:
+    """Round to ``digits`` decimals in float64, keeping ``-inf`` (a blocked score)."""
+    v = values.double()
+    return torch.where(torch.isinf(v), v, torch.round(v, decimals=digits))
+
+
 class AttentionExplorer:
     """A self-contained, kernel-free attention explorer (build it with :func:`explorer`).
 
@@ -261,15 +282,27 @@ class AttentionExplorer:
         scores: ``(L, H, T_q, T_k)``; each mask: ``(T_q, T_k)``
     """
 
-    def __init__(self, scores: torch.Tensor, q_tokens: list[str], k_tokens: list[str], *,
-                 masks: dict[str, torch.Tensor], layer_names: list[str], title: str,
-                 temperature: bool, log: bool, query: int, fallback_png: bool = True) -> None:
+    def __init__(
+        self,
+        scores: torch.Tensor,
+        q_tokens: list[str],
+        k_tokens: list[str],
+        *,
+        masks: dict[str, torch.Tensor],
+        layer_names: list[str],
+        title: str,
+        temperature: bool,
+        log: bool,
+        query: int,
+        fallback_png: bool = True,
+    ) -> None:
+        scores = _quantize(scores, _SCORE_DECIMALS)  # (L, H, T_q, T_k), on the embedded grid
         self.scores, self.q_tokens, self.k_tokens = scores, q_tokens, k_tokens
         self.masks, self.layer_names, self.title = masks, layer_names, title
         self.temperature, self.log, self.query = temperature, log, query
         self._payload = {
             "shape": list(scores.shape),
-            "scores": _round_list(scores, 4),
+            "scores": _round_list(scores, _SCORE_DECIMALS),
             "q": q_tokens,
             "k": k_tokens,
             "masks": {name: [int(b) for b in m.reshape(-1).tolist()] for name, m in masks.items()},
@@ -279,6 +312,8 @@ class AttentionExplorer:
             "log": log,
             "query": query,
             "title": title,
+            "logFloor": _LOG_FLOOR,
+            "charPx": _CHAR_PX,
         }
         self._data = json.dumps(self._payload, separators=(",", ":"), ensure_ascii=False)
         self._uid = "attnx-" + hashlib.sha1(self._data.encode()).hexdigest()[:12]
@@ -309,8 +344,15 @@ class AttentionExplorer:
         combined = None
         for m in self.masks.values():
             combined = m if combined is None else combined & m
-        ax = heatmap(self.weights(0, 0), self.q_tokens, self.k_tokens, mask=combined, log=self.log,
-                     title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(), annotate=False)
+        ax = heatmap(
+            self.weights(0, 0),
+            self.q_tokens,
+            self.k_tokens,
+            mask=combined,
+            log=self.log,
+            title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(),
+            annotate=False,
+        )
         buf = io.BytesIO()
         ax.figure.savefig(buf, format="png", dpi=60, bbox_inches="tight")
         plt.close(ax.figure)
@@ -330,7 +372,8 @@ class AttentionExplorer:
         fallback = (
             f'<img class="attnx-fallback" alt="attention map (static picture)" '
             f'src="data:image/png;base64,{self._fallback}" style="max-width:100%">'
-            if self._fallback else ""
+            if self._fallback
+            else ""
         )
         return (
             f'<div class="attn-explorer" id="{uid}" data-state="static">'
@@ -338,118 +381,8 @@ class AttentionExplorer:
             f'<div class="attnx-controls" style="display:none;font:13px sans-serif;margin:4px 0"></div>'
             f'<div class="attnx-view" style="display:none"></div>{fallback}'
             f'<script type="application/json" class="attnx-data">{data}</script>'
-            f"<script>{_EXPLORER_JS.replace('__UID__', uid)}</script></div>"
+            f"<script>{_explorer_js().replace('__UID__', uid)}</script></div>"
         )
-
-
-# The browser side: parse the embedded data, build the controls, redraw on every input.
-_EXPLORER_JS = r"""
-(function () {
-  var root = document.getElementById("__UID__");
-  if (!root || root.getAttribute("data-ready")) return;
-  root.setAttribute("data-ready", "1");
-  var d = JSON.parse(root.querySelector(".attnx-data").textContent);
-  var L = d.shape[0], H = d.shape[1], TQ = d.shape[2], TK = d.shape[3];
-  var st = {layer: 0, head: 0, query: Math.min(d.query, TQ - 1), tau: 1.0, log: d.log, masks: {}};
-  Object.keys(d.masks).forEach(function (m) { st.masks[m] = true; });
-  var controls = root.querySelector(".attnx-controls"), view = root.querySelector(".attnx-view");
-  var fb = root.querySelector(".attnx-fallback");
-  if (fb) fb.style.display = "none";
-  controls.style.display = "flex"; controls.style.flexWrap = "wrap"; controls.style.gap = "4px 16px";
-  view.style.display = "block";
-  function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); }
-  function slider(name, label, min, max, step, value, fmt) {
-    var wrap = document.createElement("label");
-    wrap.innerHTML = esc(label) + ' <input type="range" data-control="' + name + '" min="' + min + '" max="' + max +
-      '" step="' + step + '" value="' + value + '" aria-label="' + esc(label) + '"> <output></output>';
-    var input = wrap.querySelector("input"), out = wrap.querySelector("output");
-    function sync() { out.textContent = fmt(parseFloat(input.value)); }
-    input.addEventListener("input", function () { sync(); update(name, parseFloat(input.value)); });
-    sync(); controls.appendChild(wrap);
-  }
-  function checkbox(name, label, checked) {
-    var wrap = document.createElement("label");
-    wrap.innerHTML = '<input type="checkbox" data-control="' + esc(name) + '"' + (checked ? " checked" : "") + "> " + esc(label);
-    var input = wrap.querySelector("input");
-    input.addEventListener("change", function () { update(name, input.checked); });
-    controls.appendChild(wrap);
-  }
-  if (L > 1) slider("layer", "layer", 0, L - 1, 1, 0, function (v) { return d.layers[v]; });
-  if (H > 1) slider("head", "head", 0, H - 1, 1, 0, function (v) { return v; });
-  slider("query", "query", 0, TQ - 1, 1, st.query, function (v) { return d.q[v]; });
-  if (d.temperature) slider("tau", "temperature", -1, 1, 0.05, 0, function (v) { return Math.pow(10, v).toFixed(2); });
-  Object.keys(d.masks).forEach(function (m) { checkbox("mask:" + m, m + " mask", true); });
-  checkbox("log", "log scale", d.log);
-  function update(name, value) {
-    if (name === "tau") st.tau = Math.pow(10, value);
-    else if (name === "log") st.log = value;
-    else if (name.indexOf("mask:") === 0) st.masks[name.slice(5)] = value;
-    else st[name] = value;
-    draw();
-  }
-  function weights() {
-    var base = (st.layer * H + st.head) * TQ * TK, w = new Array(TQ * TK), blocked = new Array(TQ * TK);
-    for (var i = 0; i < TQ; i++) {
-      var mx = -Infinity, row = i * TK;
-      for (var j = 0; j < TK; j++) {
-        var s = d.scores[base + row + j], off = s === null;
-        Object.keys(st.masks).forEach(function (m) { if (st.masks[m] && !d.masks[m][row + j]) off = true; });
-        blocked[row + j] = off;
-        w[row + j] = off ? -Infinity : s / st.tau;
-        if (w[row + j] > mx) mx = w[row + j];
-      }
-      var sum = 0;
-      for (j = 0; j < TK; j++) { w[row + j] = mx === -Infinity ? 0 : Math.exp(w[row + j] - mx); sum += w[row + j]; }
-      for (j = 0; j < TK; j++) w[row + j] = sum > 0 ? w[row + j] / sum : 0;
-    }
-    return {w: w, blocked: blocked};
-  }
-  function color(v) {
-    var t = st.log ? (Math.log10(Math.max(v, 1e-3)) + 3) / 3 : v;
-    t = Math.max(0, Math.min(1, t));
-    return d.lut[Math.round(t * (d.lut.length - 1))];
-  }
-  function draw() {
-    var r = weights(), c = 22, lw = 8 * Math.max.apply(null, d.q.map(function (t) { return String(t).length; })) + 10;
-    var top = 8 * Math.max.apply(null, d.k.map(function (t) { return String(t).length; })) + 14;
-    var W = lw + TK * c + 10, Hh = top + TQ * c + 10, s = [];
-    s.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + Hh + '" font-size="12" font-family="sans-serif">');
-    for (var j = 0; j < TK; j++) {
-      var x = lw + j * c + c / 2;
-      s.push('<text transform="translate(' + (x + 4) + ',' + (top - 6) + ') rotate(-90)">' + esc(d.k[j]) + "</text>");
-    }
-    for (var i = 0; i < TQ; i++) {
-      s.push('<text x="' + (lw - 6) + '" y="' + (top + i * c + c / 2 + 4) + '" text-anchor="end"' +
-        (i === st.query ? ' font-weight="bold"' : "") + ">" + esc(d.q[i]) + "</text>");
-      for (j = 0; j < TK; j++) {
-        var k = i * TK + j, v = r.w[k];
-        var fill = r.blocked[k] ? "#d9d9d9" : color(v);
-        s.push('<rect data-cell="' + i + "," + j + '" x="' + (lw + j * c) + '" y="' + (top + i * c) + '" width="' + c +
-          '" height="' + c + '" fill="' + fill + '"><title>' + esc(d.q[i]) + " \u2192 " + esc(d.k[j]) + ": " +
-          (r.blocked[k] ? "masked" : v.toFixed(3)) + "</title></rect>");
-      }
-    }
-    s.push('<rect x="' + lw + '" y="' + (top + st.query * c) + '" width="' + TK * c + '" height="' + c +
-      '" fill="none" stroke="#e4572e" stroke-width="2.5"/></svg>');
-    // The bar chart is labelled by keys, which may be longer than the query labels.
-    var klw = 8 * Math.max.apply(null, d.k.map(function (t) { return String(t).length; })) + 10;
-    var bw = 180, b = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + (klw + bw + 50) + '" height="' + (TK * 18 + 30) +
-      '" font-size="12" font-family="sans-serif"><text x="0" y="12" font-weight="600">query \u201c' + esc(d.q[st.query]) + '\u201d attends to</text>'];
-    for (j = 0; j < TK; j++) {
-      var val = r.w[st.query * TK + j], y = 22 + j * 18;
-      b.push('<text x="' + (klw - 6) + '" y="' + (y + 12) + '" text-anchor="end">' + esc(d.k[j]) + "</text>");
-      b.push('<rect data-bar="' + j + '" x="' + klw + '" y="' + y + '" width="' + (val * bw).toFixed(1) + '" height="14" fill="#3b75af"/>');
-      b.push('<text x="' + (klw + val * bw + 4) + '" y="' + (y + 12) + '">' + val.toFixed(2) + "</text>");
-    }
-    b.push("</svg>");
-    view.innerHTML = '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">' + s.join("") + b.join("") + "</div>";
-    var masks = Object.keys(st.masks).filter(function (m) { return st.masks[m]; }).join("+") || "none";
-    root.setAttribute("data-state", "layer=" + st.layer + " head=" + st.head + " query=" + st.query +
-      " tau=" + st.tau.toFixed(2) + " masks=" + masks + " log=" + st.log);
-  }
-  draw();
-})();
-"""
 
 
 # --------------------------------------------------------------------------- kernel explorer
@@ -468,18 +401,33 @@ class KernelExplorer:
         import ipywidgets as widgets
 
         self.fn, self.title = fn, title
-        self.text = widgets.Text(value=text, description="sentence", continuous_update=False,
-                                 layout=widgets.Layout(width="420px"))
+        self.text = widgets.Text(
+            value=text, description="sentence", continuous_update=False, layout=widgets.Layout(width="420px")
+        )
         self.layer = widgets.IntSlider(description="layer", min=0, max=0)
         self.head = widgets.IntSlider(description="head", min=0, max=0)
         self.query = widgets.IntSlider(description="query", min=0, max=0)
-        self.temperature = widgets.FloatLogSlider(description="temperature", value=1.0, base=10, min=-1, max=1,
-                                                  step=0.05, style={"description_width": "initial"})
+        self.temperature = widgets.FloatLogSlider(
+            description="temperature",
+            value=1.0,
+            base=10,
+            min=-1,
+            max=1,
+            step=0.05,
+            style={"description_width": "initial"},
+        )
         self.log = widgets.Checkbox(description="log scale", value=log)
         self.image = widgets.Image(format="png")
         note = widgets.HTML("<small>Python callbacks: these controls need a running kernel (Jupyter or Colab).</small>")
-        self.widget = widgets.VBox([note, self.text, widgets.HBox([self.layer, self.head]),
-                                    widgets.HBox([self.query, self.temperature, self.log]), self.image])
+        self.widget = widgets.VBox(
+            [
+                note,
+                self.text,
+                widgets.HBox([self.layer, self.head]),
+                widgets.HBox([self.query, self.temperature, self.log]),
+                self.image,
+            ]
+        )
         self._recompute()
         self.text.observe(lambda _: self._recompute(), names="value")
         for control in (self.layer, self.head, self.query, self.temperature, self.log):
@@ -509,8 +457,15 @@ class KernelExplorer:
 
         w = self.current()
         fig, (ax_map, ax_bar) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
-        heatmap(w, self.tokens, self.tokens if w.shape[0] == w.shape[1] else None, ax=ax_map,
-                log=self.log.value, annotate=False, title=self.title or None)
+        heatmap(
+            w,
+            self.tokens,
+            self.tokens if w.shape[0] == w.shape[1] else None,
+            ax=ax_map,
+            log=self.log.value,
+            annotate=False,
+            title=self.title or None,
+        )
         q = self.query.value
         ax_map.add_patch(plt.Rectangle((-0.5, q - 0.5), w.shape[1], 1, fill=False, ec="#e4572e", lw=2.5))
         ax_bar.barh(range(w.shape[1]), w[q].numpy(), color="#3b75af")
@@ -608,5 +563,14 @@ def explorer(
     checked = {str(k): _check_mask(f"masks[{k!r}]", m, (T_q, T_k)) for k, m in (masks or {}).items()}
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < T_q:
         raise ValueError(f"query must be an int in [0, {T_q}), got query={query!r}")
-    return AttentionExplorer(s, q_labels, k_labels, masks=checked, layer_names=names, title=title,
-                             temperature=temperature, log=log, query=query)
+    return AttentionExplorer(
+        s,
+        q_labels,
+        k_labels,
+        masks=checked,
+        layer_names=names,
+        title=title,
+        temperature=temperature,
+        log=log,
+        query=query,
+    )

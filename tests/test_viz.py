@@ -75,7 +75,8 @@ def test_explorer_embeds_scores_masks_and_a_fallback_picture():
     assert repr(e).startswith("AttentionExplorer(L=2, H=3, T_q=5, T_k=5")
     # The page's arithmetic, done in Python: masked softmax of scores / tau.
     expected = torch.softmax((s[1, 2].double() / 0.5).masked_fill(~causal_mask(5), float("-inf")), -1)
-    assert torch.allclose(e.weights(1, 2, temperature=0.5), expected)
+    # The explorer works from scores rounded to 3 decimals: weights agree to about 1e-3.
+    assert torch.allclose(e.weights(1, 2, temperature=0.5), expected, atol=2e-3)
 
 
 def test_explorer_from_weights_uses_log_weights_and_keeps_zeros():
@@ -83,7 +84,7 @@ def test_explorer_from_weights_uses_log_weights_and_keeps_zeros():
     w = w / w.sum(-1, keepdim=True)
     e = viz.explorer(w, list("abcd"))
     assert _embedded(e)["scores"][1] is None, "a zero weight is embedded as a blocked score"
-    assert torch.allclose(e.weights(), w.double(), atol=1e-4)
+    assert torch.allclose(e.weights(), w.double(), atol=2e-3)
 
 
 def test_explorer_html_is_deterministic_and_bounded():
@@ -93,7 +94,25 @@ def test_explorer_html_is_deterministic_and_bounded():
     assert a.nbytes < 60_000
     # Size grows with L*H*T_q*T_k and is capped.
     with pytest.raises(ValueError, match=r"would embed .* bytes \(limit 1,000,000\)"):
-        viz.explorer(_weights(4, 8, 64, 64))
+        viz.explorer(_weights(4, 8, 80, 80))
+
+
+def test_explorer_page_does_not_depend_on_rounding_level_noise():
+    # Another CPU computes the same scores up to float32 rounding: the page must not change.
+    s = torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(3)).round(decimals=3) + 2e-4
+    noisy = s * (1 + 1e-6 * torch.randn(s.shape, generator=torch.Generator().manual_seed(4)))
+    a, b = viz.explorer(None, list("abcdef"), scores=s), viz.explorer(None, list("abcdef"), scores=noisy)
+    assert not torch.equal(s, noisy)
+    assert a.html() == b.html()
+    assert set(_embedded(a)) >= {"logFloor", "charPx"}, "the page's constants come from Python"
+
+
+def test_explorer_script_is_the_shipped_js_file():
+    from importlib.resources import files
+
+    js = files("attn_core").joinpath("explorer.js").read_text(encoding="utf-8")
+    e = viz.explorer(_weights(3, 3), list("abc"))
+    assert js.replace("__UID__", e._uid) in e.html()
 
 
 def test_explorer_escapes_script_closing_tokens():
@@ -111,7 +130,9 @@ def test_explorer_bad_input():
         viz.explorer(_weights(3, 3), masks={"pad": torch.ones(2, 2, dtype=torch.bool)})
     with pytest.raises(ValueError, match=r"query must be an int in \[0, 3\), got query=3"):
         viz.explorer(_weights(3, 3), query=3)
-    with pytest.raises(ValueError, match=r"shape \(T_q, T_k\), \(H, T_q, T_k\) or \(L, H, T_q, T_k\), got \(1, 1, 1, 2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"shape \(T_q, T_k\), \(H, T_q, T_k\) or \(L, H, T_q, T_k\), got \(1, 1, 1, 2, 2\)"
+    ):
         viz.explorer(_weights(1, 1, 1, 2, 2))
     with pytest.raises(ValueError, match="needs the starting sentence"):
         viz.explorer(lambda text: None)
@@ -136,7 +157,3 @@ def test_kernel_explorer_recomputes_in_python():
     assert torch.allclose(sharp.sum(-1), torch.ones(5, dtype=sharp.dtype))
     assert sharp.max(-1).values.min() > k.weights[0, 0].max(-1).values.min()
     assert repr(k) == "KernelExplorer(L=2, H=2, T_q=5, T_k=5)"
-
-
-def test_works_on_this_ipywidgets_major_version():
-    assert ipywidgets.__version__.split(".")[0] in {"7", "8"}
