@@ -1,17 +1,54 @@
 """attn_core: the tested implementations behind "Attention, from scratch".
 
 Every chapter of the book imports from this package's top level. One module per
-concept; see each module's docstring for its shape legend.
+concept; see each module's docstring for its shape legend:
+
+    core        the one scaled dot-product attention every layer calls
+    masks       causal and padding masks (True = may attend)
+    shapes      split_heads / merge_heads / head_mask: the wiring every multi-head layer shares
+    attention   SelfAttention, MultiHeadAttention (MHA, GQA, MQA, cross-attention)
+    mla         multi-head latent attention (DeepSeek-V2)
+    positional  sinusoidal, learned, rotary (RoPE) and ALiBi positions
+    cache       KVCache, LatentKVCache (every attention layer builds its own: make_cache)
+    norms       LayerNorm, RMSNorm, make_norm
+    mlp         FeedForward, SwiGLU, make_mlp
+    blocks      TransformerBlock
+    simplified  shaped attention and the simplified blocks (He & Hofmann, 2023)
+    config      DecoderConfig, its presets and its parameter count by formula
+    model       DecoderLM
+    generate    autoregressive decoding, with or without caches
+    efficient   online softmax and tiled (FlashAttention-style) attention
+    tasks       synthetic tasks; train: a tiny seeded trainer
+    measure     timing, peak memory, operator lists, FLOP counts (chapters 12-14)
+    mistakes    deliberately wrong versions that chapters demonstrate
+    checks      the argument checks every module uses
+    compare     assert_close & co.: comparisons printed as the tolerance they are held to
+    pretrained  the shipped byte-level model of Shakespeare (load_shakespeare)
+    heads       finding heads by what they do (score_heads, ablate_heads)
+    viz         heatmaps and the explorer widgets
+    exercises   check functions for the chapters' exercises
 """
 
+# --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
+# --- efficient, measure (and its old name timing) (chapters 12-14) ---
+from . import heads, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
+from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
 from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
+from .config import DecoderConfig, parameter_breakdown, parameter_count
 from .core import attention
+from .efficient import online_softmax, tiled_attention
+from .generate import generate
+from .heads import ablate_heads, score_heads
 from .masks import causal_mask, padding_mask
+from .measure import peak_tensor_memory
 
 # --- mla.py / positional.py (chapters 7-8) ---
 from .mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
+from .model import DecoderLM
+from .norms import LayerNorm, RMSNorm
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -20,27 +57,9 @@ from .positional import (
     convert_rope_layout,
     rope_permutation,
 )
-
-# --- norms.py / blocks.py / simplified.py / tasks.py / train.py / generate.py (chapters 9-12) ---
-from . import tasks
-from .blocks import (
-    DecoderConfig,
-    DecoderLM,
-    FeedForward,
-    SwiGLU,
-    TransformerBlock,
-    parameter_breakdown,
-    parameter_count,
-    swiglu_hidden_dim,
-)
-from .generate import generate
-from .norms import LayerNorm, RMSNorm
+from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
-
-# --- efficient.py, timing.py (chapters 12-14) ---
-from . import timing
-from .efficient import online_softmax, peak_tensor_memory, tiled_attention
 
 __version__ = "0.1.0"
 
@@ -89,18 +108,18 @@ __all__ = [
     "generate",
     # --- chapters 12-14 names ---
     "timing",
+    "measure",
     "online_softmax",
     "tiled_attention",
     "peak_tensor_memory",
+    # --- the Shakespeare model and reading its heads (appendix) ---
+    "ByteCodec",
+    "load_shakespeare",
+    "shakespeare_info",
+    "shakespeare_text",
+    "attention_maps",
+    "bits_per_char",
+    "heads",
+    "score_heads",
+    "ablate_heads",
 ]
-
-# --- pretrained.py (the Shakespeare model, the "Reading a trained model" appendix) ---
-from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
-
-__all__ += ["ByteCodec", "load_shakespeare", "shakespeare_info", "shakespeare_text", "attention_maps", "bits_per_char"]
-
-# --- heads.py (finding heads by what they do) ---
-from . import heads
-from .heads import ablate_heads, score_heads
-
-__all__ += ["heads", "score_heads", "ablate_heads"]

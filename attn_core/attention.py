@@ -16,19 +16,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_int
-from .core import attention
+from .cache import KVCache, storage_like
+from .checks import check_instance, check_int, check_number, check_tensor
+from .core import attend, attention
+from .positional import check_rope
+from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["SelfAttention", "MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
-
-
-
-
-def _check_input(name: str, x: object, width: int, width_name: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[-1] != width:
-        raise ValueError(f"{name} must have shape (B, T, {width_name}={width}), got {tuple(x.shape)}")
 
 
 class SelfAttention(nn.Module):
@@ -72,7 +66,7 @@ class SelfAttention(nn.Module):
             output: ``(B, T, d_out)``
             weights: ``(B, T, T)``
         """
-        _check_input("x", x, self.d_in, "d_in")
+        check_tensor("x", x, ("B", "T", ("d_in", self.d_in)))
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # each (B, T, d_out)
         return attention(q, k, v, mask=mask, is_causal=self.causal, return_weights=return_weights)
 
@@ -128,24 +122,35 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got dropout={dropout!r}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads
-        self.d_context, self.causal, self.dropout = d_context, causal, float(dropout)
-        if rope is not None and getattr(rope, "head_dim", self.head_dim) != self.head_dim:
-            raise ValueError(f"rope.head_dim={rope.head_dim} does not match head_dim={self.head_dim}")
-        self.rope = rope
+        self.d_context, self.causal = d_context, causal
+        self.dropout = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        self.rope = check_rope(rope, self.head_dim)
         kv_width = n_kv_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_context, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_context, kv_width, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
-    def _split_heads(self, x: torch.Tensor, n_heads: int) -> torch.Tensor:
-        B, T, _ = x.shape
-        # (B, T, n_heads * D) -> (B, T, n_heads, D) -> (B, n_heads, T, D)
-        return x.view(B, T, n_heads, self.head_dim).transpose(1, 2)
+    # The shared helper, attn_core.shapes.split_heads: (B, T, n·D) -> (B, n, T, D).
+    _split_heads = staticmethod(split_heads)
+
+    def make_cache(
+        self,
+        batch_size: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> KVCache:
+        """An empty :class:`~attn_core.KVCache` of ``n_kv_heads`` heads (dtype/device of the weights by default).
+
+        Shapes:
+            stores k, v ``(B, H_kv, max_len, D)``
+        """
+        storage = storage_like(self.k_proj.weight, dtype, device)
+        return KVCache(batch_size, self.n_kv_heads, self.head_dim, max_len, **storage)
 
     def forward(
         self,
@@ -153,7 +158,7 @@ class MultiHeadAttention(nn.Module):
         context: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
-        kv_cache=None,
+        kv_cache: KVCache | None = None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``x`` to ``x`` (self-attention) or to ``context`` (cross-attention).
@@ -164,8 +169,8 @@ class MultiHeadAttention(nn.Module):
             mask: Boolean (``True`` = may attend) or float bias, of shape ``(T_q, T_k)``,
                 ``(B, T_q, T_k)`` (same for every head; e.g. :func:`~attn_core.padding_mask`)
                 or ``(B, H, T_q, T_k)``.
-            kv_cache: A :class:`~attn_core.KVCache` holding the keys and values of earlier
-                positions; this call's keys and values are appended to it (decoding).
+            kv_cache: A :class:`~attn_core.KVCache` (see :meth:`make_cache`) holding the keys
+                and values of earlier positions; this call's are appended to it (decoding).
             return_weights: Also return the attention weights (explicit path).
 
         Shapes:
@@ -174,23 +179,25 @@ class MultiHeadAttention(nn.Module):
             output: ``(B, T_q, d_model)``
             weights: ``(B, H, T_q, T_k)``; with a cache ``T_k`` counts the cached positions.
         """
-        _check_input("x", x, self.d_model, "d_model")
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_instance("kv_cache", kv_cache, KVCache, optional=True)
         if context is not None:
-            _check_input("context", context, self.d_context, "d_context")
+            check_tensor("context", context, ("B", "T", ("d_context", self.d_context)))
             if context.shape[0] != x.shape[0]:
-                raise ValueError(f"x and context must have the same batch size, got {x.shape[0]} and {context.shape[0]}")
+                raise ValueError(
+                    f"x and context must have the same batch size, got {x.shape[0]} and {context.shape[0]}"
+                )
             if self.causal:
                 raise ValueError("causal=True is for self-attention; cross-attention (context given) is not causal")
             if kv_cache is not None:
                 raise ValueError("kv_cache is for self-attention; cross-attention keys can be computed once instead")
         elif self.d_context != self.d_model:
             raise ValueError(f"this module expects a context of width d_context={self.d_context}; pass context=")
-        if mask is not None and isinstance(mask, torch.Tensor) and mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same for every head
+        mask = head_mask(mask)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same for every head
         source = x if context is None else context
-        q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, H, T_q, D)
-        k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, H_kv, T_k, D)
-        v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, H_kv, T_k, D)
+        q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, T_q, d_model) -> (B, H, T_q, D)
+        k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
+        v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         past = 0 if kv_cache is None else kv_cache.size
         if self.rope is not None:
             # Positions continue after the cached ones, so a token gets the same rotation
@@ -200,12 +207,10 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D)
         dropout_p = self.dropout if self.training else 0.0
-        result = attention(
+        out, weights = attend(
             q, k, v, mask=mask, is_causal=self.causal, dropout_p=dropout_p, return_weights=return_weights
         )
-        out, weights = result if return_weights else (result, None)
-        B, _, T_q, _ = out.shape
-        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # (B, H, T_q, D) -> (B, T_q, d_model)
+        out = merge_heads(out)  # (B, H, T_q, D) -> (B, T_q, d_model)
         out = self.out_proj(out)
         return (out, weights) if return_weights else out
 

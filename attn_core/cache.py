@@ -6,6 +6,15 @@ not change; a cache keeps them so that each step only projects the *new* token.
 The cache is preallocated for ``max_len`` positions, so that appending is a copy into a
 slice rather than a ``torch.cat`` that reallocates the whole history at every step.
 
+A cache **detaches**: it stores the values of the keys and values, not the autograd
+graph that made them, and what ``update`` returns are views of its own storage. So no
+gradient flows through a cache, neither into the cached positions nor into the ones just
+added. Caches are for decoding (under ``torch.no_grad()``); train on full sequences.
+
+Every attention layer builds the cache it needs with ``layer.make_cache(batch_size,
+max_len)`` (a :class:`KVCache`, or a :class:`LatentKVCache` for multi-head latent
+attention) and takes it as ``layer(x, kv_cache=cache)``.
+
 Shape legend:
     B      batch size
     H_kv   key/value heads stored (1 for MQA, n_kv_heads for GQA, n_heads for MHA)
@@ -17,15 +26,26 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["KVCache", "LatentKVCache"]
+from .checks import check_int, check_tensor
+
+__all__ = ["KVCache", "LatentKVCache", "storage_like"]
+
+
+def storage_like(
+    weight: torch.Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> dict:
+    """The ``dtype`` and ``device`` a layer's cache gets: those asked for, else those of the layer's weight.
+
+    Every ``make_cache`` passes them on: ``KVCache(..., **storage_like(self.k_proj.weight, dtype, device))``.
+    """
+    return {"dtype": weight.dtype if dtype is None else dtype, "device": weight.device if device is None else device}
 
 
 class _SlotCache:
     """Preallocated storage for named tensors that grow along one sequence axis."""
 
     def __init__(self, shapes: dict[str, tuple[int, ...]], max_len: int, *, seq_dim: int, dtype, device) -> None:
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive int, got max_len={max_len!r}")
+        check_int("max_len", max_len)
         self.max_len, self.seq_dim, self._size = max_len, seq_dim, 0
         self._store = {}
         for name, shape in shapes.items():
@@ -45,8 +65,7 @@ class _SlotCache:
     def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
         T_new = None
         for name, t in new.items():
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            check_tensor(name, t)
             stored = self._store[name]
             expected = list(stored.shape)
             expected[self.seq_dim] = t.shape[self.seq_dim] if t.dim() == stored.dim() else -1
@@ -55,7 +74,9 @@ class _SlotCache:
                 want[self.seq_dim] = "T_new"
                 raise ValueError(f"{name} must have shape {tuple(want)}, got {tuple(t.shape)}")
             if T_new is not None and t.shape[self.seq_dim] != T_new:
-                raise ValueError(f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}")
+                raise ValueError(
+                    f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}"
+                )
             T_new = t.shape[self.seq_dim]
         if self._size + T_new > self.max_len:
             raise ValueError(
@@ -66,7 +87,7 @@ class _SlotCache:
         out = []
         for name, t in new.items():
             stored = self._store[name]
-            stored.narrow(self.seq_dim, start, T_new).copy_(t.detach())
+            stored.narrow(self.seq_dim, start, T_new).copy_(t.detach())  # values, not the graph
             out.append(stored.narrow(self.seq_dim, 0, end))  # a view: no copy of the history
         self._size = end
         return tuple(out)
@@ -91,13 +112,27 @@ class KVCache(_SlotCache):
         dtype: Storage dtype.
         device: Storage device.
 
+    Detaches (see the module docstring): no gradient flows through the cache.
+
     Shapes:
         update(k, v): k, v ``(B, H_kv, T_new, D)`` -> k, v ``(B, H_kv, T + T_new, D)``
     """
 
-    def __init__(self, batch_size: int, n_kv_heads: int, head_dim: int, max_len: int, *,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
-        shape = (batch_size, n_kv_heads, head_dim)
+    def __init__(
+        self,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        shape = (
+            check_int("batch_size", batch_size),
+            check_int("n_kv_heads", n_kv_heads),
+            check_int("head_dim", head_dim),
+        )
         super().__init__({"k": shape, "v": shape}, max_len, seq_dim=2, dtype=dtype, device=device)
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,15 +156,33 @@ class LatentKVCache(_SlotCache):
         dtype: Storage dtype.
         device: Storage device.
 
+    Detaches (see the module docstring): no gradient flows through the cache.
+
     Shapes:
         update(c_kv, k_rope): c_kv ``(B, T_new, d_c)``, k_rope ``(B, T_new, d_r)``
         -> ``(B, T + T_new, d_c)``, ``(B, T + T_new, d_r)``
     """
 
-    def __init__(self, batch_size: int, d_latent: int, d_rope: int, max_len: int, *,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
-        super().__init__({"c_kv": (batch_size, d_latent), "k_rope": (batch_size, d_rope)}, max_len,
-                         seq_dim=1, dtype=dtype, device=device)
+    def __init__(
+        self,
+        batch_size: int,
+        d_latent: int,
+        d_rope: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        check_int("batch_size", batch_size)
+        check_int("d_latent", d_latent)
+        check_int("d_rope", d_rope, minimum=0)
+        super().__init__(
+            {"c_kv": (batch_size, d_latent), "k_rope": (batch_size, d_rope)},
+            max_len,
+            seq_dim=1,
+            dtype=dtype,
+            device=device,
+        )
 
     def update(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append the latent and the RoPE key; return everything stored (views, no copy).

@@ -44,8 +44,12 @@ DEFAULT_TOLERANCE = {
     torch.float16: 1e-2,
 }
 
-_DTYPE_NAMES = {torch.float64: "float64", torch.float32: "float32",
-                torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_DTYPE_NAMES = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+}
 
 
 def _as_tensor(name: str, x: object) -> torch.Tensor:
@@ -81,15 +85,14 @@ def _tolerance_for(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float,
     # Hold a mixed comparison to the looser of the two dtypes (e.g. float32 vs float64).
     dtypes = [t.dtype for t in (actual, expected) if t.dtype in DEFAULT_TOLERANCE]
     if not dtypes:
-        raise TypeError(
-            f"no default tolerance for dtypes {actual.dtype} and {expected.dtype}: pass tol="
-        )
+        raise TypeError(f"no default tolerance for dtypes {actual.dtype} and {expected.dtype}: pass tol=")
     dtype = max(dtypes, key=lambda d: DEFAULT_TOLERANCE[d])
     return DEFAULT_TOLERANCE[dtype], _DTYPE_NAMES[dtype]
 
 
-def assert_close(actual: object, expected: object, *, tol: float | None = None, label: str = "",
-                 quiet: bool = False) -> float:
+def assert_close(
+    actual: object, expected: object, *, tol: float | None = None, label: str = "", quiet: bool = False
+) -> float:
     """Assert ``max |actual - expected| < tol`` and print the claim (not the raw digits).
 
     Args:
@@ -125,8 +128,7 @@ def assert_close(actual: object, expected: object, *, tol: float | None = None, 
     return diff
 
 
-def assert_differ(actual: object, expected: object, *, more_than: float, label: str = "",
-                  quiet: bool = False) -> float:
+def assert_differ(actual: object, expected: object, *, more_than: float, label: str = "", quiet: bool = False) -> float:
     """Assert ``max |actual - expected| > more_than`` and print the claim.
 
     For results that must *not* agree: a planted bug, an ablation, a layer without its mask.

@@ -25,24 +25,27 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .checks import check_number, check_tensor
 from .masks import causal_mask
 
-__all__ = ["attention"]
+__all__ = ["attention", "attend", "split_result", "check_qkv"]
 
 # ``enable_gqa`` arrived in PyTorch 2.5; attn_core supports torch>=2.2, so older
 # versions fall back to materialising the repeated key/value heads.
 _SDPA_HAS_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
 
 
-def _validate(q, k, v, mask, scale, dropout_p) -> int:
-    """Check the arguments and return the number of query heads per key/value head."""
+def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
+    """Check the arguments of :func:`attention`; return the number of query heads per key/value head.
+
+    Also the check of every other function that takes ``q, k, v`` the way :func:`attention`
+    does (e.g. :func:`attn_core.efficient.tiled_attention`), so that they fail alike.
+
+    Raises:
+        TypeError, ValueError: As listed in :func:`attention`.
+    """
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions (..., T, D), got shape {tuple(t.shape)}")
-        if not t.dtype.is_floating_point:
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype={t.dtype}")
+        check_tensor(name, t, ("...", "T", "D"), floating=True)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
     if not (q.dim() == k.dim() == v.dim()):
@@ -74,8 +77,7 @@ def _validate(q, k, v, mask, scale, dropout_p) -> int:
             f"q and k batch dimensions do not broadcast: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
         ) from None
     if mask is not None:
-        if not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+        check_tensor("mask", mask)
         if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
             raise TypeError(
                 f"mask must be boolean (True = may attend) or floating (an additive bias), got dtype={mask.dtype}"
@@ -91,10 +93,9 @@ def _validate(q, k, v, mask, scale, dropout_p) -> int:
                 f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} "
                 f"(from q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)})"
             )
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(f"scale must be a positive number or None, got scale={scale!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a number in [0, 1), got dropout_p={dropout_p!r}")
+    if scale is not None:
+        check_number("scale", scale, low=0.0, low_open=True)
+    check_number("dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
     return groups
 
 
@@ -159,7 +160,7 @@ def attention(
         ValueError: Mismatched ranks or widths, head counts that do not divide, a mask
             that does not broadcast, a bad ``scale`` or ``dropout_p``.
     """
-    groups = _validate(q, k, v, mask, scale, dropout_p)
+    groups = check_qkv(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if is_causal and T_q == 1:
@@ -169,6 +170,29 @@ def attention(
     if return_weights:
         return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups)
     return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k)
+
+
+def split_result(
+    result: torch.Tensor | tuple[torch.Tensor, torch.Tensor], return_weights: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(output, weights)`` from what an attention call returned: the weights are ``None`` unless asked for.
+
+    :func:`attention` and every attention module return the output alone, or
+    ``(output, weights)`` when called with ``return_weights=True``; code that passes the
+    flag through (a block around its attention layer) unpacks the result here, once.
+    """
+    return result if return_weights else (result, None)
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_weights: bool = False, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`attention` with one return shape, ``(output, weights or None)``: what the layers call.
+
+    Shapes:
+        as :func:`attention`; weights ``None`` unless ``return_weights``
+    """
+    return split_result(attention(q, k, v, return_weights=return_weights, **kwargs), return_weights)
 
 
 def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups):
@@ -232,9 +256,7 @@ def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k):
         attn_mask = bias.to(q.dtype)
     else:
         attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs
-    )
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs)
     if fully_masked is not None:
         out = out.masked_fill(fully_masked, 0.0)
     return out

@@ -17,11 +17,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .checks import check_instance, check_int, check_number, check_tensor
+
 __all__ = ["generate", "sample_next"]
 
 
 def sample_next(
-    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Pick the next token from the last position's logits.
@@ -43,21 +48,15 @@ def sample_next(
 
 
 def _check_args(model, idx, max_new_tokens, temperature, top_k, generator) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point or idx.dtype == torch.bool:
-        raise TypeError(f"idx must be an integer tensor of token ids, got {type(idx).__name__}"
-                        + (f" of dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else ""))
-    if idx.dim() != 2 or idx.shape[1] == 0:
+    check_instance("model", model, nn.Module)
+    check_tensor("idx", idx, ("B", "T"), integer=True)
+    if idx.shape[1] == 0:
         raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got max_new_tokens={max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got temperature={temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be an int >= 1 or None, got top_k={top_k!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    check_int("max_new_tokens", max_new_tokens)
+    check_number("temperature", temperature, low=0.0)
+    if top_k is not None:
+        check_int("top_k", top_k)
+    check_instance("generator", generator, torch.Generator, optional=True)
     max_len = getattr(getattr(model, "config", None), "max_len", None)
     if max_len is not None and idx.shape[1] + max_new_tokens - 1 > max_len:
         raise ValueError(

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import ByteCodec, DecoderLM  # noqa: I001 - the package's top level, already initialised
+from .model import DecoderLM
+from .pretrained import ByteCodec
 
 __all__ = [
     "PUNCTUATION",
@@ -150,7 +151,9 @@ def punctuation_score(weights: torch.Tensor, ids: torch.Tensor, *, chars: str = 
         raise TypeError(f"ids must be an integer tensor, got {type(ids).__name__}")
     T = w.shape[-1]
     if ids.shape[-1] != T or (ids.dim() == 2 and ids.shape[0] != w.shape[0]) or ids.dim() > 2:
-        raise ValueError(f"ids must have shape (T,) or (N, T) matching weights {tuple(w.shape)}, got {tuple(ids.shape)}")
+        raise ValueError(
+            f"ids must have shape (T,) or (N, T) matching weights {tuple(w.shape)}, got {tuple(ids.shape)}"
+        )
     start = _check_query_start(min_query, T)
     marks = torch.tensor(sorted(set(chars.encode("ascii"))), dtype=ids.dtype)
     is_punct = torch.isin(ids, marks).to(w.dtype)  # (N, T) or (T,)

@@ -17,11 +17,10 @@ Shape legend:
 from __future__ import annotations
 
 import torch
-from ._checks import check_int
+
+from .checks import check_int, check_tensor
 
 __all__ = ["causal_mask", "padding_mask"]
-
-
 
 
 def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -56,8 +55,7 @@ def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str 
     T_k = T_q if T_k is None else check_int("T_k", T_k)
     if T_k < T_q:
         raise ValueError(
-            f"causal_mask needs T_k >= T_q (queries are the last T_q of T_k positions), "
-            f"got T_q={T_q}, T_k={T_k}"
+            f"causal_mask needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
         )
     # Absolute positions: queries are the last T_q of the T_k positions.
     q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
@@ -86,19 +84,14 @@ def padding_mask(lengths: torch.Tensor | list[int], T: int) -> torch.Tensor:
 
     Raises:
         TypeError: If ``lengths`` is not a list of ints or an integer tensor.
-        ValueError: If a length is negative or larger than ``T``.
+        ValueError: If ``lengths`` is not 1-D, or a length is negative or larger than ``T``.
     """
     T = check_int("T", T)
     if isinstance(lengths, (list, tuple)):
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
             raise TypeError(f"lengths must be ints, got {lengths!r}")
         lengths = torch.tensor(lengths, dtype=torch.long)
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(f"lengths must be a list of ints or a tensor, got {type(lengths).__name__}")
-    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.dim() != 1:
-        raise TypeError(
-            f"lengths must be a 1-D integer tensor, got dtype={lengths.dtype}, shape={tuple(lengths.shape)}"
-        )
+    check_tensor("lengths", lengths, ("B",), integer=True)
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > T):
         raise ValueError(f"every length must be in [0, T={T}], got lengths={lengths.tolist()}")
     positions = torch.arange(T, device=lengths.device)  # (T,)

@@ -31,16 +31,27 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_int
-from .attention import MultiHeadAttention
-from .cache import KVCache, LatentKVCache
-from .core import attention
+from .cache import LatentKVCache, storage_like
+from .checks import check_instance, check_int, check_tensor
+from .core import attend
 from .norms import RMSNorm
 from .positional import RotaryEmbedding
+from .shapes import head_mask, merge_heads, split_heads
 
-__all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token"]
+__all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim"]
 
 
+def default_rope_dim(head_dim: int) -> int:
+    """MLA's default decoupled RoPE width: the paper's ``d_h / 2``, rounded down to even (RoPE rotates pairs).
+
+    The one definition of the default: :class:`MultiHeadLatentAttention` and
+    :attr:`attn_core.DecoderConfig.resolved_rope_dim` both use it.
+
+    Example:
+        >>> default_rope_dim(64), default_rope_dim(6)
+        (32, 2)
+    """
+    return (check_int("head_dim", head_dim) // 2) // 2 * 2
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -73,8 +84,8 @@ class MultiHeadLatentAttention(nn.Module):
         d_latent: Width ``d_c`` of the cached key/value latent (DeepSeek-V2: ``4·d_h``).
         d_q_latent: Width ``d_cq`` of the query latent, or ``None`` for no query latent.
         head_dim: ``d_h``; defaults to ``d_model // n_heads``.
-        rope_dim: ``d_r``, even; defaults to ``d_h // 2`` (rounded down to even) as in
-            the paper. ``0`` gives latent attention without positions.
+        rope_dim: ``d_r``, even; defaults to :func:`default_rope_dim` (``d_h // 2``
+            rounded down to even, as in the paper). ``0`` gives latent attention without positions.
         causal: Block attention to future positions.
         latent_norm: RMS-normalise ``c_KV`` (and ``c_Q``), as DeepSeek does.
         rope_base: Base of the rotary embedding.
@@ -117,7 +128,7 @@ class MultiHeadLatentAttention(nn.Module):
             head_dim = d_model // n_heads
         check_int("head_dim", head_dim)
         if rope_dim is None:
-            rope_dim = (head_dim // 2) // 2 * 2  # the paper's d_h/2, kept even for RoPE's pairs
+            rope_dim = default_rope_dim(head_dim)
         check_int("rope_dim", rope_dim, minimum=0)
         if rope_dim % 2 != 0:
             raise ValueError(f"rope_dim must be even (RoPE rotates pairs of dimensions), got rope_dim={rope_dim}")
@@ -149,10 +160,6 @@ class MultiHeadLatentAttention(nn.Module):
         return 1.0 / math.sqrt(self.head_dim + self.rope_dim)
 
     # ------------------------------------------------------------------ pieces
-    def _split_heads(self, t: torch.Tensor, width: int) -> torch.Tensor:
-        B, T, _ = t.shape
-        return t.view(B, T, self.n_heads, width).transpose(1, 2)  # (B, T, H*w) -> (B, H, T, w)
-
     def queries(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Content queries ``q_C`` and rotated RoPE queries ``q_R`` of the positions ``offset ..``.
 
@@ -165,11 +172,11 @@ class MultiHeadLatentAttention(nn.Module):
             src = self.q_down(x)  # (B, T, d_cq)
             if self.q_norm is not None:
                 src = self.q_norm(src)
-        q_c = self._split_heads(self.q_up(src), self.head_dim)  # (B, H, T, d_h)
+        q_c = split_heads(self.q_up(src), self.n_heads)  # (B, H, T, d_h)
         if self.q_rope is None:
             q_r = x.new_zeros(x.shape[0], self.n_heads, x.shape[1], 0)  # (B, H, T, 0)
         else:
-            q_r = self.rope(self._split_heads(self.q_rope(src), self.rope_dim), offset=offset)  # (B, H, T, d_r)
+            q_r = self.rope(split_heads(self.q_rope(src), self.n_heads), offset=offset)  # (B, H, T, d_r)
         return q_c, q_r
 
     def latents(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -215,16 +222,9 @@ class MultiHeadLatentAttention(nn.Module):
             x: ``(B, T, d_model)``
             output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
         """
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        if kv_cache is not None and not isinstance(kv_cache, LatentKVCache):
-            raise TypeError(
-                f"kv_cache must be a LatentKVCache (see make_cache), got {type(kv_cache).__name__}"
-            )
-        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, T, T_k) -> (B, 1, T, T_k): the same for every head
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_instance("kv_cache", kv_cache, LatentKVCache, optional=True)
+        mask = head_mask(mask)  # (B, T, T_k) -> (B, 1, T, T_k): the same for every head
         past = 0 if kv_cache is None else kv_cache.size
         q_c, q_r = self.queries(x, offset=past)  # (B, H, T, d_h), (B, H, T, d_r)
         c_kv, k_r = self.latents(x, offset=past)  # (B, T, d_c), (B, T, d_r)
@@ -232,21 +232,18 @@ class MultiHeadLatentAttention(nn.Module):
             c_kv, k_r = kv_cache.update(c_kv, k_r)  # (B, T_k, d_c), (B, T_k, d_r)
         attend = self._attend_absorbed if absorbed else self._attend_naive
         out, weights = attend(q_c, q_r, c_kv, k_r, mask, return_weights)  # (B, H, T, d_h)
-        B, H, T, _ = out.shape
-        out = out.transpose(1, 2).reshape(B, T, H * self.head_dim)  # (B, H, T, d_h) -> (B, T, H*d_h)
-        out = self.out_proj(out)  # (B, T, d_model)
+        out = self.out_proj(merge_heads(out))  # (B, H, T, d_h) -> (B, T, H*d_h) -> (B, T, d_model)
         return (out, weights) if return_weights else out
 
     def _attend_naive(self, q_c, q_r, c_kv, k_r, mask, return_weights):
         """Decompress every head's keys and values from the latents, then ordinary attention."""
         B, H, T_k = c_kv.shape[0], self.n_heads, c_kv.shape[1]
-        k_c = self._split_heads(self.k_up(c_kv), self.head_dim)  # (B, H, T_k, d_h)
-        v = self._split_heads(self.v_up(c_kv), self.head_dim)  # (B, H, T_k, d_h)
+        k_c = split_heads(self.k_up(c_kv), self.n_heads)  # (B, H, T_k, d_h)
+        v = split_heads(self.v_up(c_kv), self.n_heads)  # (B, H, T_k, d_h)
         k_r = k_r.unsqueeze(1).expand(B, H, T_k, self.rope_dim)  # (B, T_k, d_r) -> (B, H, T_k, d_r): shared
         q = torch.cat((q_c, q_r), dim=-1)  # (B, H, T, d_h + d_r)
         k = torch.cat((k_c, k_r), dim=-1)  # (B, H, T_k, d_h + d_r)
-        result = attention(q, k, v, mask=mask, is_causal=self.causal, scale=self.scale, return_weights=return_weights)
-        return result if return_weights else (result, None)
+        return attend(q, k, v, mask=mask, is_causal=self.causal, scale=self.scale, return_weights=return_weights)
 
     def _attend_absorbed(self, q_c, q_r, c_kv, k_r, mask, return_weights):
         """Multi-query attention in latent space: W_UK on the query side, W_UV on the output side."""
@@ -260,15 +257,20 @@ class MultiHeadLatentAttention(nn.Module):
         k = torch.cat((c_kv, k_r), dim=-1).unsqueeze(1)  # (B, T_k, d_c + d_r) -> (B, 1, T_k, d_c + d_r)
         v = c_kv.unsqueeze(1)  # (B, T_k, d_c) -> (B, 1, T_k, d_c): one value head for all queries
         # The scale is that of the *unabsorbed* dot products (d_h + d_r wide), not 1/√(d_c + d_r).
-        result = attention(q, k, v, mask=mask, is_causal=self.causal, scale=self.scale, return_weights=return_weights)
-        o_lat, weights = result if return_weights else (result, None)  # (B, H, T, d_c)
+        o_lat, weights = attend(  # (B, H, T, d_c)
+            q, k, v, mask=mask, is_causal=self.causal, scale=self.scale, return_weights=return_weights
+        )
         # Σ_j w_j (W_UV c_j) = W_UV (Σ_j w_j c_j): decompress once per query, not once per key.
         out = torch.einsum("bhtc,hdc->bhtd", o_lat, w_uv)  # (B, H, T, d_h)
         return out, weights
 
     # ------------------------------------------------------------------ cache and cost
     def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+        self,
+        batch_size: int,
+        max_len: int,
+        *,
+        dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> LatentKVCache:
         """An empty :class:`~attn_core.LatentKVCache` for this layer (dtype/device of its weights by default).
@@ -276,11 +278,8 @@ class MultiHeadLatentAttention(nn.Module):
         Shapes:
             stores ``c_kv (B, max_len, d_c)`` and ``k_rope (B, max_len, d_r)``
         """
-        w = self.kv_down.weight
-        return LatentKVCache(
-            batch_size, self.d_latent, self.rope_dim, max_len,
-            dtype=w.dtype if dtype is None else dtype, device=w.device if device is None else device,
-        )
+        storage = storage_like(self.kv_down.weight, dtype, device)
+        return LatentKVCache(batch_size, self.d_latent, self.rope_dim, max_len, **storage)
 
     def cache_elements_per_token(self) -> int:
         """Cached elements per token and layer (``d_c + d_r``), measured on a real cache; see
@@ -334,21 +333,16 @@ def kv_cache_elements_per_token(module: nn.Module) -> int:
     ``2·d_h`` (MQA), ``d_c + d_r`` (MLA).
 
     Args:
-        module: A :class:`MultiHeadLatentAttention` or a
-            :class:`~attn_core.MultiHeadAttention` (and its GQA/MQA forms).
+        module: An attention layer: a :class:`MultiHeadLatentAttention`, a
+            :class:`~attn_core.MultiHeadAttention` (and its GQA/MQA forms), or any layer
+            that builds its cache with ``make_cache(batch_size, max_len)``.
 
     Returns:
         Elements per token (multiply by the element size for bytes).
     """
-    if isinstance(module, MultiHeadLatentAttention):
-        cache = module.make_cache(1, 1)
-    elif isinstance(module, MultiHeadAttention):
-        w = module.k_proj.weight
-        cache = KVCache(1, module.n_kv_heads, module.head_dim, 1, dtype=w.dtype, device=w.device)
-    else:
-        raise TypeError(
-            f"module must be a MultiHeadLatentAttention or a MultiHeadAttention, got {type(module).__name__}"
-        )
+    if not callable(getattr(module, "make_cache", None)):
+        raise TypeError(f"module must be an attention layer with a make_cache method, got {type(module).__name__}")
+    cache = module.make_cache(1, 1)
     w = next(module.parameters())
     module(torch.zeros(1, 1, module.d_model, dtype=w.dtype, device=w.device), kv_cache=cache)
     if cache.size != 1:  # pragma: no cover - guards against a layer that bypasses its cache

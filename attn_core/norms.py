@@ -23,31 +23,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["LayerNorm", "RMSNorm"]
+from .checks import check_choice, check_int, check_number, check_tensor
 
+__all__ = ["LayerNorm", "RMSNorm", "make_norm", "NORM_KINDS", "NORM_POSITIONS"]
 
-def _check_width(d: object) -> int:
-    if isinstance(d, bool) or not isinstance(d, int):
-        raise TypeError(f"d must be an int, got {type(d).__name__} ({d!r})")
-    if d < 1:
-        raise ValueError(f"d must be >= 1, got d={d}")
-    return d
-
-
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a number >= 0, got eps={eps!r}")
-    return float(eps)
+#: The names :func:`make_norm` (and the blocks' ``norm=`` argument) accept.
+NORM_KINDS = ("layernorm", "rmsnorm")
+#: Where a transformer block puts its normalisation (``norm_position=``): before the
+#: sub-layer (``x + f(norm(x))``) or after the residual addition (``norm(x + f(x))``).
+NORM_POSITIONS = ("pre", "post")
 
 
 def _check_input(x: object, d: int) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if not x.dtype.is_floating_point:
-        raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
-    if x.dim() < 1 or x.shape[-1] != d:
-        raise ValueError(f"x must have shape (..., d={d}), got {tuple(x.shape)}")
-    return x
+    return check_tensor("x", x, ("...", ("d", d)), floating=True)
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -80,7 +68,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
-        self.d, self.eps = _check_width(d), _check_eps(eps)
+        self.d, self.eps = check_int("d", d), check_number("eps", eps, low=0.0)
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d)) if bias else None
 
@@ -128,7 +116,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
-        self.d, self.eps = _check_width(d), _check_eps(eps)
+        self.d, self.eps = check_int("d", d), check_number("eps", eps, low=0.0)
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -145,3 +133,9 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
+
+
+def make_norm(kind: str, d: int) -> nn.Module:
+    """``"layernorm"`` -> :class:`LayerNorm`, ``"rmsnorm"`` -> :class:`RMSNorm`, of width ``d``."""
+    check_choice("norm", kind, NORM_KINDS)
+    return LayerNorm(d) if kind == "layernorm" else RMSNorm(d)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 
 import torch
-from ._checks import check_int
 from torch import nn
+
+from .checks import check_choice, check_instance, check_int, check_number, check_tensor
 
 __all__ = [
     "SinusoidalPositionalEncoding",
@@ -36,29 +37,10 @@ __all__ = [
     "ALiBi",
     "rope_permutation",
     "convert_rope_layout",
+    "check_rope",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
-
-
-
-
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1.0 or math.isinf(base):
-        raise ValueError(f"base must be a finite number > 1, got base={base!r}")
-    return float(base)
-
-
-def _check_sequence(x: object, width: int, width_name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[-1] != width:
-        raise ValueError(f"x must have shape (B, T, {width_name}={width}), got {tuple(x.shape)}")
-    if not x.dtype.is_floating_point:
-        raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
-    return x
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -88,7 +70,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         check_int("d_model", d_model)
         if d_model % 2 != 0:
             raise ValueError(f"d_model must be even (sine/cosine pairs), got d_model={d_model}")
-        self.d_model, self.base = d_model, _check_base(base)
+        self.d_model, self.base = d_model, check_number("base", base, low=1.0, low_open=True)
 
     def encodings(
         self, T: int, offset: int = 0, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
@@ -115,7 +97,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         Shapes:
             x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
         """
-        _check_sequence(x, self.d_model, "d_model")
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True)
         return x + self.encodings(x.shape[1], offset, device=x.device, dtype=x.dtype)
 
     def extra_repr(self) -> str:
@@ -170,17 +152,11 @@ class LearnedPositionalEmbedding(nn.Module):
         Shapes:
             x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
         """
-        _check_sequence(x, self.d_model, "d_model")
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True)
         return x + self.encodings(x.shape[1], offset).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
-
-
-def _check_layout(name: str, layout: object) -> str:
-    if layout not in ROPE_LAYOUTS:
-        raise ValueError(f"{name} must be one of {ROPE_LAYOUTS}, got {name}={layout!r}")
-    return layout
 
 
 def rope_permutation(head_dim: int, *, src: str = "interleaved", dst: str = "half") -> torch.Tensor:
@@ -211,8 +187,8 @@ def rope_permutation(head_dim: int, *, src: str = "interleaved", dst: str = "hal
     check_int("head_dim", head_dim)
     if head_dim % 2 != 0:
         raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
-    _check_layout("src", src)
-    _check_layout("dst", dst)
+    check_choice("src", src, ROPE_LAYOUTS)
+    check_choice("dst", dst, ROPE_LAYOUTS)
     idx = torch.arange(head_dim)
     if src == dst:
         return idx
@@ -228,8 +204,7 @@ def convert_rope_layout(x: torch.Tensor, *, src: str, dst: str) -> torch.Tensor:
     Shapes:
         x: ``(..., D)``; output: ``(..., D)``
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    check_tensor("x", x)
     return x[..., rope_permutation(x.shape[-1], src=src, dst=dst).to(x.device)]
 
 
@@ -267,8 +242,8 @@ class RotaryEmbedding(nn.Module):
         check_int("head_dim", head_dim)
         if head_dim % 2 != 0:
             raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
-        self.head_dim, self.base = head_dim, _check_base(base)
-        self.layout = _check_layout("layout", layout)
+        self.head_dim, self.base = head_dim, check_number("base", base, low=1.0, low_open=True)
+        self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
         # Plain attributes, not buffers: ``module.half()`` would cast buffers to float16
         # and throw away the precision the angles need. They follow the input's device.
         self._cos: torch.Tensor | None = None  # (L, D/2), float64
@@ -327,12 +302,7 @@ class RotaryEmbedding(nn.Module):
         Shapes:
             x: ``(..., T, D)``; output: ``(..., T, D)``
         """
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() < 2 or x.shape[-1] != self.head_dim:
-            raise ValueError(f"x must have shape (..., T, head_dim={self.head_dim}), got {tuple(x.shape)}")
-        if not x.dtype.is_floating_point:
-            raise TypeError(f"x must be a floating-point tensor, got dtype={x.dtype}")
+        check_tensor("x", x, ("...", "T", ("head_dim", self.head_dim)), floating=True)
         T = x.shape[-2]
         if T == 0:
             return x
@@ -357,6 +327,22 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}"
+
+
+def check_rope(rope: nn.Module | None, head_dim: int) -> nn.Module | None:
+    """Return ``rope`` (a rotary embedding, or None) if it rotates heads of width ``head_dim``; raise otherwise.
+
+    The check of every attention layer that takes a ``rope=`` argument.
+
+    Raises:
+        TypeError: ``rope`` is not an ``nn.Module`` (or None).
+        ValueError: ``rope.head_dim`` differs from ``head_dim``.
+    """
+    if check_instance("rope", rope, nn.Module, optional=True) is None:
+        return None
+    if getattr(rope, "head_dim", head_dim) != head_dim:
+        raise ValueError(f"rope.head_dim={rope.head_dim} does not match head_dim={head_dim}")
+    return rope
 
 
 class ALiBi(nn.Module):
@@ -409,7 +395,11 @@ class ALiBi(nn.Module):
         return geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
 
     def bias(
-        self, T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None,
+        self,
+        T_q: int,
+        T_k: int | None = None,
+        *,
+        device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
         """Additive score bias ``-m_h · |i - j|``, aligned bottom-right like :func:`~attn_core.causal_mask`.
@@ -423,7 +413,9 @@ class ALiBi(nn.Module):
         T_q = check_int("T_q", T_q)
         T_k = T_q if T_k is None else check_int("T_k", T_k)
         if T_k < T_q:
-            raise ValueError(f"ALiBi.bias needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}")
+            raise ValueError(
+                f"ALiBi.bias needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
+            )
         device = self.slopes.device if device is None else device
         q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
         k_pos = torch.arange(T_k, device=device)  # (T_k,)

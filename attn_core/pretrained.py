@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import DecoderConfig, DecoderLM  # noqa: I001 - the package's top level, already initialised
+from .config import DecoderConfig
+from .model import DecoderLM
 
 __all__ = [
     "ByteCodec",
@@ -210,7 +211,8 @@ def shakespeare_text(split: str = "val") -> str:
         raise ValueError(f"split must be one of {SPLITS}, got split={split!r}")
     path = DATA_DIR / f"{split}.txt"
     if not path.is_file():
-        hint = " (the training text is in the book's repository, not in the installed package)" if split == "train" else ""
+        in_repo_only = " (the training text is in the book's repository, not in the installed package)"
+        hint = in_repo_only if split == "train" else ""
         raise FileNotFoundError(f"{path} not found{hint}")
     return path.read_text(encoding="utf-8")
 

@@ -23,22 +23,28 @@ Shape legend:
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from ._checks import check_int
-from .blocks import _check_choice, _check_dropout, _check_sequence, make_mlp, make_norm
-from .cache import KVCache
-from .core import attention
+from .cache import KVCache, storage_like
+from .checks import check_choice, check_instance, check_int, check_number, check_tensor
+from .core import attend, split_result
 from .masks import causal_mask
+from .mistakes import leaky_shaped_attention as _leaky_shaped_attention  # noqa: F401 (chapter 11 imports this old name)
+from .mlp import MLP_KINDS, make_mlp
+from .norms import NORM_KINDS, make_norm
+from .positional import check_rope
+from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["ShapedAttention", "SimplifiedBlock", "centring_matrix"]
 
 
 def centring_matrix(
-    T_q: int, T_k: int | None = None, *, causal: bool = True, device: torch.device | str | None = None,
+    T_q: int,
+    T_k: int | None = None,
+    *,
+    causal: bool = True,
+    device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """The centring matrix ``C`` of shaped attention: uniform attention over the allowed keys.
@@ -112,14 +118,11 @@ class ShapedAttention(nn.Module):
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         for name, value in (("alpha", alpha), ("beta", beta), ("gamma", gamma)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number, got {name}={value!r}")
+            check_number(name, value)
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.n_kv_heads = n_heads  # for caches: one stored key/value head per head
         self.causal = bool(causal)
-        if rope is not None and getattr(rope, "head_dim", self.head_dim) != self.head_dim:
-            raise ValueError(f"rope.head_dim={rope.head_dim} does not match head_dim={self.head_dim}")
-        self.rope = rope
+        self.rope = check_rope(rope, self.head_dim)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         # W_Q = 0: every score is 0, the softmax is the uniform C, and A = α·I.
@@ -134,10 +137,6 @@ class ShapedAttention(nn.Module):
         self.alpha = nn.Parameter(torch.full((n_heads,), float(alpha)))
         self.beta = nn.Parameter(torch.full((n_heads,), float(beta)))
         self.gamma = nn.Parameter(torch.full((n_heads,), float(gamma)))
-
-    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        B, T, _ = t.shape
-        return t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, T, d_model) -> (B, H, T, D)
 
     def _gains(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # (H,) -> (H, 1, 1): broadcast over (B, H, T, ·)
@@ -165,21 +164,22 @@ class ShapedAttention(nn.Module):
             output: ``(B, T, d_model)``
             weights: ``(B, H, T, T_k)``
         """
-        _check_sequence(x, self.d_model)
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_instance("kv_cache", kv_cache, KVCache, optional=True)
         B, T, _ = x.shape
-        q = self._split_heads(self.q_proj(x))  # (B, H, T, D)
-        k = self._split_heads(self.k_proj(x))  # (B, H, T, D)
-        v = self._split_heads(x if self.v_proj is None else self.v_proj(x))  # (B, H, T, D): identity values
+        q = split_heads(self.q_proj(x), self.n_heads)  # (B, T, d_model) -> (B, H, T, D)
+        k = split_heads(self.k_proj(x), self.n_heads)  # (B, T, d_model) -> (B, H, T, D)
+        v = split_heads(x if self.v_proj is None else self.v_proj(x), self.n_heads)  # (B, H, T, D): identity values
         past = 0 if kv_cache is None else kv_cache.size
         if self.rope is not None:
             q, k = self.rope(q, offset=past), self.rope(k, offset=past)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H, T_k, D)
-        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, T, T_k) -> (B, 1, T, T_k): the same for every head
+        mask = head_mask(mask)  # (B, T, T_k) -> (B, 1, T, T_k): the same for every head
         T_k = k.shape[-2]
-        result = attention(q, k, v, mask=mask, is_causal=self.causal, return_weights=return_weights)
-        softmax_v, softmax_w = result if return_weights else (result, None)  # (B, H, T, D)
+        softmax_v, softmax_w = attend(  # (B, H, T, D), (B, H, T, T_k) or None
+            q, k, v, mask=mask, is_causal=self.causal, return_weights=return_weights
+        )
         alpha, beta, gamma = self._gains(v.dtype)
         # I·V: each query's own value (the last T of the T_k positions).
         self_v = v[:, :, T_k - T :, :]  # (B, H, T, D)
@@ -191,7 +191,7 @@ class ShapedAttention(nn.Module):
         else:
             mean_v = v.to(work).mean(dim=-2, keepdim=True).expand(B, self.n_heads, T, self.head_dim)
         out = alpha * self_v + beta * softmax_v - gamma * mean_v.to(v.dtype)  # (B, H, T, D)
-        out = out.transpose(1, 2).reshape(B, T, self.d_model)  # (B, H, T, D) -> (B, T, d_model)
+        out = merge_heads(out)  # (B, H, T, D) -> (B, T, d_model)
         if not return_weights:
             return out
         eye = torch.eye(T_k, device=v.device, dtype=softmax_w.dtype)[T_k - T :]  # (T, T_k), bottom-right
@@ -199,45 +199,16 @@ class ShapedAttention(nn.Module):
         alpha, beta, gamma = self._gains(softmax_w.dtype)
         return out, alpha * eye + beta * softmax_w - gamma * C  # (B, H, T, T_k)
 
-    def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype = torch.float32, device=None
-    ) -> KVCache:
-        """An empty cache for the keys and (identity) values of this layer."""
-        return KVCache(batch_size, self.n_heads, self.head_dim, max_len, dtype=dtype, device=device)
+    def make_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None) -> KVCache:
+        """An empty cache for the keys and (identity) values of this layer (dtype/device of its weights by default)."""
+        storage = storage_like(self.k_proj.weight, dtype, device)
+        return KVCache(batch_size, self.n_heads, self.head_dim, max_len, **storage)
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}, "
             f"value_proj={self.v_proj is not None}"
         )
-
-
-def _leaky_shaped_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """TEST/TEACHING ONLY: shaped attention with the common causality bug. Do not use.
-
-    Two mistakes, as they appear in tutorial re-implementations: the causal mask is
-    applied out of place and its result thrown away (``masked_fill`` returns a new
-    tensor), and the centring matrix is built uniform over *all* positions instead of
-    causally. At initialisation (``W_Q = 0``, ``β = γ``) the two mistakes cancel, so the
-    block is the identity and looks right; once the scores are not all equal, every
-    position reads the future. Chapter 11 and ``tests/test_simplified.py`` catch it with
-    the causality test. The softmax is written out here *because* the bug lives in it.
-
-    Shapes:
-        q, k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``
-        returns: output ``(B, H, T, D)``, A ``(B, H, T, T)``
-    """
-    T = q.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
-    scores.masked_fill(~causal_mask(T, device=q.device), float("-inf"))  # BUG: result discarded
-    probs = torch.softmax(scores, dim=-1)
-    C = torch.full((T, T), 1.0 / T, dtype=q.dtype, device=q.device)  # BUG: uniform over all T positions
-    eye = torch.eye(T, dtype=q.dtype, device=q.device)
-    a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
-    A = a * eye + b * probs - g * C  # (B, H, T, T)
-    return A @ v, A
 
 
 class SimplifiedBlock(nn.Module):
@@ -288,21 +259,18 @@ class SimplifiedBlock(nn.Module):
         causal: bool = True,
     ) -> None:
         super().__init__()
-        _check_choice("mlp", mlp, ("gelu", "swiglu"))
-        _check_choice("norm", norm, ("layernorm", "rmsnorm"))
-        if isinstance(beta_ff, bool) or not isinstance(beta_ff, (int, float)):
-            raise TypeError(f"beta_ff must be a number, got beta_ff={beta_ff!r}")
+        check_choice("mlp", mlp, MLP_KINDS)
+        check_choice("norm", norm, NORM_KINDS)
+        check_number("beta_ff", beta_ff)
         self.d_model, self.parallel = d_model, bool(parallel)
         self.attn_norm = make_norm(norm, d_model)
         self.attn = ShapedAttention(d_model, n_heads, causal=causal, value_proj=value_proj, rope=rope, bias=bias)
         self.mlp_norm = None if self.parallel else make_norm(norm, d_model)
         self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
         self.beta_ff = nn.Parameter(torch.tensor(float(beta_ff)))
-        self.mlp_dropout = nn.Dropout(_check_dropout(dropout))
+        self.mlp_dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
 
-    def make_cache(
-        self, batch_size: int, max_len: int, *, dtype: torch.dtype = torch.float32, device=None
-    ) -> KVCache:
+    def make_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None) -> KVCache:
         """An empty cache for this block's shaped attention."""
         return self.attn.make_cache(batch_size, max_len, dtype=dtype, device=device)
 
@@ -319,10 +287,10 @@ class SimplifiedBlock(nn.Module):
         Shapes:
             x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
         """
-        _check_sequence(x, self.d_model)
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
         n = self.attn_norm(x)
         result = self.attn(n, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
-        h, weights = result if return_weights else (result, None)
+        h, weights = split_result(result, return_weights)
         beta_ff = self.beta_ff.to(x.dtype)
         if self.parallel:
             out = h + beta_ff * self.mlp_dropout(self.mlp(n))  # SAS-P: both branches read norm(x)

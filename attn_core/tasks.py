@@ -34,7 +34,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from ._checks import check_int
+
+from .checks import check_instance, check_int
 
 __all__ = [
     "IGNORE_INDEX",
@@ -55,14 +56,6 @@ IGNORE_INDEX = -100
 SEP = 0
 
 
-
-
-def _check_generator(generator: object) -> torch.Generator | None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    return generator
-
-
 def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.Tensor:
     """Random data tokens in ``1..vocab_size-1`` (0 is the separator).
 
@@ -72,7 +65,7 @@ def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.T
     check_int("batch_size", batch_size, minimum=1)
     check_int("n", n, minimum=1)
     check_int("vocab_size", vocab_size, minimum=2)
-    _check_generator(generator)
+    check_instance("generator", generator, torch.Generator, optional=True)
     return torch.randint(1, vocab_size, (batch_size, n), generator=generator)
 
 
@@ -87,7 +80,7 @@ def _answer_after_separator(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Ten
     seq = torch.cat((x, sep, y), dim=1)  # (B, 2n + 1)
     inputs, targets = seq[:, :-1].clone(), seq[:, 1:].clone()  # (B, 2n) each
     # Targets before the separator's position are random data: not predictable.
-    targets[:, : n] = IGNORE_INDEX
+    targets[:, :n] = IGNORE_INDEX
     return inputs, targets
 
 
@@ -173,12 +166,14 @@ def induction_task(
     check_int("batch_size", batch_size, minimum=1)
     check_int("n", n, minimum=2)
     check_int("vocab_size", vocab_size, minimum=2)
-    _check_generator(generator)
+    check_instance("generator", generator, torch.Generator, optional=True)
     min_n = max(2, n // 2) if min_n is None else check_int("min_n", min_n, minimum=2)
     if min_n > n:
         raise ValueError(f"min_n must be <= n, got min_n={min_n}, n={n}")
     if n > vocab_size:
-        raise ValueError(f"induction_task draws n distinct tokens: need n <= vocab_size, got n={n}, vocab_size={vocab_size}")
+        raise ValueError(
+            f"induction_task draws n distinct tokens: need n <= vocab_size, got n={n}, vocab_size={vocab_size}"
+        )
     # A random permutation per row, cut to n: distinct tokens without a Python loop.
     pattern = torch.rand(batch_size, vocab_size, generator=generator).argsort(dim=1)[:, :n]  # (B, n)
     p = torch.randint(min_n, n + 1, (batch_size, 1), generator=generator)  # (B, 1) pattern length per row
@@ -212,7 +207,7 @@ def associative_recall_task(
     check_int("batch_size", batch_size, minimum=1)
     check_int("n_pairs", n_pairs, minimum=1)
     check_int("vocab_size", vocab_size, minimum=4)
-    _check_generator(generator)
+    check_instance("generator", generator, torch.Generator, optional=True)
     half = vocab_size // 2
     if n_pairs > half:
         raise ValueError(

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_int
+from .checks import check_callable, check_choice, check_instance, check_int, check_number
 from .tasks import IGNORE_INDEX
 
 __all__ = ["TrainResult", "train", "lm_loss", "accuracy", "lr_at"]
@@ -94,7 +94,9 @@ def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> f
     return (predictions[scored] == targets[scored]).float().mean().item()
 
 
-def lr_at(step: int, *, steps: int, lr: float, warmup: int, schedule: str = "constant", min_lr_ratio: float = 0.1) -> float:
+def lr_at(
+    step: int, *, steps: int, lr: float, warmup: int, schedule: str = "constant", min_lr_ratio: float = 0.1
+) -> float:
     """Learning rate of step ``step`` (0-based): linear warm-up over ``warmup`` steps, then the schedule.
 
     Warm-up goes ``lr/warmup, 2·lr/warmup, ..., lr``; ``"cosine"`` then decays to
@@ -107,18 +109,6 @@ def lr_at(step: int, *, steps: int, lr: float, warmup: int, schedule: str = "con
     span = max(1, steps - warmup - 1)
     progress = min(1.0, (step - warmup) / span)
     return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def _check_number(name: str, value: object, *, low: float, inclusive: bool = True) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        ok = value >= low if inclusive else value > low
-    if not ok:
-        bound = f">= {low}" if inclusive else f"> {low}"
-        raise ValueError(f"{name} must be a number {bound}, got {name}={value!r}")
-    return float(value)
-
-
 
 
 class _Progress:
@@ -203,20 +193,17 @@ def train(
     Raises:
         TypeError, ValueError: Bad arguments, naming the value.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    if not callable(batch_fn):
-        raise TypeError(f"batch_fn must be callable, got {type(batch_fn).__name__}")
+    check_instance("model", model, nn.Module)
+    check_callable("batch_fn", batch_fn)
     check_int("steps", steps, minimum=1)
     check_int("warmup", warmup, minimum=0)
     check_int("batch_size", batch_size, minimum=1)
     check_int("seed", seed, minimum=0)
-    _check_number("lr", lr, low=0.0, inclusive=False)
-    _check_number("weight_decay", weight_decay, low=0.0)
+    check_number("lr", lr, low=0.0, low_open=True)
+    check_number("weight_decay", weight_decay, low=0.0)
     if grad_clip is not None:
-        _check_number("grad_clip", grad_clip, low=0.0, inclusive=False)
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got schedule={schedule!r}")
+        check_number("grad_clip", grad_clip, low=0.0, low_open=True)
+    check_choice("schedule", schedule, SCHEDULES)
     loss_fn = lm_loss if loss_fn is None else loss_fn
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -258,9 +245,16 @@ def train(
                 bar.update(step, losses[-1])
         seconds = time.perf_counter() - start
     diverged = not math.isfinite(losses[-1])
-    tail = losses[-min(20, len(losses)):]
+    tail = losses[-min(20, len(losses)) :]
     final = math.nan if diverged else sum(tail) / len(tail)
     if bar is not None:
         bar.close(final)
-    return TrainResult(losses=losses, final_loss=final, seconds=seconds,
-                       tokens_per_second=tokens / max(seconds, 1e-9), steps=len(losses), lrs=lrs, diverged=diverged)
+    return TrainResult(
+        losses=losses,
+        final_loss=final,
+        seconds=seconds,
+        tokens_per_second=tokens / max(seconds, 1e-9),
+        steps=len(losses),
+        lrs=lrs,
+        diverged=diverged,
+    )

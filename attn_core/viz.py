@@ -27,7 +27,8 @@ import html
 import io
 import json
 import math
-from typing import Callable, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import torch
 
@@ -175,8 +176,9 @@ def heatmap(
                 if not blocked[r, c]:
                     value = data[r, c]
                     light = norm(value) < 0.6
-                    ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                            color="white" if light else "black")
+                    ax.text(
+                        c, r, f"{value:.2f}", ha="center", va="center", fontsize=8, color="white" if light else "black"
+                    )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return ax
@@ -280,9 +282,20 @@ class AttentionExplorer:
         scores: ``(L, H, T_q, T_k)``; each mask: ``(T_q, T_k)``
     """
 
-    def __init__(self, scores: torch.Tensor, q_tokens: list[str], k_tokens: list[str], *,
-                 masks: dict[str, torch.Tensor], layer_names: list[str], title: str,
-                 temperature: bool, log: bool, query: int, fallback_png: bool = True) -> None:
+    def __init__(
+        self,
+        scores: torch.Tensor,
+        q_tokens: list[str],
+        k_tokens: list[str],
+        *,
+        masks: dict[str, torch.Tensor],
+        layer_names: list[str],
+        title: str,
+        temperature: bool,
+        log: bool,
+        query: int,
+        fallback_png: bool = True,
+    ) -> None:
         scores = _quantize(scores, _SCORE_DECIMALS)  # (L, H, T_q, T_k), on the embedded grid
         self.scores, self.q_tokens, self.k_tokens = scores, q_tokens, k_tokens
         self.masks, self.layer_names, self.title = masks, layer_names, title
@@ -331,8 +344,15 @@ class AttentionExplorer:
         combined = None
         for m in self.masks.values():
             combined = m if combined is None else combined & m
-        ax = heatmap(self.weights(0, 0), self.q_tokens, self.k_tokens, mask=combined, log=self.log,
-                     title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(), annotate=False)
+        ax = heatmap(
+            self.weights(0, 0),
+            self.q_tokens,
+            self.k_tokens,
+            mask=combined,
+            log=self.log,
+            title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(),
+            annotate=False,
+        )
         buf = io.BytesIO()
         ax.figure.savefig(buf, format="png", dpi=60, bbox_inches="tight")
         plt.close(ax.figure)
@@ -352,7 +372,8 @@ class AttentionExplorer:
         fallback = (
             f'<img class="attnx-fallback" alt="attention map (static picture)" '
             f'src="data:image/png;base64,{self._fallback}" style="max-width:100%">'
-            if self._fallback else ""
+            if self._fallback
+            else ""
         )
         return (
             f'<div class="attn-explorer" id="{uid}" data-state="static">'
@@ -362,8 +383,6 @@ class AttentionExplorer:
             f'<script type="application/json" class="attnx-data">{data}</script>'
             f"<script>{_explorer_js().replace('__UID__', uid)}</script></div>"
         )
-
-
 
 
 # --------------------------------------------------------------------------- kernel explorer
@@ -382,18 +401,33 @@ class KernelExplorer:
         import ipywidgets as widgets
 
         self.fn, self.title = fn, title
-        self.text = widgets.Text(value=text, description="sentence", continuous_update=False,
-                                 layout=widgets.Layout(width="420px"))
+        self.text = widgets.Text(
+            value=text, description="sentence", continuous_update=False, layout=widgets.Layout(width="420px")
+        )
         self.layer = widgets.IntSlider(description="layer", min=0, max=0)
         self.head = widgets.IntSlider(description="head", min=0, max=0)
         self.query = widgets.IntSlider(description="query", min=0, max=0)
-        self.temperature = widgets.FloatLogSlider(description="temperature", value=1.0, base=10, min=-1, max=1,
-                                                  step=0.05, style={"description_width": "initial"})
+        self.temperature = widgets.FloatLogSlider(
+            description="temperature",
+            value=1.0,
+            base=10,
+            min=-1,
+            max=1,
+            step=0.05,
+            style={"description_width": "initial"},
+        )
         self.log = widgets.Checkbox(description="log scale", value=log)
         self.image = widgets.Image(format="png")
         note = widgets.HTML("<small>Python callbacks: these controls need a running kernel (Jupyter or Colab).</small>")
-        self.widget = widgets.VBox([note, self.text, widgets.HBox([self.layer, self.head]),
-                                    widgets.HBox([self.query, self.temperature, self.log]), self.image])
+        self.widget = widgets.VBox(
+            [
+                note,
+                self.text,
+                widgets.HBox([self.layer, self.head]),
+                widgets.HBox([self.query, self.temperature, self.log]),
+                self.image,
+            ]
+        )
         self._recompute()
         self.text.observe(lambda _: self._recompute(), names="value")
         for control in (self.layer, self.head, self.query, self.temperature, self.log):
@@ -423,8 +457,15 @@ class KernelExplorer:
 
         w = self.current()
         fig, (ax_map, ax_bar) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
-        heatmap(w, self.tokens, self.tokens if w.shape[0] == w.shape[1] else None, ax=ax_map,
-                log=self.log.value, annotate=False, title=self.title or None)
+        heatmap(
+            w,
+            self.tokens,
+            self.tokens if w.shape[0] == w.shape[1] else None,
+            ax=ax_map,
+            log=self.log.value,
+            annotate=False,
+            title=self.title or None,
+        )
         q = self.query.value
         ax_map.add_patch(plt.Rectangle((-0.5, q - 0.5), w.shape[1], 1, fill=False, ec="#e4572e", lw=2.5))
         ax_bar.barh(range(w.shape[1]), w[q].numpy(), color="#3b75af")
@@ -522,5 +563,14 @@ def explorer(
     checked = {str(k): _check_mask(f"masks[{k!r}]", m, (T_q, T_k)) for k, m in (masks or {}).items()}
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < T_q:
         raise ValueError(f"query must be an int in [0, {T_q}), got query={query!r}")
-    return AttentionExplorer(s, q_labels, k_labels, masks=checked, layer_names=names, title=title,
-                             temperature=temperature, log=log, query=query)
+    return AttentionExplorer(
+        s,
+        q_labels,
+        k_labels,
+        masks=checked,
+        layer_names=names,
+        title=title,
+        temperature=temperature,
+        log=log,
+        query=query,
+    )

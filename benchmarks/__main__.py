@@ -25,56 +25,121 @@ def _tables(result: dict) -> str:
         main = [r for r in att if r["device"] == device and r["part"] == "main"]
         if main:
             r0 = main[0]
-            out.append(f"\nAttention layer forward [{device}], B={r0['batch']}, T={r0['T']}, d={r0['d_model']}, "
-                       f"H={r0['n_heads']}, causal (baseline: {r0['baseline']})")
-            out.append(format_table([dict(r, median_ms=1e3 * r["median_s"]) for r in main], [
-                ("name", "implementation", ""), ("median_ms", "median ms", ".1f"), ("spread", "IQR/median", ".2f"),
-                ("ratio_to_baseline", "ratio", ".3f"), ("paired_ratio_to_baseline", "paired ratio", ".3f"),
-                ("gflops", "GFLOP/s", ".1f"), ("fraction_of_matmul", "of matmul", ".2f"),
-                ("max_abs_diff", "max |diff|", ".1e"),
-            ]))
+            out.append(
+                f"\nAttention layer forward [{device}], B={r0['batch']}, T={r0['T']}, d={r0['d_model']}, "
+                f"H={r0['n_heads']}, causal (baseline: {r0['baseline']})"
+            )
+            out.append(
+                format_table(
+                    [dict(r, median_ms=1e3 * r["median_s"]) for r in main],
+                    [
+                        ("name", "implementation", ""),
+                        ("median_ms", "median ms", ".1f"),
+                        ("spread", "IQR/median", ".2f"),
+                        ("ratio_to_baseline", "ratio", ".3f"),
+                        ("paired_ratio_to_baseline", "paired ratio", ".3f"),
+                        ("gflops", "GFLOP/s", ".1f"),
+                        ("fraction_of_matmul", "of matmul", ".2f"),
+                        ("max_abs_diff", "max |diff|", ".1e"),
+                    ],
+                )
+            )
         tgt = [r for r in att if r["device"] == device and r["part"] == "target"]
         if tgt:
             out.append(f"\nThe same setting, the three implementations of the targets alone, {tgt[0]['rounds']} rounds")
-            out.append(format_table([dict(r, median_ms=1e3 * r["median_s"]) for r in tgt], [
-                ("name", "implementation", ""), ("median_ms", "median ms", ".1f"), ("spread", "IQR/median", ".2f"),
-                ("ratio_to_baseline", "ratio", ".3f"), ("paired_ratio_to_baseline", "paired ratio", ".3f"),
-                ("fraction_of_matmul", "of matmul", ".2f"),
-            ]))
+            out.append(
+                format_table(
+                    [dict(r, median_ms=1e3 * r["median_s"]) for r in tgt],
+                    [
+                        ("name", "implementation", ""),
+                        ("median_ms", "median ms", ".1f"),
+                        ("spread", "IQR/median", ".2f"),
+                        ("ratio_to_baseline", "ratio", ".3f"),
+                        ("paired_ratio_to_baseline", "paired ratio", ".3f"),
+                        ("fraction_of_matmul", "of matmul", ".2f"),
+                    ],
+                )
+            )
         sweep = [r for r in att if r["device"] == device and r["part"] == "sweep"]
         if sweep:
-            out.append(f"\nSweep over T [{device}], B={sweep[0]['batch']}, d={sweep[0]['d_model']}, H={sweep[0]['n_heads']}")
-            out.append(format_table(sweep, [
-                ("T", "T", "d"), ("name", "implementation", ""), ("median_s", "median s", ".4f"),
-                ("ratio_to_baseline", "ratio", ".3f"), ("fraction_of_matmul", "of matmul", ".2f"),
-            ]))
+            out.append(
+                f"\nSweep over T [{device}], B={sweep[0]['batch']}, d={sweep[0]['d_model']}, H={sweep[0]['n_heads']}"
+            )
+            out.append(
+                format_table(
+                    sweep,
+                    [
+                        ("T", "T", "d"),
+                        ("name", "implementation", ""),
+                        ("median_s", "median s", ".4f"),
+                        ("ratio_to_baseline", "ratio", ".3f"),
+                        ("fraction_of_matmul", "of matmul", ".2f"),
+                    ],
+                )
+            )
     mem = [r for r in result["rows"] if r["suite"] == "memory"]
     if mem:
         out.append("\nPeak tensor memory of the attention forward (MiB), causal")
-        out.append(format_table([dict(r, peak_mib=r["peak_bytes"] / 2**20, scores_mib=r["score_matrix_bytes"] / 2**20)
-                                 for r in mem], [
-            ("device", "device", ""), ("T", "T", "d"), ("name", "path", ""), ("peak_mib", "peak MiB", ".2f"),
-            ("scores_mib", "one T×T MiB", ".2f"), ("ratio_to_baseline", "vs explicit", ".4f"),
-        ]))
+        out.append(
+            format_table(
+                [dict(r, peak_mib=r["peak_bytes"] / 2**20, scores_mib=r["score_matrix_bytes"] / 2**20) for r in mem],
+                [
+                    ("device", "device", ""),
+                    ("T", "T", "d"),
+                    ("name", "path", ""),
+                    ("peak_mib", "peak MiB", ".2f"),
+                    ("scores_mib", "one T×T MiB", ".2f"),
+                    ("ratio_to_baseline", "vs explicit", ".4f"),
+                ],
+            )
+        )
     dec = [r for r in result["rows"] if r["suite"] == "decoding" and r.get("part") != "cache"]
     if dec:
         out.append(f"\nGreedy decoding, {dec[0]['parameters']:,}-parameter LLaMA-like model, prompt {dec[0]['prompt']}")
-        out.append(format_table(dec, [
-            ("device", "device", ""), ("new_tokens", "new tokens", "d"), ("name", "", ""),
-            ("median_s", "median s", ".3f"), ("tokens_per_s", "tokens/s", ".1f"), ("speedup", "speed-up", ".2f"),
-        ]))
+        out.append(
+            format_table(
+                dec,
+                [
+                    ("device", "device", ""),
+                    ("new_tokens", "new tokens", "d"),
+                    ("name", "", ""),
+                    ("median_s", "median s", ".3f"),
+                    ("tokens_per_s", "tokens/s", ".1f"),
+                    ("speedup", "speed-up", ".2f"),
+                ],
+            )
+        )
     cache = [r for r in result["rows"] if r.get("part") == "cache"]
     if cache:
         out.append("\nKV-cache bytes per token (all layers, float32), measured from the cache tensors")
-        out.append(format_table(cache, [("name", "attention", ""), ("cache_bytes_per_token", "bytes/token", "d"),
-                                        ("ratio_to_baseline", "vs MHA", ".3f")]))
+        out.append(
+            format_table(
+                cache,
+                [
+                    ("name", "attention", ""),
+                    ("cache_bytes_per_token", "bytes/token", "d"),
+                    ("ratio_to_baseline", "vs MHA", ".3f"),
+                ],
+            )
+        )
     if result["targets"]:
-        out.append("\nTargets" + (" (quick mode: sizes far too small for the performance targets to mean anything)"
-                                   if result["quick"] else ""))
-        out.append(format_table([dict(t, verdict="PASS" if t["passed"] else "FAIL", limit=f"{t['comparison']} {t['threshold']:g}")
-                                 for t in result["targets"]],
-                                [("name", "target", ""), ("value", "value", ".4g"), ("limit", "limit", ""),
-                                 ("verdict", "", "")]))
+        out.append(
+            "\nTargets"
+            + (
+                " (quick mode: sizes far too small for the performance targets to mean anything)"
+                if result["quick"]
+                else ""
+            )
+        )
+        out.append(
+            format_table(
+                [
+                    dict(t, verdict="PASS" if t["passed"] else "FAIL", limit=f"{t['comparison']} {t['threshold']:g}")
+                    for t in result["targets"]
+                ],
+                [("name", "target", ""), ("value", "value", ".4g"), ("limit", "limit", ""), ("verdict", "", "")],
+            )
+        )
     return "\n".join(out)
 
 
@@ -82,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes and few rounds (for tests)")
     parser.add_argument("--suite", action="append", choices=SUITES, help="run only these suites (repeatable)")
-    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
-                        help="'all' (default) = the CPU, and the GPU when CUDA is available")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda", "all"),
+        default="all",
+        help="'all' (default) = the CPU, and the GPU when CUDA is available",
+    )
     parser.add_argument("--out", type=Path, help="JSON file to write (default: benchmarks/results/<time>.json)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: PyTorch's choice)")
     parser.add_argument("--check", action="store_true", help="exit with status 1 if a target fails")
@@ -103,11 +172,21 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     info = machine_info()
-    log(f"benchmarks ({'quick' if args.quick else 'full'}): torch {info['torch']}, {info['processor']}, "
-        f"{info['torch_threads']} threads, devices {devices}")
-    result = {"schema": 1, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "quick": args.quick, "machine": info, "torch": torch.__version__, "devices": devices,
-              "matmul_gflops": {}, "rows": [], "targets": []}
+    log(
+        f"benchmarks ({'quick' if args.quick else 'full'}): torch {info['torch']}, {info['processor']}, "
+        f"{info['torch_threads']} threads, devices {devices}"
+    )
+    result = {
+        "schema": 1,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": info,
+        "torch": torch.__version__,
+        "devices": devices,
+        "matmul_gflops": {},
+        "rows": [],
+        "targets": [],
+    }
     for device in devices:
         n = 512 if args.quick else (4096 if device == "cuda" else 2048)
         result["matmul_gflops"][device] = gf = matmul_throughput(n=n, device=device, rounds=3 if args.quick else 9)

@@ -11,7 +11,7 @@ import platform
 
 import torch
 
-from attn_core.timing import Timing, matmul_throughput, paired_ratio, sync, time_interleaved
+from attn_core.measure.timing import Timing, matmul_throughput, paired_ratio, sync, time_interleaved
 
 __all__ = ["Timing", "time_interleaved", "paired_ratio", "machine_info", "matmul_throughput", "sync", "format_table"]
 

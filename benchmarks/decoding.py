@@ -17,7 +17,6 @@ measured from the cache tensors the models allocate.
 
 from __future__ import annotations
 
-
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, generate
@@ -26,10 +25,18 @@ from .common import time_interleaved
 
 # The chapter-10 LLaMA-like preset (2 layers, GQA with 2 KV heads, RoPE, SwiGLU, RMSNorm) with
 # its width scaled up to 5.8M parameters; a 128-token prompt, then up to 256 new tokens.
-FULL = dict(model=dict(vocab_size=256, n_layers=2, d_model=512, n_heads=8, n_kv_heads=2, max_len=512),
-            prompt=128, lengths=[32, 64, 128, 256], rounds=3)
-QUICK = dict(model=dict(vocab_size=32, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, max_len=64),
-             prompt=4, lengths=[4, 8], rounds=2)
+FULL = dict(
+    model=dict(vocab_size=256, n_layers=2, d_model=512, n_heads=8, n_kv_heads=2, max_len=512),
+    prompt=128,
+    lengths=[32, 64, 128, 256],
+    rounds=3,
+)
+QUICK = dict(
+    model=dict(vocab_size=32, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, max_len=64),
+    prompt=4,
+    lengths=[4, 8],
+    rounds=2,
+)
 TARGET_LENGTH = 256
 
 
@@ -71,29 +78,60 @@ def run(device: str, *, quick: bool, log=print) -> dict:
     for n in cfg["lengths"]:
         log(f"  decoding [{device}]: {n} new tokens ({n_params:,} parameters)")
         fns = {
-            "with cache": lambda: generate(model, prompt, n, use_cache=True, temperature=0),
-            "without cache": lambda: generate(model, prompt, n, use_cache=False, temperature=0),
+            "with cache": lambda n=n: generate(model, prompt, n, use_cache=True, temperature=0),
+            "without cache": lambda n=n: generate(model, prompt, n, use_cache=False, temperature=0),
         }
         # No warm-up call: check_equal above already ran both paths at the longest length.
         t = time_interleaved(fns, rounds=cfg["rounds"], warmup=0, device=device)
         base = t["without cache"]
         for name, timing in t.items():
-            rows.append(dict(
-                suite="decoding", device=device, name=name, new_tokens=n, prompt=cfg["prompt"], parameters=n_params,
-                median_s=timing.median, spread=timing.spread, rounds=len(timing.seconds),
-                tokens_per_s=n / timing.median, baseline="without cache",
-                ratio_to_baseline=timing.median / base.median, speedup=base.median / timing.median,
-                **(eq if n == longest else {}),
-            ))
+            rows.append(
+                dict(
+                    suite="decoding",
+                    device=device,
+                    name=name,
+                    new_tokens=n,
+                    prompt=cfg["prompt"],
+                    parameters=n_params,
+                    median_s=timing.median,
+                    spread=timing.spread,
+                    rounds=len(timing.seconds),
+                    tokens_per_s=n / timing.median,
+                    baseline="without cache",
+                    ratio_to_baseline=timing.median / base.median,
+                    speedup=base.median / timing.median,
+                    **(eq if n == longest else {}),
+                )
+            )
     top = [r for r in rows if r["new_tokens"] == longest and r["name"] == "with cache"][0]
     threshold = 6.0 if not quick else 1.0
-    targets.append(dict(name=f"decoding speed-up with cache at {longest} new tokens [{device}]",
-                        value=top["speedup"], threshold=threshold, comparison=">=", passed=top["speedup"] >= threshold))
-    targets.append(dict(name=f"identical greedy tokens with and without cache [{device}]",
-                        value=float(eq["identical_tokens"]), threshold=1.0, comparison=">=", passed=eq["identical_tokens"]))
-    targets.append(dict(name=f"logits with and without cache, prompt included [{device}] (max abs diff)",
-                        value=eq["max_abs_logit_diff"], threshold=1e-4, comparison="<=",
-                        passed=eq["max_abs_logit_diff"] <= 1e-4))
+    targets.append(
+        dict(
+            name=f"decoding speed-up with cache at {longest} new tokens [{device}]",
+            value=top["speedup"],
+            threshold=threshold,
+            comparison=">=",
+            passed=top["speedup"] >= threshold,
+        )
+    )
+    targets.append(
+        dict(
+            name=f"identical greedy tokens with and without cache [{device}]",
+            value=float(eq["identical_tokens"]),
+            threshold=1.0,
+            comparison=">=",
+            passed=eq["identical_tokens"],
+        )
+    )
+    targets.append(
+        dict(
+            name=f"logits with and without cache, prompt included [{device}] (max abs diff)",
+            value=eq["max_abs_logit_diff"],
+            threshold=1e-4,
+            comparison="<=",
+            passed=eq["max_abs_logit_diff"] <= 1e-4,
+        )
+    )
 
     # Cache bytes per token by attention variant (same width, heads and depth).
     base_cfg = cfg["model"]
@@ -102,13 +140,22 @@ def run(device: str, *, quick: bool, log=print) -> dict:
         "MHA": dict(n_kv_heads=base_cfg["n_heads"]),
         "GQA": dict(n_kv_heads=base_cfg["n_kv_heads"]),
         "MQA": dict(n_kv_heads=1),
-        "MLA": dict(n_kv_heads=None, attention="mla", d_latent=4 * D, rope_dim=D // 2)  # DeepSeek-V2: d_c = 4·d_h,
+        "MLA": dict(n_kv_heads=None, attention="mla", d_latent=4 * D, rope_dim=D // 2),  # DeepSeek-V2: d_c = 4·d_h,
     }
     per_token = {}
     for name, over in variants.items():
         m = make_model(base_cfg, "cpu", **over)
         per_token[name] = cache_bytes_per_token(m)
     for name, b in per_token.items():
-        rows.append(dict(suite="decoding", part="cache", device="cpu", name=name, cache_bytes_per_token=b,
-                         baseline="MHA", ratio_to_baseline=b / per_token["MHA"]))
+        rows.append(
+            dict(
+                suite="decoding",
+                part="cache",
+                device="cpu",
+                name=name,
+                cache_bytes_per_token=b,
+                baseline="MHA",
+                ratio_to_baseline=b / per_token["MHA"],
+            )
+        )
     return {"rows": rows, "targets": targets}

@@ -21,18 +21,12 @@ from attn_core import (
     causal_mask,
     padding_mask,
 )
-
-F64 = torch.float64
+from conftest import F64, randn
 
 
 def make(d_model=16, n_heads=4, seed=0, **kw) -> MultiHeadAttention:
     torch.manual_seed(seed)
     return MultiHeadAttention(d_model, n_heads, **kw).double()
-
-
-def randn(*shape, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=F64)
 
 
 def reference(layer: MultiHeadAttention, x, context=None, mask=None, causal=False):
@@ -217,7 +211,9 @@ def test_gqa_with_one_kv_head_equals_mqa():
     assert (mha(x) - gqa(x)).abs().max().item() <= 1e-12
 
 
-@pytest.mark.parametrize("n_kv_heads, expected", [(None, 4 * 32 * 32), (4, 2 * 32 * 32 + 2 * 32 * 16), (1, 2 * 32 * 32 + 2 * 32 * 4)])
+@pytest.mark.parametrize(
+    "n_kv_heads, expected", [(None, 4 * 32 * 32), (4, 2 * 32 * 32 + 2 * 32 * 16), (1, 2 * 32 * 32 + 2 * 32 * 4)]
+)
 def test_parameter_counts(n_kv_heads, expected):
     layer = MultiHeadAttention(32, 8, n_kv_heads=n_kv_heads)
     assert sum(p.numel() for p in layer.parameters()) == expected
@@ -359,12 +355,21 @@ def test_any_shape_and_head_count_matches_reference(c):
     torch.manual_seed(c["seed"])
     if c["cross"]:
         layer = MultiHeadAttention(d_model, H, n_kv_heads=H_kv, d_context=c["d_context"]).double()
-        x, context = torch.randn(c["B"], c["T_q"], d_model, dtype=F64), torch.randn(c["B"], c["T_k"], c["d_context"], dtype=F64)
+        x, context = (
+            torch.randn(c["B"], c["T_q"], d_model, dtype=F64),
+            torch.randn(c["B"], c["T_k"], c["d_context"], dtype=F64),
+        )
         lengths = torch.randint(0, c["T_k"] + 1, (c["B"],))
         mask, causal, T_k = padding_mask(lengths, c["T_k"]), False, c["T_k"]
     else:
         layer = MultiHeadAttention(d_model, H, n_kv_heads=H_kv, causal=c["causal"]).double()
-        x, context, mask, causal, T_k = torch.randn(c["B"], c["T_q"], d_model, dtype=F64), None, None, c["causal"], c["T_q"]
+        x, context, mask, causal, T_k = (
+            torch.randn(c["B"], c["T_q"], d_model, dtype=F64),
+            None,
+            None,
+            c["causal"],
+            c["T_q"],
+        )
     want, want_w = reference(layer, x, context, mask=mask, causal=causal)
     out, w = layer(x, context, mask=mask, return_weights=True)
     assert out.shape == (c["B"], c["T_q"], d_model) and w.shape == (c["B"], H, c["T_q"], T_k)
@@ -389,8 +394,12 @@ def test_dropout_rescales_kept_weights_and_is_off_in_eval():
 # --------------------------------------------------------------------------- gradients
 @pytest.mark.parametrize(
     "d_model, n_heads, kw",
-    [(4, 2, dict(causal=True)), (4, 4, dict(n_kv_heads=2, causal=True)), (4, 2, dict(n_kv_heads=1, bias=True)),
-     (4, 2, dict(d_context=3))],
+    [
+        (4, 2, dict(causal=True)),
+        (4, 4, dict(n_kv_heads=2, causal=True)),
+        (4, 2, dict(n_kv_heads=1, bias=True)),
+        (4, 2, dict(d_context=3)),
+    ],
     ids=["mha-causal", "gqa-causal", "mqa-bias", "cross"],
 )
 @pytest.mark.parametrize("path", ["fast", "explicit"])
@@ -484,7 +493,9 @@ def test_mask_shape_mismatch(mask_shape):
     layer = make(16, 4)
     x, context = randn(2, 3, 16), randn(2, 4, 16, seed=2)  # scores (2, 4, 3, 4)
     mask = torch.ones(mask_shape, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"mask of shape \(.*\) does not broadcast to the scores' shape \(2, 4, 3, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(.*\) does not broadcast to the scores' shape \(2, 4, 3, 4\)"
+    ):
         layer(x, context, mask=mask)
 
 
@@ -496,3 +507,22 @@ def test_mask_dtype():
 def test_rope_head_dim_mismatch():
     with pytest.raises(ValueError, match=r"rope.head_dim=8 does not match head_dim=4"):
         MultiHeadAttention(16, 4, rope=RotaryEmbedding(8))
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_make_cache_matches_the_layer_and_decoding_equals_the_full_pass(n_kv_heads):
+    layer = make(causal=True, n_kv_heads=n_kv_heads).eval()
+    cache = layer.make_cache(2, 6)
+    assert cache.numel_per_token() == 2 * n_kv_heads * layer.head_dim
+    assert cache.nbytes() == 2 * 2 * n_kv_heads * 6 * layer.head_dim * 8  # float64, like the weights
+    x = randn(2, 6, 16)
+    full = layer(x)
+    steps = torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(6)], dim=1)
+    torch.testing.assert_close(steps, full, atol=1e-12, rtol=0)
+
+
+def test_kv_cache_argument_is_typed():
+    from attn_core import LatentKVCache
+
+    with pytest.raises(TypeError, match="kv_cache must be an attn_core.KVCache or None, got LatentKVCache"):
+        make(causal=True)(randn(1, 2, 16), kv_cache=LatentKVCache(1, 4, 0, 4))

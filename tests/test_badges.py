@@ -14,8 +14,9 @@ NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 
 
 def test_badges_and_setup_cells_match_the_config():
-    result = subprocess.run([sys.executable, "tools/sync_badges.py", "--check"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "tools/sync_badges.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, "run `python tools/sync_badges.py`:\n" + result.stdout
 
 
@@ -35,9 +36,17 @@ def test_badge_links_to_this_notebook_on_the_configured_branch():
 
 
 def test_setup_cell_leaves_torch_and_ipywidgets_alone():
-    source = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tools'); "
-                             "import sync_badges; print(sync_badges.setup_source())"],
-                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    source = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, 'tools'); import sync_badges; print(sync_badges.setup_source())",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "--upgrade" not in source and "-U " not in source
     pip_lines = [line for line in source.splitlines() if '"pip", "install"' in line]
     assert pip_lines == ['    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)']

@@ -71,11 +71,19 @@ def test_quiet_prints_nothing(capsys):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: max_abs_diff(torch.ones(2), torch.ones(3)), ValueError, r"shapes differ: actual \(2,\) vs expected \(3,\)"),
+        (
+            lambda: max_abs_diff(torch.ones(2), torch.ones(3)),
+            ValueError,
+            r"shapes differ: actual \(2,\) vs expected \(3,\)",
+        ),
         (lambda: max_abs_diff(object(), torch.ones(1)), TypeError, "actual must be a tensor"),
         (lambda: assert_close(torch.ones(1), torch.ones(1), tol=0), ValueError, "tol must be > 0, got tol=0"),
         (lambda: assert_close(torch.ones(1), torch.ones(1), tol="1"), TypeError, "tol must be a number"),
-        (lambda: assert_close(torch.ones(1, dtype=torch.int64), torch.ones(1, dtype=torch.int64)), TypeError, "no default tolerance"),
+        (
+            lambda: assert_close(torch.ones(1, dtype=torch.int64), torch.ones(1, dtype=torch.int64)),
+            TypeError,
+            "no default tolerance",
+        ),
         (lambda: assert_differ(torch.ones(1), torch.ones(1), more_than=-1), ValueError, "more_than must be >= 0"),
         (lambda: assert_above("0.9", 0.5), TypeError, "value must be a number"),
         (lambda: assert_below(0.1, None), TypeError, "bound must be a number"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -11,17 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_core import attention, causal_mask, padding_mask
+from conftest import qkv
 
-
-def _qkv(*shape_q, T_k=None, H_kv=None, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    *batch, H, T_q, D = shape_q
-    T_k = T_q if T_k is None else T_k
-    H_kv = H if H_kv is None else H_kv
-    q = torch.randn(*batch, H, T_q, D, generator=g, dtype=dtype)
-    k = torch.randn(*batch, H_kv, T_k, D, generator=g, dtype=dtype)
-    v = torch.randn(*batch, H_kv, T_k, D, generator=g, dtype=dtype)
-    return q, k, v
+_qkv = functools.partial(qkv, dtype=torch.float64)  # (B, H, T_q, D) in float64 unless asked
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
@@ -121,8 +114,13 @@ def test_dropout_rescales_and_is_off_at_zero():
 
 @settings(max_examples=25, deadline=None)
 @given(
-    B=st.integers(1, 3), H_kv=st.integers(1, 3), G=st.integers(1, 3), T_q=st.integers(1, 6),
-    extra=st.integers(0, 4), D=st.sampled_from([2, 4, 8]), causal=st.booleans(),
+    B=st.integers(1, 3),
+    H_kv=st.integers(1, 3),
+    G=st.integers(1, 3),
+    T_q=st.integers(1, 6),
+    extra=st.integers(0, 4),
+    D=st.sampled_from([2, 4, 8]),
+    causal=st.booleans(),
 )
 def test_shapes_and_paths_agree(B, H_kv, G, T_q, extra, D, causal):
     q, k, v = _qkv(B, H_kv * G, T_q, D, T_k=T_q + extra, H_kv=H_kv)
@@ -170,17 +168,23 @@ def test_bad_input_names_the_values():
         attention(q, k.float(), v)
     with pytest.raises(TypeError, match="mask must be boolean .* got dtype=torch.int64"):
         attention(q, k, v, mask=torch.ones(3, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 3\) does not broadcast to the scores' shape \(1, 2, 3, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(4, 3\) does not broadcast to the scores' shape \(1, 2, 3, 3\)"
+    ):
         attention(q, k, v, mask=torch.ones(4, 3, dtype=torch.bool))
-    with pytest.raises(TypeError, match="mask must be a torch.Tensor or None, got list"):
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor, got list"):
         attention(q, k, v, mask=[[True]])
-    with pytest.raises(ValueError, match="scale must be a positive number or None, got scale=-1"):
+    with pytest.raises(ValueError, match="scale must be a finite number > 0, got scale=-1"):
         attention(q, k, v, scale=-1)
+    with pytest.raises(TypeError, match=r"scale must be a number, got str \('2'\)"):
+        attention(q, k, v, scale="2")
+    with pytest.raises(TypeError, match="dropout_p must be a number, got NoneType"):
+        attention(q, k, v, dropout_p=None)
     with pytest.raises(ValueError, match="dropout_p must be a number in \\[0, 1\\), got dropout_p=1.5"):
         attention(q, k, v, dropout_p=1.5)
     with pytest.raises(TypeError, match="floating-point tensor, got dtype=torch.int64"):
         attention(q.long(), k.long(), v.long())
-    with pytest.raises(ValueError, match=r"at least 2 dimensions .* got shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"must have shape \(\.\.\., T, D\), got \(3,\)"):
         attention(torch.randn(3), torch.randn(3), torch.randn(3))
 
 

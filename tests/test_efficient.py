@@ -1,4 +1,4 @@
-"""Tests for attn_core.efficient: online softmax, tiled (FlashAttention-style) attention, memory measurement."""
+"""attn_core.efficient: online softmax and tiled (FlashAttention-style) attention equal the reference."""
 
 from __future__ import annotations
 
@@ -9,20 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_core import attention
-from attn_core.efficient import attention_score_bytes, online_softmax, peak_tensor_memory, tiled_attention
-
-F64 = torch.float64
-
-
-def qkv(B=2, H=3, T_q=10, T_k=None, D=8, D_v=None, H_kv=None, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    T_k = T_q if T_k is None else T_k
-    H_kv = H if H_kv is None else H_kv
-    D_v = D if D_v is None else D_v
-    q = torch.randn(B, H, T_q, D, generator=g, dtype=dtype)
-    k = torch.randn(B, H_kv, T_k, D, generator=g, dtype=dtype)
-    v = torch.randn(B, H_kv, T_k, D_v, generator=g, dtype=dtype)
-    return q, k, v
+from attn_core.efficient import online_softmax, tiled_attention
+from conftest import F64, qkv
 
 
 # ----------------------------------------------------------------------------- online softmax
@@ -74,7 +62,9 @@ PAIRS = [(c, causal) for c in CASES for causal in (False, True) if not (causal a
 
 
 @pytest.mark.parametrize(
-    "case, is_causal", PAIRS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()) if isinstance(p, dict) else f"causal{p}"
+    "case, is_causal",
+    PAIRS,
+    ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()) if isinstance(p, dict) else f"causal{p}",
 )
 @pytest.mark.parametrize("block", [(4, None), (3, 5), (64, None)])
 def test_tiled_equals_reference_float32(case, is_causal, block):
@@ -104,7 +94,9 @@ def test_tiled_custom_scale_and_3d_inputs():
     q, k, v = qkv()
     torch.testing.assert_close(tiled_attention(q, k, v, scale=0.3, block_size=4), attention(q, k, v, scale=0.3))
     q3, k3, v3 = q[0], k[0], v[0]  # (H, T, D): no batch axis
-    torch.testing.assert_close(tiled_attention(q3, k3, v3, is_causal=True, block_size=3), attention(q3, k3, v3, is_causal=True))
+    torch.testing.assert_close(
+        tiled_attention(q3, k3, v3, is_causal=True, block_size=3), attention(q3, k3, v3, is_causal=True)
+    )
     q2, k2, v2 = q[0, 0], k[0, 0], v[0, 0]  # (T, D): a single head
     torch.testing.assert_close(tiled_attention(q2, k2, v2, block_size=3), attention(q2, k2, v2))
 
@@ -129,8 +121,12 @@ def test_tiled_causality():
 
 @settings(max_examples=20, deadline=None)
 @given(
-    T_q=st.integers(1, 20), T_k=st.integers(1, 20), block_q=st.integers(1, 9), block_k=st.integers(1, 9),
-    causal=st.booleans(), seed=st.integers(0, 2**16),
+    T_q=st.integers(1, 20),
+    T_k=st.integers(1, 20),
+    block_q=st.integers(1, 9),
+    block_k=st.integers(1, 9),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
 )
 def test_tiled_property(T_q, T_k, block_q, block_k, causal, seed):
     causal = causal and T_q <= T_k
@@ -144,7 +140,8 @@ def test_tiled_gradcheck_float64():
     q, k, v = (t.requires_grad_() for t in qkv(B=1, H=2, T_q=5, T_k=7, D=3, dtype=F64))
     for causal in (False, True):
         assert torch.autograd.gradcheck(
-            lambda q, k, v: tiled_attention(q, k, v, is_causal=causal, block_size=2, block_size_k=3), (q, k, v)
+            lambda q, k, v, causal=causal: tiled_attention(q, k, v, is_causal=causal, block_size=2, block_size_k=3),
+            (q, k, v),
         )
 
 
@@ -164,7 +161,7 @@ def test_tiled_gradients_equal_reference():
         (dict(block_size=2.5), TypeError, "block_size must be an int"),
         (dict(block_size_k=-1), ValueError, "block_size_k=-1"),
         (dict(scale=0.0), ValueError, "scale=0.0"),
-        (dict(scale=True), ValueError, "scale=True"),
+        (dict(scale=True), TypeError, "scale must be a number, got bool"),
     ],
 )
 def test_tiled_bad_arguments(kwargs, error, match):
@@ -191,7 +188,7 @@ def test_tiled_bad_inputs():
         tiled_attention(q, k[0], v[0])
     with pytest.raises(ValueError, match="do not broadcast"):
         tiled_attention(q, k[:1].expand(3, -1, -1, -1), v[:1].expand(3, -1, -1, -1))
-    with pytest.raises(ValueError, match="at least 2 dimensions"):
+    with pytest.raises(ValueError, match=r"must have shape \(\.\.\., T, D\)"):
         tiled_attention(q[0, 0, 0], k[0, 0, 0], v[0, 0, 0])
 
 
@@ -202,93 +199,3 @@ def test_online_softmax_bad_inputs():
         online_softmax(torch.randn(3, 4), dim=2)
     with pytest.raises(ValueError, match="block_size=0"):
         online_softmax(torch.randn(3, 4), block_size=0)
-
-
-# ----------------------------------------------------------------------------- memory
-def test_peak_memory_of_tiled_is_below_explicit_at_4096():
-    """The issue's target: at T = 4096 the tiled forward's peak memory is below the explicit path's."""
-    q, k, v = qkv(B=1, H=1, T_q=4096, D=32, seed=1)
-    with torch.no_grad():
-        explicit = peak_tensor_memory(lambda: attention(q, k, v, is_causal=True, return_weights=True)[0])
-        tiled = peak_tensor_memory(tiled_attention, q, k, v, is_causal=True, block_size=256)
-    scores = attention_score_bytes(1, 1, 4096)
-    assert explicit >= 2 * scores, "the explicit path holds at least the scores and the weights"
-    assert tiled < scores / 8, f"tiled peak {tiled} should be far below one score matrix ({scores})"
-    assert tiled < explicit
-
-
-def test_peak_tensor_memory_counts_live_tensors():
-    x = torch.zeros(1000)  # created outside: not counted
-
-    def two_buffers():
-        a = x + 1  # 4000 bytes
-        b = a * 2  # 4000 more, both alive
-        del a
-        return b.sum()  # a is gone; the 4-byte result
-
-    assert peak_tensor_memory(two_buffers) == 8000
-    assert peak_tensor_memory(lambda: x.view(10, 100).t()) == 0, "views allocate nothing"
-    meta = torch.empty(1, 4, 1024, 64, device="meta")
-    with torch.no_grad():
-        got = peak_tensor_memory(lambda: attention(meta, meta, meta, return_weights=True)[0])
-    assert got >= 2 * attention_score_bytes(1, 4, 1024)
-    with pytest.raises(TypeError, match="fn must be callable"):
-        peak_tensor_memory(3)
-
-
-def test_attention_score_bytes():
-    assert attention_score_bytes(8, 12, 1024) == 8 * 12 * 1024 * 1024 * 4
-    assert attention_score_bytes(1, 2, 3, 5, dtype=torch.float16) == 1 * 2 * 3 * 5 * 2
-    with pytest.raises(ValueError, match="heads must be >= 1"):
-        attention_score_bytes(1, 0, 4)
-    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
-        attention_score_bytes(1, 1, 4, dtype="float32")
-
-
-# ----------------------------------------------------------------------------- benchmark subjects
-def test_attention_implementations_agree():
-    from attn_core import MultiHeadAttention
-    from attn_core.efficient import attention_implementations
-
-    torch.manual_seed(0)
-    layer = MultiHeadAttention(32, 4, causal=True).eval()
-    impls = attention_implementations(layer, include_tiled=True, tiled_block_size=5)
-    assert len(impls) == 8 and "fused QKV + SDPA" in impls
-    x = torch.randn(2, 11, 32)
-    with torch.no_grad():
-        ref = impls["fused QKV + SDPA"](x)
-        for name, fn in impls.items():
-            torch.testing.assert_close(fn(x), ref, rtol=1e-5, atol=1e-5, msg=name)
-    with pytest.raises(ValueError, match="causal=False"):
-        attention_implementations(MultiHeadAttention(32, 4))
-    with pytest.raises(ValueError, match="n_kv_heads=2"):
-        attention_implementations(MultiHeadAttention(32, 4, n_kv_heads=2, causal=True))
-    with pytest.raises(TypeError, match="MultiHeadAttention"):
-        attention_implementations(torch.nn.Linear(2, 2))
-
-
-def test_attention_layer_flops_matches_flop_counter():
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from attn_core import MultiHeadAttention
-    from attn_core.efficient import attention_layer_flops
-
-    layer = MultiHeadAttention(24, 3)
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        layer(torch.zeros(2, 7, 24), return_weights=True)
-    assert attention_layer_flops(2, 7, 24, causal=False) == counter.get_total_flops()
-    causal = attention_layer_flops(2, 7, 24, causal=True)
-    assert causal == 8 * 2 * 7 * 24**2 + 4 * 2 * 28 * 24  # 28 = 7·8/2 query/key pairs
-
-
-def test_aten_ops_names_the_kernels():
-    from attn_core.efficient import aten_ops
-
-    q = torch.randn(1, 2, 8, 4)
-    with torch.no_grad():
-        explicit = aten_ops(lambda: attention(q, q, q, return_weights=True))
-    assert "_softmax" in explicit or "softmax" in " ".join(explicit)
-    assert any("scaled_dot_product" in op for op in aten_ops(attention, q, q, q))
-    with pytest.raises(TypeError, match="fn must be callable"):
-        aten_ops(None)

@@ -5,26 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import DecoderConfig, DecoderLM, SimplifiedBlock, generate
+from attn_core import DecoderConfig, DecoderLM, generate
 from attn_core.generate import sample_next
+from conftest import decoder
 
 CONFIGS = {
     "gpt2_like": DecoderConfig.gpt2_like(vocab_size=20, d_model=32, n_heads=4, max_len=24),
     "llama_like": DecoderConfig.llama_like(vocab_size=20, d_model=32, n_heads=4, max_len=24),
-    "mla": DecoderConfig.llama_like(vocab_size=20, d_model=32, n_heads=4, n_kv_heads=None, attention="mla",
-                                    d_latent=16),
+    "mla": DecoderConfig.llama_like(
+        vocab_size=20, d_model=32, n_heads=4, n_kv_heads=None, attention="mla", d_latent=16
+    ),
     "sas": DecoderConfig.gpt2_like(vocab_size=20, d_model=32, n_heads=4, max_len=24, block="sas"),
 }
 
 
 def _model(name: str) -> DecoderLM:
-    torch.manual_seed(0)
-    model = DecoderLM(CONFIGS[name])
+    model = decoder(CONFIGS[name])
     with torch.no_grad():  # sharpen the logits so that greedy decoding has clear winners
         model.lm_head.weight.mul_(20.0)
-        for m in model.modules():
-            if isinstance(m, SimplifiedBlock):
-                m.attn.q_proj.weight.normal_(0.0, 0.5)
     return model
 
 

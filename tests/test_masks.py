@@ -55,5 +55,10 @@ def test_bad_input():
         padding_mask([5, 2], 4)
     with pytest.raises(TypeError, match="lengths must be ints"):
         padding_mask([1.5], 4)
-    with pytest.raises(TypeError, match="1-D integer tensor, got dtype=torch.float32"):
+    with pytest.raises(TypeError, match="lengths must be an integer tensor, got dtype=torch.float32"):
         padding_mask(torch.tensor([1.0]), 4)
+
+
+def test_padding_mask_lengths_must_be_one_dimensional():
+    with pytest.raises(ValueError, match=r"lengths must have shape \(B\), got \(1, 2\)"):
+        padding_mask(torch.tensor([[1, 2]]), 4)

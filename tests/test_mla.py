@@ -250,8 +250,12 @@ def test_chapter7_exercise_checks(capsys):
     assert not check_decoupled_scores(lambda qc, qr, kc, kr: qc @ kc.transpose(-2, -1) / math.sqrt(12))
 
     def elements(kind, *, n_heads, head_dim, n_kv_heads, d_latent, rope_dim):
-        return {"mha": 2 * n_heads * head_dim, "gqa": 2 * n_kv_heads * head_dim,
-                "mqa": 2 * head_dim, "mla": d_latent + rope_dim}[kind]
+        return {
+            "mha": 2 * n_heads * head_dim,
+            "gqa": 2 * n_kv_heads * head_dim,
+            "mqa": 2 * head_dim,
+            "mla": d_latent + rope_dim,
+        }[kind]
 
     torch.manual_seed(0)
     before = torch.rand(1)

@@ -90,7 +90,7 @@ def test_half_input_statistics_in_float32(kind, half):
     assert torch.isfinite(out).all()
     # Reference: the float32 computation of the same (rounded) input, cast to half.
     expected = ref(x.float()).to(half)
-    ulp = 2 ** -10 if half == torch.float16 else 2 ** -7
+    ulp = 2**-10 if half == torch.float16 else 2**-7
     assert ((out.float() - expected.float()).abs() <= ulp * expected.float().abs().clamp_min(1.0)).all()
     naive = (x * x).sum(-1) if half == torch.float16 else None  # the overflow the float32 statistics avoid
     if naive is not None:

@@ -81,8 +81,9 @@ def test_rope_permutation_examples_and_conversion():
     assert rope_permutation(4, src="half", dst="half").tolist() == [0, 1, 2, 3]
     x = torch.arange(6.0)
     assert convert_rope_layout(x, src="interleaved", dst="half").tolist() == [0, 2, 4, 1, 3, 5]
-    assert torch.equal(convert_rope_layout(convert_rope_layout(x, src="interleaved", dst="half"),
-                                           src="half", dst="interleaved"), x)
+    assert torch.equal(
+        convert_rope_layout(convert_rope_layout(x, src="interleaved", dst="half"), src="half", dst="interleaved"), x
+    )
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])

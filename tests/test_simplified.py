@@ -5,20 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attn_core.simplified as simplified
+import attn_core.core as core
 from attn_core import KVCache, ShapedAttention, SimplifiedBlock, causal_mask, centring_matrix
-from attn_core.simplified import _leaky_shaped_attention
-
-
-def _randomise_queries(module: torch.nn.Module, std: float = 0.5, seed: int = 0) -> None:
-    """Move W_Q (and the gains) off their initial values: at init A = I hides most bugs."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, ShapedAttention):
-                m.q_proj.weight.copy_(torch.randn(m.q_proj.weight.shape, generator=g) * std)
-                for gain in (m.alpha, m.beta, m.gamma):
-                    gain.add_(torch.randn(gain.shape, generator=g) * 0.2)
+from conftest import randomise_shaped_queries
 
 
 # --------------------------------------------------------------------------- the centring matrix
@@ -66,7 +55,7 @@ def test_simplified_blocks_at_init():
 def test_output_is_shaped_matrix_times_values(causal):
     torch.manual_seed(0)
     attn = ShapedAttention(12, 3, causal=causal).double()
-    _randomise_queries(attn)
+    randomise_shaped_queries(attn, gains=True)
     x = torch.randn(2, 5, 12, dtype=torch.float64)
     out, A = attn(x, return_weights=True)
     v = x.view(2, 5, 3, 4).transpose(1, 2)  # identity values, split into heads
@@ -88,13 +77,13 @@ def test_output_is_shaped_matrix_times_values(causal):
 
 def test_softmax_part_calls_the_core(monkeypatch):
     calls = []
-    real = simplified.attention
+    real = core.attention
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(simplified, "attention", spy)
+    monkeypatch.setattr(core, "attention", spy)
     attn = ShapedAttention(8, 2)
     attn(torch.randn(1, 3, 8))
     attn(torch.randn(1, 3, 8), return_weights=True)
@@ -102,67 +91,12 @@ def test_softmax_part_calls_the_core(monkeypatch):
     assert calls[1]["return_weights"] is True
 
 
-# --------------------------------------------------------------------------- causality: bug and fix
-def _module_and_leaky_copy(seed: int = 0):
-    """A shaped-attention module with random queries, and the buggy function on the same weights."""
-    torch.manual_seed(seed)
-    attn = ShapedAttention(12, 3).double().eval()
-    _randomise_queries(attn, seed=seed)
-
-    def leaky(x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        split = lambda t: t.view(B, T, 3, 4).transpose(1, 2)  # (B, T, 12) -> (B, 3, T, 4)
-        out, _ = _leaky_shaped_attention(split(attn.q_proj(x)), split(attn.k_proj(x)), split(x),
-                                         attn.alpha, attn.beta, attn.gamma)
-        return out.transpose(1, 2).reshape(B, T, 12)
-
-    return attn, leaky
-
-
-def _leaks(fn, T: int = 6) -> bool:
-    """Perturb the tokens after position t; report whether any output at a position <= t moves."""
-    x = torch.randn(2, T, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    out = fn(x)
-    for t in range(T - 1):
-        x2 = x.clone()
-        x2[:, t + 1 :] += 1.0
-        if not torch.allclose(out[:, : t + 1], fn(x2)[:, : t + 1], atol=1e-10):
-            return True
-    return False
-
-
-def test_leaky_version_fails_causality_and_fixed_version_passes():
-    attn, leaky = _module_and_leaky_copy()
-    assert _leaks(leaky)
-    assert not _leaks(lambda x: attn(x))
-    # The same weights: the bug's matrix has weight on future keys, the module's is lower-triangular.
-    x = torch.randn(1, 6, 12, dtype=torch.float64)
-    _, A = attn(x, return_weights=True)
-    assert (A.triu(1) == 0).all()
-    split = lambda t: t.view(1, 6, 3, 4).transpose(1, 2)  # (1, 6, 12) -> (1, 3, 6, 4)
-    _, A_bug = _leaky_shaped_attention(split(attn.q_proj(x)), split(attn.k_proj(x)), split(x),
-                                       attn.alpha, attn.beta, attn.gamma)
-    assert (A_bug.triu(1).abs() > 1e-3).any()
-    assert not torch.allclose(A_bug, A, atol=1e-3)
-
-
-def test_leaky_version_looks_right_at_init():
-    # With W_Q = 0 and β = γ the two mistakes cancel: A = I, so only a causality test
-    # with trained (or random) queries reveals the bug.
-    g = torch.Generator().manual_seed(0)
-    k, v = torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64), torch.randn(2, 3, 6, 4, dtype=torch.float64)
-    ones = torch.ones(3, dtype=torch.float64)
-    out, A = _leaky_shaped_attention(torch.zeros_like(k), k, v, ones, ones, ones)
-    assert torch.allclose(A, torch.eye(6, dtype=torch.float64).expand_as(A), atol=1e-12)
-    assert torch.allclose(out, v, atol=1e-12)
-
-
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("value_proj", [False, True])
 def test_module_and_blocks_are_causal(parallel, value_proj):
     torch.manual_seed(0)
     block = SimplifiedBlock(16, 4, parallel=parallel, value_proj=value_proj).eval()
-    _randomise_queries(block)
+    randomise_shaped_queries(block, gains=True)
     x = torch.randn(2, 8, 16)
     out = block(x)
     for t in (0, 3, 6):
@@ -178,7 +112,7 @@ def test_module_and_blocks_are_causal(parallel, value_proj):
 def test_incremental_equals_full(parallel):
     torch.manual_seed(0)
     block = SimplifiedBlock(16, 4, parallel=parallel, value_proj=True).eval()
-    _randomise_queries(block)
+    randomise_shaped_queries(block, gains=True)
     x = torch.randn(2, 7, 16)
     full, full_A = block(x, return_weights=True)
     cache = block.make_cache(2, 10)
@@ -195,7 +129,7 @@ def test_incremental_equals_full(parallel):
 def test_gradcheck_float64(parallel):
     torch.manual_seed(0)
     block = SimplifiedBlock(4, 2, parallel=parallel, d_ff=6, value_proj=True).double()
-    _randomise_queries(block)
+    randomise_shaped_queries(block, gains=True)
     x = torch.randn(1, 3, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: block(t), (x,))
     # the gains receive gradients too

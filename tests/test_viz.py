@@ -130,7 +130,9 @@ def test_explorer_bad_input():
         viz.explorer(_weights(3, 3), masks={"pad": torch.ones(2, 2, dtype=torch.bool)})
     with pytest.raises(ValueError, match=r"query must be an int in \[0, 3\), got query=3"):
         viz.explorer(_weights(3, 3), query=3)
-    with pytest.raises(ValueError, match=r"shape \(T_q, T_k\), \(H, T_q, T_k\) or \(L, H, T_q, T_k\), got \(1, 1, 1, 2, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"shape \(T_q, T_k\), \(H, T_q, T_k\) or \(L, H, T_q, T_k\), got \(1, 1, 1, 2, 2\)"
+    ):
         viz.explorer(_weights(1, 1, 1, 2, 2))
     with pytest.raises(ValueError, match="needs the starting sentence"):
         viz.explorer(lambda text: None)
@@ -155,4 +157,3 @@ def test_kernel_explorer_recomputes_in_python():
     assert torch.allclose(sharp.sum(-1), torch.ones(5, dtype=sharp.dtype))
     assert sharp.max(-1).values.min() > k.weights[0, 0].max(-1).values.min()
     assert repr(k) == "KernelExplorer(L=2, H=2, T_q=5, T_k=5)"
-

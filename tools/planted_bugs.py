@@ -63,10 +63,30 @@ def plant(name: str, workdir: Path) -> Path:
 
 def failing_chapters(pythonpath: Path) -> dict[str, int]:
     """Run the lessons against the attn_core in ``pythonpath``; failed cells per notebook."""
-    env = {**os.environ, "PYTHONPATH": str(pythonpath), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "pytest", "--nbval", "book", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg",
-           "-q", "-n", "2", "--dist", "loadscope", "-p", "no:cacheprovider", "-rf"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(pythonpath),
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--nbval",
+        "book",
+        "--nbval-sanitize-with",
+        "tests/nbval_sanitize.cfg",
+        "-q",
+        "-n",
+        "2",
+        "--dist",
+        "loadscope",
+        "-p",
+        "no:cacheprovider",
+        "-rf",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True).stdout
     fails: dict[str, int] = {}
     for m in re.finditer(r"^FAILED book/(\S+?)\.ipynb::", out, re.M):

@@ -45,7 +45,7 @@ def badge_line(nb_path: Path) -> str:
 
 def setup_source() -> str:
     url, branch = repository()
-    return f'''{SETUP_MARKER} In Google Colab this installs attn_core
+    return f"""{SETUP_MARKER} In Google Colab this installs attn_core
 # from the book's repository; torch, ipywidgets and matplotlib are already there and are
 # not upgraded (upgrading ipywidgets would force a runtime restart). Elsewhere, and
 # under the tests, it does nothing. ATTN_CORE_INSTALL points the install elsewhere.
@@ -57,7 +57,7 @@ if "google.colab" in sys.modules or os.environ.get("ATTN_CORE_INSTALL"):
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)
     if "google.colab" in sys.modules:
         from google.colab import output
-        output.enable_custom_widget_manager()'''
+        output.enable_custom_widget_manager()"""
 
 
 def sync(nb_path: Path, check: bool) -> bool:

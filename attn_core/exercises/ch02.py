@@ -47,8 +47,9 @@ def check_causal_mask(fn: Callable[[int, int], torch.Tensor]) -> bool:
             return report(name, False, "inverted: True must mean *may attend* (PyTorch's convention)")
         top_left = torch.ones(T_q, T_k, dtype=torch.bool).tril()
         if torch.equal(got, top_left):
-            return report(name, False, f"aligned top-left (like is_causal=True) for T_q={T_q} < T_k={T_k}; "
-                                       "align it bottom-right")
+            return report(
+                name, False, f"aligned top-left (like is_causal=True) for T_q={T_q} < T_k={T_k}; align it bottom-right"
+            )
         wrong = int((got != expected).sum())
         return report(name, False, f"T_q={T_q}, T_k={T_k}: {wrong} entries differ from the causal mask")
     return report(name, True, "square, decoding (T_q < T_k) and long masks all match")
@@ -68,8 +69,12 @@ def check_padding_mask(fn: Callable[[list, int], torch.Tensor]) -> bool:
             return report(name, False, f"fn({lengths}, {T}) raised {type(e).__name__}: {e}")
         expected = padding_mask(lengths, T)  # (B, 1, T)
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (len(lengths), T):
-            return report(name, False, f"shape {tuple(got.shape)}: add the query axis, (B, 1, T), so that "
-                                       "it broadcasts over the queries of (B, T_q, T_k) scores")
+            return report(
+                name,
+                False,
+                f"shape {tuple(got.shape)}: add the query axis, (B, 1, T), so that "
+                "it broadcasts over the queries of (B, T_q, T_k) scores",
+            )
         if not _is_bool_tensor(f"{name} (lengths={lengths}, T={T})", got, tuple(expected.shape)):
             return False
         if torch.equal(got, ~expected):
@@ -101,5 +106,7 @@ def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     allowed = mask.any(-1, keepdim=True)
     expected = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0) * allowed
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and bool(torch.isnan(got).any()):
-        return report(name, False, "NaN in the weights: a fully masked row must give zeros (softmax of all -inf is NaN)")
+        return report(
+            name, False, "NaN in the weights: a fully masked row must give zeros (softmax of all -inf is NaN)"
+        )
     return compare(name, got, expected, atol=1e-10)

@@ -35,7 +35,9 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
     expected = x.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got, expected):
         if torch.equal(got, x.reshape(B, H, T, D)):
-            return report(name, False, "x.view(B, H, T, D) mixes tokens into heads: view as (B, T, H, D), then transpose")
+            return report(
+                name, False, "x.view(B, H, T, D) mixes tokens into heads: view as (B, T, H, D), then transpose"
+            )
     return compare(name, got, expected, atol=0.0)
 
 
@@ -76,6 +78,9 @@ def check_mha_parameters(fn: Callable[..., int]) -> bool:
             return report(name, False, f"{type(e).__name__}: {e}")
         if got != want:
             hint = " (the count does not depend on n_heads)" if not bias else ""
-            return report(name, False, f"d_model={d_model}, n_heads={n_heads}, bias={bias}: got {got!r}, "
-                                       f"the module has {want}{hint}")
+            return report(
+                name,
+                False,
+                f"d_model={d_model}, n_heads={n_heads}, bias={bias}: got {got!r}, the module has {want}{hint}",
+            )
     return report(name, True, f"all {len(cases)} layers match their modules")

@@ -70,8 +70,12 @@ def check_source_mask(fn: Callable[[list, int, int], torch.Tensor]) -> bool:
                 return report(name, False, f"shape {tuple(got.shape)}: the padding is on the keys, (B, T_q, T_k)")
             return report(name, False, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
         if not torch.equal(got, expected):
-            return report(name, False, f"src_lengths={lengths}: {int((got != expected).sum())} entries differ "
-                                       "(True = a real source token, for every query)")
+            return report(
+                name,
+                False,
+                f"src_lengths={lengths}: {int((got != expected).sum())} entries differ "
+                "(True = a real source token, for every query)",
+            )
     return report(name, True, "both batches match")
 
 

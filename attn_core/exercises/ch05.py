@@ -33,8 +33,12 @@ def check_broadcast_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
         return compare(name, got, expected, atol=0.0)
     if got.untyped_storage().data_ptr() != k.untyped_storage().data_ptr() or got.stride(1) != 0:
         copied = got.untyped_storage().nbytes()
-        return report(name, False, f"the result is a copy ({copied} bytes, {copied // k.untyped_storage().nbytes()}× "
-                                   "the key head): use expand, not repeat")
+        return report(
+            name,
+            False,
+            f"the result is a copy ({copied} bytes, {copied // k.untyped_storage().nbytes()}× "
+            "the key head): use expand, not repeat",
+        )
     return report(name, True, "a view with stride 0 along the heads: no bytes copied")
 
 

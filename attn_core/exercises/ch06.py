@@ -28,8 +28,11 @@ def check_repeat_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
         return report(name, False, f"{type(e).__name__}: {e}")
     expected = k.repeat_interleave(4, dim=1)  # (B, 12, T, D)
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.equal(got, k.repeat(1, 4, 1, 1)):
-        return report(name, False, "tiled [a, b, c, a, b, c, ...]: query heads 0-3 must share head a "
-                                   "(repeat_interleave, not repeat)")
+        return report(
+            name,
+            False,
+            "tiled [a, b, c, a, b, c, ...]: query heads 0-3 must share head a (repeat_interleave, not repeat)",
+        )
     return compare(name, got, expected, atol=0.0)
 
 
@@ -53,8 +56,12 @@ def check_mean_pool_kv(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> 
         if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.allclose(got, expected):
             strided = w.view(H // n_kv, n_kv, D, d).mean(0).reshape(n_kv * D, d)
             if torch.allclose(got, strided):
-                return report(name, False, f"n_kv_heads={n_kv}: averaged heads h, h+{n_kv}, ... (strided); "
-                                           "group g holds the adjacent heads g·G .. g·G+G-1")
+                return report(
+                    name,
+                    False,
+                    f"n_kv_heads={n_kv}: averaged heads h, h+{n_kv}, ... (strided); "
+                    "group g holds the adjacent heads g·G .. g·G+G-1",
+                )
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not torch.allclose(got, expected):
             return compare(f"{name} (n_kv_heads={n_kv})", got, expected, atol=1e-12)
     return report(name, True, "n_kv_heads = 4, 2, 1 and 8 all match")
@@ -66,9 +73,14 @@ def check_kv_cache_bytes(fn: Callable[..., int]) -> bool:
     """
     name = "6.3 KV-cache bytes"
     cases = [
-        (dict(n_layers=L, n_kv_heads=n_kv, head_dim=D, seq_len=T, batch_size=B, dtype=dtype),
-         L * KVCache(B, n_kv, D, T, dtype=dtype).nbytes())
-        for L, n_kv, D, T, B, dtype in [(2, 4, 8, 16, 1, torch.float32), (3, 1, 16, 10, 2, torch.float16),
-                                        (4, 2, 4, 7, 3, torch.bfloat16)]
+        (
+            dict(n_layers=L, n_kv_heads=n_kv, head_dim=D, seq_len=T, batch_size=B, dtype=dtype),
+            L * KVCache(B, n_kv, D, T, dtype=dtype).nbytes(),
+        )
+        for L, n_kv, D, T, B, dtype in [
+            (2, 4, 8, 16, 1, torch.float32),
+            (3, 1, 16, 10, 2, torch.float16),
+            (4, 2, 4, 7, 3, torch.bfloat16),
+        ]
     ]
     return check_counts(name, fn, cases, f"all {len(cases)} models match their caches")

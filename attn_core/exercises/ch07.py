@@ -57,8 +57,10 @@ def check_decoupled_scores(fn: Callable[..., torch.Tensor]) -> bool:
     positional = q_r @ k_r.unsqueeze(1).transpose(-2, -1)  # (B, H, T_q, d_r) @ (B, 1, d_r, T_k)
     expected = (content + positional) / math.sqrt(8 + 4)
     if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-        for wrong, why in (((content + positional) / math.sqrt(8), "scaled by 1/√d_h; the pair has d_h + d_r dims"),
-                           (content / math.sqrt(12), "the RoPE part q_r·k_r is missing")):
+        for wrong, why in (
+            ((content + positional) / math.sqrt(8), "scaled by 1/√d_h; the pair has d_h + d_r dims"),
+            (content / math.sqrt(12), "the RoPE part q_r·k_r is missing"),
+        ):
             if torch.allclose(got, wrong, atol=1e-10):
                 return report("7.2 decoupled scores", False, why)
     return compare("7.2 decoupled scores", got, expected, atol=1e-10)

@@ -7,7 +7,8 @@ from typing import Callable
 import torch
 
 from ..core import attention
-from ..simplified import _leaky_shaped_attention, centring_matrix
+from ..mistakes import leaky_shaped_attention
+from ..simplified import centring_matrix
 from ._common import compare, report
 
 __all__ = ["check_centring_matrix", "check_shaped_attention", "check_causality_test"]
@@ -51,7 +52,7 @@ def check_shaped_attention(fn: Callable[..., torch.Tensor]) -> bool:
         got = fn(q, k, v, alpha, beta, gamma)
     except Exception as e:
         return report("11.2 shaped attention", False, f"{type(e).__name__}: {e}")
-    leaky, _ = _leaky_shaped_attention(q, k, v, alpha, beta, gamma)
+    leaky, _ = leaky_shaped_attention(q, k, v, alpha, beta, gamma)
     if isinstance(got, torch.Tensor) and got.shape == leaky.shape and torch.allclose(got.double(), leaky, atol=1e-8):
         return report("11.2 shaped attention", False, "this is the leaky version: mask the scores and make C causal")
     return compare("11.2 shaped attention", got, _reference_shaped(q, k, v, alpha, beta, gamma), atol=1e-8)
@@ -64,11 +65,12 @@ def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -
     (must return False). Feed random queries and unequal gains: with ``q = 0`` and
     ``β = γ`` (the initialisation) the two bugs cancel and no test can see them.
     """
+
     def correct(q, k, v, alpha, beta, gamma):
         return _reference_shaped(q, k, v, alpha, beta, gamma)
 
     def leaky(q, k, v, alpha, beta, gamma):
-        return _leaky_shaped_attention(q, k, v, alpha, beta, gamma)[0]
+        return leaky_shaped_attention(q, k, v, alpha, beta, gamma)[0]
 
     cases = (("leaky", leaky, True), ("correct", correct, False))
     for name, fn, expected in cases:

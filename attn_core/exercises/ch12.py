@@ -58,9 +58,12 @@ def check_token_passes(fn: Callable[[int, int, bool], int]) -> bool:
             except Exception as e:  # a learner's bug should print, not stop the notebook
                 return report("12.1 token passes", False, f"{type(e).__name__}: {e}")
             if got != counter.positions:
-                return report("12.1 token passes", False,
-                              f"prompt_len={T}, new_tokens={N}, use_cache={use_cache}: got {got!r}, "
-                              f"measured {counter.positions} positions in {counter.calls} forward passes")
+                return report(
+                    "12.1 token passes",
+                    False,
+                    f"prompt_len={T}, new_tokens={N}, use_cache={use_cache}: got {got!r}, "
+                    f"measured {counter.positions} positions in {counter.calls} forward passes",
+                )
     return report("12.1 token passes", True, "all 8 cases match the measured counts")
 
 
@@ -117,6 +120,9 @@ def check_greedy_decode(fn: Callable[[torch.nn.Module, torch.Tensor, int], torch
         return report("12.3 greedy decode", False, f"first different token at (row, position) = {tuple(bad)}")
     most = 2 * (5 + n)  # prefill (B·T) plus one position per step per row, B = 2
     if counter.positions > most:
-        return report("12.3 greedy decode", False,
-                      f"right tokens, but the model processed {counter.positions} positions: is the cache used?")
+        return report(
+            "12.3 greedy decode",
+            False,
+            f"right tokens, but the model processed {counter.positions} positions: is the cache used?",
+        )
     return report("12.3 greedy decode", True, f"same tokens as generate(), {counter.positions} positions processed")

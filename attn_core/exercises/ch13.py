@@ -30,13 +30,16 @@ def check_merge_stats(fn: Callable[..., tuple]) -> bool:
     Shapes:
         m1, l1, m2, l2: ``(N,)``; fn's output: two tensors ``(N,)``
     """
+
     def stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         m = x.amax(-1)
         safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
         return m, torch.exp(x - safe[:, None]).sum(-1)
 
-    cases = [(_inputs(130, 6, 5, scale=3.0), _inputs(131, 6, 7, scale=3.0)),
-             (_inputs(132, 4, 3, scale=300.0), _inputs(133, 4, 2, scale=300.0))]
+    cases = [
+        (_inputs(130, 6, 5, scale=3.0), _inputs(131, 6, 7, scale=3.0)),
+        (_inputs(132, 4, 3, scale=300.0), _inputs(133, 4, 2, scale=300.0)),
+    ]
     a, b = _inputs(134, 3, 4), torch.full((3, 2), float("-inf"), dtype=torch.float64)
     a[0] = float("-inf")  # row 0: both blocks fully masked (m = -inf, l = 0 on both sides)
     cases.append((a, b))  # rows 1-2: the second block is fully masked
@@ -109,5 +112,7 @@ def check_attention_flops(fn: Callable[[int, int, int], int]) -> bool:
             return report("13.3 attention FLOPs", False, f"{type(e).__name__}: {e}")
         if got != want:
             hint = " (2 FLOPs per multiply-add)" if isinstance(got, (int, float)) and 2 * got == want else ""
-            return report("13.3 attention FLOPs", False, f"batch={B}, T={T}, d_model={d}: got {got!r}, measured {want}{hint}")
+            return report(
+                "13.3 attention FLOPs", False, f"batch={B}, T={T}, d_model={d}: got {got!r}, measured {want}{hint}"
+            )
     return report("13.3 attention FLOPs", True, "3 layer shapes match FlopCounterMode")

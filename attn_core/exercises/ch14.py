@@ -59,7 +59,11 @@ def check_attention_parameters(fn: Callable[[int, int, int], int]) -> bool:
         except Exception as e:
             return report("14.2 attention parameters", False, f"{type(e).__name__}: {e}")
         if got != want:
-            return report("14.2 attention parameters", False, f"d_model={d}, n_heads={H}, n_kv_heads={kv}: got {got!r}, counted {want}")
+            return report(
+                "14.2 attention parameters",
+                False,
+                f"d_model={d}, n_heads={H}, n_kv_heads={kv}: got {got!r}, counted {want}",
+            )
     return report("14.2 attention parameters", True, "5 layers, from MHA to MQA, match")
 
 
@@ -80,5 +84,9 @@ def check_equivalent_groups(fn: Callable[[int, int, int], float]) -> bool:
         except Exception as e:
             return report("14.3 equivalent groups", False, f"{type(e).__name__}: {e}")
         if not isinstance(got, (int, float)) or abs(got - want) > 1e-9:
-            return report("14.3 equivalent groups", False, f"d_latent={d_c}, rope_dim={d_r}, head_dim={d_h}: got {got!r}, measured {want}")
+            return report(
+                "14.3 equivalent groups",
+                False,
+                f"d_latent={d_c}, rope_dim={d_r}, head_dim={d_h}: got {got!r}, measured {want}",
+            )
     return report("14.3 equivalent groups", True, "DeepSeek-V2's 2.25 and two small layers match")

@@ -62,8 +62,15 @@ def browser():
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                  "--disable-background-networking", "--disable-component-update"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-sync",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
         )
         yield b
         b.close()
@@ -96,7 +103,11 @@ class Visit:
         return handle
 
     def _console(self, message) -> None:
-        if message.type == "error" and message.text not in KNOWN_CONSOLE and "Failed to load resource" not in message.text:
+        if (
+            message.type == "error"
+            and message.text not in KNOWN_CONSOLE
+            and "Failed to load resource" not in message.text
+        ):
             self.problems.append(f"console error: {message.text}")
 
 
@@ -158,7 +169,11 @@ def test_kernel_free_explorers_respond(browser, server, path):
     for i in range(explorers.count()):
         explorer = explorers.nth(i)
         explorer.scroll_into_view_if_needed()
-        assert explorer.locator(".attnx-fallback").first.is_hidden() if explorer.locator(".attnx-fallback").count() else True
+        assert (
+            explorer.locator(".attnx-fallback").first.is_hidden()
+            if explorer.locator(".attnx-fallback").count()
+            else True
+        )
         before_state, before = explorer.get_attribute("data-state"), _picture(explorer)
         # Keyboard: move the query slider one step.
         query = explorer.locator('input[data-control="query"]')
@@ -177,7 +192,9 @@ def test_kernel_free_explorers_respond(browser, server, path):
         for box in explorer.locator('input[type="checkbox"]').all():
             snapshot = _picture(explorer)
             box.click()
-            assert _picture(explorer) != snapshot, f"{path} explorer {i}: {box.get_attribute('data-control')} did nothing"
+            assert _picture(explorer) != snapshot, (
+                f"{path} explorer {i}: {box.get_attribute('data-control')} did nothing"
+            )
         explorer.screenshot(path=str(SHOTS / f"{path.replace('/', '_')}.explorer{i}.png"))
     page.close()
     assert not visit.problems, "\n".join(visit.problems)
@@ -203,7 +220,8 @@ def test_chapter_one_shows_widget_math_and_explorer(browser, server):
                   document.querySelectorAll('mjx-container').length,
                   document.querySelectorAll('.attn-explorer[data-ready] rect[data-cell]').length,
                   document.querySelectorAll('a.colab-badge img').length,
-                  document.querySelectorAll('.dropdown-launch-buttons a, a[href*="colab.research.google.com"]').length]"""
+                  document.querySelectorAll(
+                      '.dropdown-launch-buttons a, a[href*="colab.research.google.com"]').length]"""
     )
     visit.page.close()
     widgets, math, cells, badge, launch = counts

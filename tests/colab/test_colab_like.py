@@ -37,8 +37,9 @@ TARGET_S = 60.0
 
 
 def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "-q", *args], check=True,
-                   env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    subprocess.run(
+        [sys.executable, "-m", "pip", "-q", *args], check=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +56,21 @@ def wheel(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     builder = ROOT / ".venv" / "bin" / "python"  # has setuptools; this environment need not
-    subprocess.run([str(builder if builder.exists() else sys.executable), "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(out), str(src)], check=True)
+    subprocess.run(
+        [
+            str(builder if builder.exists() else sys.executable),
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        check=True,
+    )
     yield next(out.glob("attn_core-*.whl"))
     _report()
 
@@ -96,8 +110,9 @@ def test_notebook_runs_alone_in_colab_like_env(notebook: Path, wheel: Path, tmp_
     env = {"ATTN_CORE_INSTALL": str(wheel), "PIP_TARGET": str(site), "PIP_NO_DEPS": "1", "PYTHONPATH": str(site)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits them (each pytest worker is its own process)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(work)}}, store_widget_state=True)
+    client = NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}}, store_widget_state=True
+    )
     start = time.perf_counter()
     try:
         client.execute()
@@ -115,8 +130,13 @@ def test_notebook_runs_alone_in_colab_like_env(notebook: Path, wheel: Path, tmp_
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     versions = {m["model_module_version"] for m in state.values() if m["model_module"] == "@jupyter-widgets/controls"}
     assert versions <= {"1.5.0"}, versions
-    views = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    views = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     if views:
         assert versions == {"1.5.0"}, json.dumps(views[0]["data"])[:200]
     assert TIMES[notebook.name] < TARGET_S * 2, f"{notebook.name} took {TIMES[notebook.name]:.0f} s"

@@ -1,0 +1,130 @@
+"""What PyTorch runs inside a function: the peak memory of its tensors, and its ATen operators.
+
+Both tools watch every operator call through a ``TorchDispatchMode``. That API, and the
+pytree helper used to walk operator outputs, live in private PyTorch modules
+(``torch.utils._python_dispatch``, ``torch.utils._pytree``): this module is the one
+place in ``attn_core`` that imports them, so that a PyTorch change breaks one module.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ..checks import check_callable
+
+__all__ = ["peak_tensor_memory", "aten_ops"]
+
+
+class _LiveTensorBytes(TorchDispatchMode):
+    """Counts the bytes of tensor storage created by PyTorch operators and still alive.
+
+    Every operator call passes through :meth:`__torch_dispatch__`; each storage an
+    output lives in is counted once, when first seen, and uncounted when the last
+    tensor that points into it is garbage-collected (a ``weakref.finalize``). Storages
+    first seen as *inputs* existed before the measurement and are never counted.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, list[int]] = {}  # storage id -> [bytes, tensors alive]
+        # Storages that existed before (inputs, weights): views of them cost nothing. The
+        # reference keeps each alive, so that its address cannot be reused for a new one.
+        self.external: dict[int, torch.UntypedStorage] = {}
+        self.current = self.peak = 0
+
+    def _release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.current -= entry[0]
+            del self.live[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                # The storage's C++ address identifies it, also for views and meta tensors.
+                if storage._cdata not in self.live:
+                    self.external.setdefault(storage._cdata, storage)
+        out = func(*args, **kwargs)
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in self.external:
+                continue  # a view of (or an in-place write to) memory allocated before the call
+            if key in self.live:
+                self.live[key][1] += 1  # a view or an in-place result: no new memory
+            else:
+                self.live[key] = [storage.nbytes(), 1]
+                self.current += storage.nbytes()
+                self.peak = max(self.peak, self.current)
+            weakref.finalize(t, self._release, key)
+        return out
+
+
+def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Peak bytes of tensors that ``fn(*args, **kwargs)`` allocates and holds at the same time.
+
+    The method: a ``TorchDispatchMode`` sees the output of every PyTorch operator that
+    runs inside ``fn``; it adds a storage's size when the storage first appears and
+    subtracts it when the last tensor using it is freed, and it records the maximum of
+    that running sum. Tensors that exist before the call (the inputs, the weights) are
+    not counted; the result is, while it is alive. Scratch memory *inside* a single
+    fused kernel (e.g. the tile buffers of ``scaled_dot_product_attention``) is not
+    visible: this measures what a Python-level algorithm allocates. Tensors kept by
+    autograd for the backward pass stay alive, so call under ``torch.no_grad()`` to
+    measure inference. Works on any device, including ``"meta"`` tensors (which
+    allocate nothing, so even huge shapes can be measured instantly).
+
+    Args:
+        fn: The computation to measure.
+        *args: Positional arguments for ``fn``.
+        **kwargs: Keyword arguments for ``fn``.
+
+    Returns:
+        Peak live bytes, an int (the result is discarded).
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    check_callable("fn", fn)
+    with _LiveTensorBytes() as tracker:
+        result = fn(*args, **kwargs)
+        del result
+    return tracker.peak
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records the name of every ATen operator that runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
+    """The ATen operators that ``fn(*args, **kwargs)`` runs, in order (e.g. ``["mm", "_softmax", ...]``).
+
+    Shows which kernel PyTorch picked: a fused ``scaled_dot_product_attention`` backend is
+    one operator (``_scaled_dot_product_flash_attention_for_cpu`` on a CPU), the math
+    backend a sequence of matmuls and a softmax.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    check_callable("fn", fn)
+    with _OpRecorder() as recorder:
+        fn(*args, **kwargs)
+    return recorder.names

@@ -1,0 +1,134 @@
+"""Position-wise MLPs: the GELU feed-forward of GPT-2 and the gated SwiGLU of PaLM and LLaMA.
+
+Attention mixes information *across* positions; the MLP then transforms each position's
+vector on its own, with the same weights at every position.
+
+* :class:`FeedForward`: ``down(gelu(up(x)))``, hidden width ``4·d_model`` by default.
+* :class:`SwiGLU`: ``down(silu(gate(x)) * up(x))``, hidden width ``⅔·4·d_model`` rounded
+  up (:func:`swiglu_hidden_dim`), so that it costs what the GELU MLP costs.
+* :func:`make_mlp` builds either from its name, as the blocks' ``mlp=`` argument does.
+
+Shape legend:
+    ...      any leading dimensions, typically ``(B, T)``
+    d_model  width of the input and output, ``d_ff`` the hidden width
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .checks import check_choice, check_int, check_number
+
+__all__ = ["FeedForward", "SwiGLU", "swiglu_hidden_dim", "mlp_hidden_dim", "make_mlp", "MLP_KINDS"]
+
+#: The names :func:`make_mlp` (and the blocks' ``mlp=`` argument) accept.
+MLP_KINDS = ("gelu", "swiglu")
+
+
+class FeedForward(nn.Module):
+    """Position-wise MLP with a GELU: ``down(gelu(up(x)))`` (GPT-2, BERT).
+
+    Every position goes through the same two-layer network on its own: attention mixes
+    information *across* positions, the MLP transforms each position's vector.
+
+    Args:
+        d_model: Width of the input and output.
+        d_ff: Hidden width; default ``4 * d_model`` (the original transformer's ratio).
+        dropout: Dropout on the output, in training mode.
+        bias: Give both linear layers a bias (GPT-2 does).
+
+    Shapes:
+        x: ``(..., d_model)``; output: ``(..., d_model)``
+    """
+
+    def __init__(self, d_model: int, d_ff: int | None = None, *, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        check_int("d_model", d_model)
+        d_ff = mlp_hidden_dim("gelu", d_model, d_ff)
+        self.d_model, self.d_ff = d_model, d_ff
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
+        return self.dropout(self.down_proj(F.gelu(self.up_proj(x))))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, d_ff={self.d_ff}"
+
+
+def swiglu_hidden_dim(d_model: int, multiple_of: int = 8) -> int:
+    """LLaMA's SwiGLU hidden width: ``⅔ · 4 · d_model``, rounded *up* to a multiple of ``multiple_of``.
+
+    ``swiglu_hidden_dim(4096, 256) == 11008``, LLaMA-7B's value.
+    """
+    check_int("d_model", d_model)
+    check_int("multiple_of", multiple_of)
+    hidden = int(2 * (4 * d_model) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+class SwiGLU(nn.Module):
+    """Gated MLP with a SiLU ("swish") gate: ``down(silu(gate(x)) * up(x))`` (Shazeer, 2020).
+
+    Why the hidden width is ``⅔ · 4 · d_model``: a GELU MLP with hidden width ``4d`` has
+    two ``d × 4d`` matrices, ``8d²`` parameters. SwiGLU has *three* matrices (gate, up,
+    down); with hidden width ``f`` that is ``3·d·f`` parameters, and ``3·d·f = 8d²`` gives
+    ``f = ⅔ · 4d = 8d/3``. So the gated MLP costs the same parameters and FLOPs as the
+    one it replaces, which makes the comparison fair (Shazeer's paper and LLaMA both do
+    this). The width is then rounded up to a multiple of ``multiple_of`` so that the
+    matrices tile well on hardware (LLaMA uses 256: 4096 -> 11008).
+
+    Args:
+        d_model: Width of the input and output.
+        d_ff: Hidden width; default :func:`swiglu_hidden_dim` ``(d_model, multiple_of)``.
+        multiple_of: Rounding of the default hidden width.
+        dropout: Dropout on the output, in training mode.
+        bias: Give the linear layers biases (LLaMA does not).
+
+    Shapes:
+        x: ``(..., d_model)``; output: ``(..., d_model)``
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int | None = None, *, multiple_of: int = 8, dropout: float = 0.0, bias: bool = False
+    ) -> None:
+        super().__init__()
+        check_int("d_model", d_model)
+        d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else check_int("d_ff", d_ff)
+        self.d_model, self.d_ff = d_model, d_ff
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
+        return self.dropout(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, d_ff={self.d_ff}"
+
+
+def make_mlp(kind: str, d_model: int, d_ff: int | None, *, bias: bool, dropout: float = 0.0) -> nn.Module:
+    """``"gelu"`` -> :class:`FeedForward`, ``"swiglu"`` -> :class:`SwiGLU`."""
+    check_choice("mlp", kind, MLP_KINDS)
+    if kind == "gelu":
+        return FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
+    return SwiGLU(d_model, d_ff, dropout=dropout, bias=bias)
+
+
+def mlp_hidden_dim(kind: str, d_model: int, d_ff: int | None = None) -> int:
+    """The hidden width an MLP of ``kind`` gets: ``d_ff`` if given, else the kind's default.
+
+    The defaults are those of :class:`FeedForward` (``4·d_model``) and :class:`SwiGLU`
+    (:func:`swiglu_hidden_dim`); :class:`~attn_core.DecoderConfig` and the parameter
+    formulas read them from here.
+    """
+    check_choice("mlp", kind, MLP_KINDS)
+    if d_ff is not None:
+        return check_int("d_ff", d_ff)
+    return 4 * check_int("d_model", d_model) if kind == "gelu" else swiglu_hidden_dim(d_model)

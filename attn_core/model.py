@@ -1,0 +1,199 @@
+"""A decoder-only (GPT-style) language model: embeddings, ``L`` blocks, a norm, logits.
+
+:class:`DecoderLM` builds itself from a :class:`~attn_core.DecoderConfig`: standard
+:class:`~attn_core.TransformerBlock` s (with multi-head or multi-head latent attention)
+or He & Hofmann's :class:`~attn_core.SimplifiedBlock` s. One code path serves training
+(the full sequence) and decoding (a cache per layer, each built by its layer).
+
+Shape legend:
+    B        batch size
+    T        positions in this call; with caches, ``T_k = past + T`` keys
+    V        vocabulary size
+    d_model  width of the residual stream
+    H        query heads
+    L        number of layers (blocks)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .blocks import TransformerBlock
+from .cache import KVCache, LatentKVCache
+from .checks import check_instance, check_int, check_tensor
+from .config import DecoderConfig
+from .mla import MultiHeadLatentAttention
+from .norms import make_norm
+from .positional import LearnedPositionalEmbedding, RotaryEmbedding
+from .simplified import SimplifiedBlock
+
+__all__ = ["DecoderLM"]
+
+
+class DecoderLM(nn.Module):
+    """A decoder-only (GPT-style) language model: embeddings, ``L`` causal blocks, a norm, logits.
+
+    One code path serves training and generation: ``forward(idx)`` runs a whole sequence
+    under the causal mask; ``forward(idx, caches=model.make_caches(B, max_len))`` runs
+    the next chunk of a sequence whose earlier keys and values sit in the caches, with
+    positions continuing after the cached ones. Prefilling a prompt and then feeding one
+    token at a time gives the same logits as running the full sequence (a test holds it).
+
+    Args:
+        config: The architecture.
+
+    Attributes:
+        tok_emb: ``nn.Embedding(V, d_model)``.
+        pos_emb: :class:`~attn_core.LearnedPositionalEmbedding` or None.
+        rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers, or None.
+        blocks: ``nn.ModuleList`` of :class:`TransformerBlock` or
+            :class:`~attn_core.SimplifiedBlock`.
+        embed_norm: Normalisation of the embeddings for post-norm models (as in BERT),
+            ``nn.Identity`` for pre-norm ones.
+        final_norm: Normalisation before the output projection for pre-norm models;
+            ``nn.Identity`` for post-norm ones, whose blocks end with a norm already.
+        lm_head: ``nn.Linear(d_model, V, bias=False)``; its weight *is* ``tok_emb.weight``
+            when ``config.tie_weights``.
+
+    Shapes:
+        idx: ``(B, T)`` token ids
+        logits: ``(B, T, V)``; weights: a list of ``L`` tensors ``(B, H, T, T_k)``
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        check_instance("config", config, DecoderConfig)
+        self.config = c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        # GPT-2's initialisation: with tied weights the same matrix makes the logits, and
+        # N(0, 1) entries would start them at a scale of √d_model.
+        nn.init.normal_(self.tok_emb.weight, std=0.02)
+        self.pos_emb = LearnedPositionalEmbedding(c.max_len, c.d_model) if c.positional == "learned" else None
+        self.rope = None
+        if c.positional == "rope" and c.attention == "mha":
+            self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base)
+        self.drop = nn.Dropout(c.dropout)
+        # Post-norm blocks feed the raw stream to their first attention: normalise the
+        # embeddings first (as BERT does), or the first layer attends with vectors of
+        # scale 0.02 (the initialisation) and barely learns. Pre-norm blocks normalise
+        # their own inputs and need the norm at the other end, before the logits.
+        post = c.norm_position == "post"
+        self.embed_norm = make_norm(c.norm, c.d_model) if post else nn.Identity()
+        self.blocks = nn.ModuleList(self._make_block(i) for i in range(c.n_layers))
+        self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_weights:
+            self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
+
+    def _make_block(self, i: int) -> nn.Module:
+        c = self.config
+        if c.block != "standard":
+            return SimplifiedBlock(
+                c.d_model,
+                c.n_heads,
+                parallel=(c.block == "sas-p"),
+                d_ff=c.d_ff,
+                mlp=c.mlp,
+                norm=c.norm,
+                rope=self.rope,
+                value_proj=(i == 0),
+                beta_ff=c.beta_ff,
+                bias=c.bias,
+                dropout=c.dropout,
+            )
+        attention = None
+        shared = dict(
+            d_ff=c.d_ff, mlp=c.mlp, norm=c.norm, norm_position=c.norm_position, dropout=c.dropout, bias=c.bias
+        )
+        if c.attention == "mla":
+            attention = MultiHeadLatentAttention(
+                c.d_model,
+                c.n_heads,
+                d_latent=c.d_latent,
+                d_q_latent=c.d_q_latent,
+                head_dim=c.head_dim,
+                rope_dim=c.resolved_rope_dim,
+                causal=True,
+                rope_base=c.rope_base,
+            )
+            return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
+        return TransformerBlock(c.d_model, c.n_heads, n_kv_heads=c.resolved_n_kv_heads, rope=self.rope, **shared)
+
+    def make_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache | LatentKVCache]:
+        """One empty cache per layer (:class:`~attn_core.KVCache`, or MLA's ``LatentKVCache``).
+
+        Args:
+            batch_size: ``B``.
+            max_len: Positions each cache holds; default ``config.max_len``.
+        """
+        check_int("batch_size", batch_size)
+        max_len = self.config.max_len if max_len is None else check_int("max_len", max_len)
+        p = self.tok_emb.weight
+        return [b.make_cache(batch_size, max_len, dtype=p.dtype, device=p.device) for b in self.blocks]
+
+    def _check_inputs(self, idx: object, caches) -> int:
+        c = self.config
+        check_tensor("idx", idx, ("B", "T"), integer=True)
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= c.vocab_size:
+            raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}), got min={lo}, max={hi}")
+        if caches is None:
+            offset = 0
+        else:
+            if not isinstance(caches, (list, tuple)) or len(caches) != c.n_layers:
+                got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
+                raise ValueError(f"caches must be a list of n_layers={c.n_layers} caches (make_caches), got {got}")
+            offset = caches[0].size
+        if c.positional == "learned" and offset + idx.shape[1] > c.max_len:
+            raise ValueError(
+                f"positions {offset}..{offset + idx.shape[1] - 1} exceed max_len={c.max_len} "
+                f"(cached={offset}, T={idx.shape[1]})"
+            )
+        return offset
+
+    def forward(
+        self, idx: torch.Tensor, *, caches: list | None = None, return_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Next-token logits for every position of ``idx``.
+
+        Args:
+            idx: Token ids. With ``caches``, the *new* tokens only: their positions start
+                at the number of cached positions.
+            caches: From :meth:`make_caches`; each is appended to.
+            return_weights: Also return every layer's attention weights.
+
+        Returns:
+            ``logits``, or ``(logits, weights)``: logits at position ``t`` depend only on
+            tokens ``0..t``.
+
+        Shapes:
+            idx: ``(B, T)``
+            logits: ``(B, T, V)``
+            weights: list of ``L`` tensors ``(B, H, T, past + T)``
+        """
+        offset = self._check_inputs(idx, caches)
+        x = self.tok_emb(idx.long())  # (B, T, d_model)
+        if self.pos_emb is not None:
+            x = self.pos_emb(x, offset)  # positions continue after the cached ones
+        x = self.drop(self.embed_norm(x))
+        all_weights = []
+        for i, block in enumerate(self.blocks):
+            cache = None if caches is None else caches[i]
+            if return_weights:
+                x, w = block(x, kv_cache=cache, return_weights=True)
+                all_weights.append(w)
+            else:
+                x = block(x, kv_cache=cache)
+        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        return (logits, all_weights) if return_weights else logits
+
+    def num_parameters(self) -> int:
+        """Parameters of the module (a tied matrix counted once, as ``parameters()`` does)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"block={c.block!r}, attention={c.attention!r}, positional={c.positional!r}, tied={c.tie_weights}"

@@ -1,0 +1,123 @@
+"""attn_core.model: DecoderLM is causal, decodes with caches as on full sequences, ties weights, refuses bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attn_core import (
+    DecoderLM,
+    KVCache,
+    LatentKVCache,
+    parameter_count,
+)
+from conftest import PRESETS, decoder
+
+
+# --------------------------------------------------------------------------- the language model
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_decoder_is_causal(name):
+    model = decoder(PRESETS[name]).eval()
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, V, (2, 10), generator=g)
+    logits = model(idx)
+    for t in (0, 4, 8):
+        changed = idx.clone()
+        changed[:, t + 1 :] = torch.randint(0, V, (2, 10 - t - 1), generator=g)
+        other = model(changed)
+        assert torch.allclose(logits[:, : t + 1], other[:, : t + 1], atol=1e-5), f"position <= {t} saw the future"
+        assert not torch.allclose(logits[:, t + 1 :], other[:, t + 1 :], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_incremental_decoding_equals_full_sequence(name):
+    model = decoder(PRESETS[name]).eval()
+    idx = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    full, full_w = model(idx, return_weights=True)
+    caches = model.make_caches(2, 12)
+    expected_type = LatentKVCache if model.config.attention == "mla" else KVCache
+    assert all(isinstance(c, expected_type) for c in caches) and len(caches) == model.config.n_layers
+    parts = [model(idx[:, :4], caches=caches)]  # prefill
+    for t in range(4, 9):
+        step, step_w = model(idx[:, t : t + 1], caches=caches, return_weights=True)
+        parts.append(step)
+        assert step_w[0].shape == (2, model.config.n_heads, 1, t + 1)
+        assert torch.allclose(step_w[-1][:, :, 0], full_w[-1][:, :, t, : t + 1], atol=1e-5)
+    assert caches[0].size == 9
+    assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+
+
+def test_forward_shapes_and_weights():
+    model = decoder(PRESETS["llama_like"]).eval()
+    idx = torch.randint(0, 24, (3, 7))
+    logits, weights = model(idx, return_weights=True)
+    assert logits.shape == (3, 7, 24)
+    assert len(weights) == 2 and all(w.shape == (3, 4, 7, 7) for w in weights)
+
+
+def test_learned_positions_offset_by_cache():
+    model = decoder(PRESETS["gpt2_like"]).eval()
+    idx = torch.randint(0, 24, (1, 6))
+    caches = model.make_caches(1)
+    model(idx[:, :5], caches=caches)
+    last = model(idx[:, 5:], caches=caches)
+    alone = model(idx[:, 5:])  # the same token at position 0 instead of 5
+    assert torch.allclose(last, model(idx)[:, 5:], atol=1e-5)
+    assert not torch.allclose(last, alone, atol=1e-4)
+
+
+def test_dropout_only_in_training():
+    config = dataclasses.replace(PRESETS["gpt2_like"], dropout=0.5)
+    model = DecoderLM(config)
+    idx = torch.randint(0, 24, (2, 6))
+    model.train()
+    assert not torch.allclose(model(idx), model(idx))
+    model.eval()
+    assert torch.equal(model(idx), model(idx))
+
+
+def test_decoder_bad_input():
+    model = decoder(PRESETS["gpt2_like"]).eval()
+    with pytest.raises(ValueError, match=r"\[0, vocab_size=24\), got min=0, max=30"):
+        model(torch.tensor([[0, 30]]))
+    with pytest.raises(ValueError, match="min=-1"):
+        model(torch.tensor([[-1, 3]]))
+    with pytest.raises(TypeError, match="idx must be an integer tensor, got dtype=torch.float32"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"shape \(B, T\)"):
+        model(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="exceed max_len=16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match="n_layers=2 caches"):
+        model(torch.zeros(1, 3, dtype=torch.long), caches=model.make_caches(1)[:1])
+    with pytest.raises(TypeError, match="DecoderConfig"):
+        DecoderLM(dict(vocab_size=3))
+
+
+def test_weight_tying_shares_storage():
+    tied = DecoderLM(PRESETS["gpt2_like"])
+    assert tied.lm_head.weight is tied.tok_emb.weight
+    assert tied.lm_head.weight.data_ptr() == tied.tok_emb.weight.data_ptr()
+    with torch.no_grad():
+        tied.tok_emb.weight[0, 0] = 123.0
+    assert tied.lm_head.weight[0, 0].item() == 123.0
+    untied = DecoderLM(PRESETS["llama_like"])
+    assert untied.lm_head.weight.data_ptr() != untied.tok_emb.weight.data_ptr()
+    c = PRESETS["gpt2_like"]
+    assert parameter_count(dataclasses.replace(c, tie_weights=False)) - parameter_count(c) == c.vocab_size * c.d_model
+
+
+def test_norm_placement_in_the_model():
+    pre, post = DecoderLM(PRESETS["gpt2_like"]), DecoderLM(PRESETS["gpt2_post"])
+    assert isinstance(pre.embed_norm, torch.nn.Identity) and not isinstance(pre.final_norm, torch.nn.Identity)
+    assert isinstance(post.final_norm, torch.nn.Identity) and not isinstance(post.embed_norm, torch.nn.Identity)
+    # post-norm: the first block reads normalised embeddings (as BERT does)
+    idx = torch.randint(0, 24, (2, 5))
+    seen = {}
+    post.blocks[0].register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0]))
+    post.eval()(idx)
+    # (not exactly 1: eps = 1e-5 is not negligible next to the variance of 0.02-scale embeddings)
+    assert torch.allclose(seen["x"].var(-1, unbiased=False), torch.ones(2, 5), atol=0.03)
