@@ -1,6 +1,6 @@
 # Attention, from scratch: two commands do all the set-up on a fresh machine.
 #   make book   set up, then build the HTML book into _build/html (warnings are errors)
-#   make test   set up, then run every test: unit, lessons (nbval), Colab-like, browser
+#   make test   set up, then run every test: lint, unit, lessons (nbval), book, browser, Colab-like
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -eu -o pipefail -c
@@ -23,7 +23,7 @@ NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 FORCED_KERNELS ?= ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 NBVAL := pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
 
-.PHONY: book test setup unit lessons colab browser bench clean nbsync
+.PHONY: book test setup lint unit lessons colab browser bench clean nbsync
 .DEFAULT_GOAL := book
 
 ## ---- set-up (each step is skipped when already done) ----
@@ -60,6 +60,11 @@ book: setup
 	$(PY) tools/site_report.py _build/html
 
 ## ---- tests ----
+# Style: ruff's lint rules and formatter, configured in pyproject.toml.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 unit: setup
 	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
 
@@ -82,6 +87,7 @@ browser: chromium
 	$(PY) -m pytest tests/browser -q
 
 test: setup chromium $(COLAB_VENV)/.installed
+	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) lessons
 	$(MAKE) book

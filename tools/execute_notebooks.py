@@ -4,7 +4,7 @@
 
 Each notebook runs top to bottom in a fresh kernel with the book's working directory,
 the widget state is stored (the static book renders widgets from it), and the wall
-time is printed: DESIGN.md asks for under 60 s per chapter on a 2-core CPU.
+time is printed: each chapter must run in under 40 s on a 2-core CPU (CONTRIBUTING.md).
 """
 
 from __future__ import annotations

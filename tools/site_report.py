@@ -1,4 +1,4 @@
-"""Print the built site's size and fail if it exceeds the 50 MB target (DESIGN.md §8)."""
+"""Print the built site's size and fail if it exceeds the 50 MB target (the book must stay small to ship offline)."""
 
 from __future__ import annotations
 
