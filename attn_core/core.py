@@ -124,6 +124,7 @@ def attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     return_weights: bool = False,
+    softcap: float | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention.
 
@@ -140,6 +141,10 @@ def attention(
         scale: Multiplies the scores; defaults to ``1/√D``.
         dropout_p: Probability of zeroing an attention weight (pass 0.0 in eval mode).
         return_weights: Use the explicit path and also return the attention weights.
+        softcap: Attention-logit soft-capping (Gemma 2): the scaled scores become
+            ``softcap · tanh(scores / softcap)``, bounded in ``(-softcap, softcap)``,
+            before the mask and bias. SDPA cannot cap its scores, so a cap always takes
+            the explicit path. ``None``: no cap.
 
     Returns:
         The output, or ``(output, weights)`` if ``return_weights``. The weights are the
@@ -158,15 +163,20 @@ def attention(
         TypeError: Non-tensor inputs, non-floating or mismatched dtypes, a mask that is
             neither boolean nor floating.
         ValueError: Mismatched ranks or widths, head counts that do not divide, a mask
-            that does not broadcast, a bad ``scale`` or ``dropout_p``.
+            that does not broadcast, a bad ``scale`` or ``dropout_p``, a ``softcap`` <= 0.
     """
     groups = check_qkv(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)
+    if softcap is not None:
+        softcap = check_number("softcap", softcap, low=0.0, low_open=True)
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if is_causal and T_q == 1:
         # A single query (a decoding step) is the last position: it may see every key, so
         # there is no mask to build, combine and apply in every layer at every step.
         is_causal = False
+    if softcap is not None:  # the fused kernel never exposes the scores to cap them
+        out, weights = _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap)
+        return (out, weights) if return_weights else out
     if return_weights:
         return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups)
     return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k)
@@ -195,7 +205,7 @@ def attend(
     return split_result(attention(q, k, v, return_weights=return_weights, **kwargs), return_weights)
 
 
-def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups):
+def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None):
     T_q, T_k = q.shape[-2], k.shape[-2]
     if groups > 1:
         # Grouped heads without copying K/V: give each key/value head an axis of G query
@@ -208,6 +218,9 @@ def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups):
     # Softmax in (at least) float32: in float16 the sums lose digits and large scores
     # overflow. float64 inputs stay float64.
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    if softcap is not None:
+        # Gemma 2's soft cap: near-linear for |s| << cap, never beyond ±cap; before the mask.
+        scores = softcap * torch.tanh(scores / softcap)
     allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device)
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
