@@ -17,8 +17,10 @@ import torch
 from torch import nn
 
 from .cache import KVCache, storage_like
-from .checks import check_instance, check_int, check_number, check_tensor
+from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
 from .core import attend, attention
+from .gating import GATE_KINDS, gate_width, output_gate
+from .norms import RMSNorm
 from .positional import check_rope
 from .shapes import head_mask, merge_heads, split_heads
 
@@ -93,6 +95,18 @@ class MultiHeadAttention(nn.Module):
         dropout: Dropout probability on the attention weights, in training mode.
         rope: A :class:`~attn_core.RotaryEmbedding` to rotate queries and keys, or None.
         d_context: Width of the ``context`` sequence for cross-attention (default ``d_model``).
+        head_dim: Width ``D`` of one head; default ``d_model // n_heads``. Another value
+            decouples the heads from the model width (Qwen3, Gemma): the query and output
+            projections are then ``d_model × H·D``.
+        qk_norm: RMS-normalise every query and key head over its ``D`` dimensions (a learned
+            gain per dimension, shared by the heads) before RoPE: Qwen3, OLMo 2, Gemma 3.
+        norm_eps: The ε of the QK-norm's :class:`~attn_core.RMSNorm` s.
+        gate: An output gate per head (Qiu et al. 2025, arXiv 2505.06708; Qwen3-Next):
+            ``"elementwise"`` (one sigmoid per channel) or ``"headwise"`` (one per head),
+            computed from ``x`` by ``gate_proj`` and applied to each head's attention
+            output before ``out_proj`` (:func:`~attn_core.gating.output_gate`). ``None``: no gate.
+        softcap: Attention-logit soft-capping (Gemma 2): scores become
+            ``softcap · tanh(scores / softcap)`` before the mask. ``None``: no cap.
 
     Shapes:
         x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
@@ -110,6 +124,11 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rope: nn.Module | None = None,
         d_context: int | None = None,
+        head_dim: int | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        gate: str | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -118,20 +137,31 @@ class MultiHeadAttention(nn.Module):
         check_int("n_kv_heads", n_kv_heads)
         d_context = d_model if d_context is None else d_context
         check_int("d_context", d_context)
-        if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if head_dim is None and d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}; pass head_dim= to choose the head width"
+            )
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else check_int("head_dim", head_dim)
         self.d_context, self.causal = d_context, causal
         self.dropout = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
         self.rope = check_rope(rope, self.head_dim)
         kv_width = n_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(d_context, kv_width, bias=bias)
         self.v_proj = nn.Linear(d_context, kv_width, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
+        # QK-norm (qk_norm=True): one RMSNorm over each head's D dims, its gain shared by the heads.
+        self.q_norm = RMSNorm(self.head_dim, eps=norm_eps) if check_bool("qk_norm", qk_norm) else None
+        self.k_norm = RMSNorm(self.head_dim, eps=norm_eps) if qk_norm else None
+        # Gated attention and soft-capping (chapter 16).
+        self.gate = None if gate is None else check_choice("gate", gate, GATE_KINDS)
+        self.softcap = None if softcap is None else check_number("softcap", softcap, low=0.0, low_open=True)
+        self.gate_proj = None
+        if gate is not None:  # from the query-side input: H heads × (head width or 1) logits
+            self.gate_proj = nn.Linear(d_model, n_heads * gate_width(gate, self.head_dim), bias=bias)
 
     # The shared helper, attn_core.shapes.split_heads: (B, T, n·D) -> (B, n, T, D).
     _split_heads = staticmethod(split_heads)
@@ -198,6 +228,8 @@ class MultiHeadAttention(nn.Module):
         q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, T_q, d_model) -> (B, H, T_q, D)
         k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
+        if self.q_norm is not None:  # QK-norm: per head, before RoPE (Qwen3)
+            q, k = self.q_norm(q), self.k_norm(k)
         past = 0 if kv_cache is None else kv_cache.size
         if self.rope is not None:
             # Positions continue after the cached ones, so a token gets the same rotation
@@ -208,8 +240,18 @@ class MultiHeadAttention(nn.Module):
             k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = attend(
-            q, k, v, mask=mask, is_causal=self.causal, dropout_p=dropout_p, return_weights=return_weights
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=self.causal,
+            dropout_p=dropout_p,
+            return_weights=return_weights,
+            softcap=self.softcap,
         )
+        if self.gate_proj is not None:
+            gate_logits = self._split_heads(self.gate_proj(x), self.n_heads)  # (B, T_q, H·G) -> (B, H, T_q, G)
+            out = output_gate(out, gate_logits)  # (B, H, T_q, D), each head scaled by σ(gate)
         out = merge_heads(out)  # (B, H, T_q, D) -> (B, T_q, d_model)
         out = self.out_proj(out)
         return (out, weights) if return_weights else out
@@ -218,6 +260,8 @@ class MultiHeadAttention(nn.Module):
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}"
+            + (f", gate={self.gate!r}" if self.gate is not None else "")
+            + (f", softcap={self.softcap:g}" if self.softcap is not None else "")
         )
 
 
