@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import check_number, check_tensor
-from .masks import causal_mask
+from .masks import causal_mask, check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
 
@@ -99,8 +99,8 @@ def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
     return groups
 
 
-def _combine_masks(mask, is_causal, T_q, T_k, device):
-    """Split ``mask`` into a boolean ``allowed`` part and a float ``bias`` part, adding causality."""
+def _combine_masks(mask, is_causal, T_q, T_k, device, window=None):
+    """Split ``mask`` into a boolean ``allowed`` part and a float ``bias`` part, adding causality (and a window)."""
     allowed = bias = None
     if mask is not None:
         if mask.dtype == torch.bool:
@@ -109,7 +109,7 @@ def _combine_masks(mask, is_causal, T_q, T_k, device):
             bias = mask
     if is_causal:
         # Bottom-right aligned, so it is also right for T_q < T_k (decoding with a cache).
-        causal = causal_mask(T_q, T_k, device=device)  # (T_q, T_k)
+        causal = causal_mask(T_q, T_k, window=window, device=device)  # (T_q, T_k)
         allowed = causal if allowed is None else allowed & causal
     return allowed, bias
 
@@ -125,6 +125,8 @@ def attention(
     dropout_p: float = 0.0,
     return_weights: bool = False,
     softcap: float | None = None,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention.
 
@@ -145,6 +147,12 @@ def attention(
             ``softcap · tanh(scores / softcap)``, bounded in ``(-softcap, softcap)``,
             before the mask and bias. SDPA cannot cap its scores, so a cap always takes
             the explicit path. ``None``: no cap.
+        window: Sliding window (needs ``is_causal``): each query sees itself and the
+            ``window - 1`` keys before it (Mistral, Gemma, gpt-oss). SDPA gets it as a mask.
+        sinks: One learned logit per query head that joins every softmax denominator
+            and takes its share of the mass without a value (gpt-oss's attention sinks):
+            ``w_j = exp(s_j) / (exp(sink_h) + Σ_k exp(s_k))``, so the weights sum to less
+            than 1. SDPA has no such term: sinks take the explicit path.
 
     Returns:
         The output, or ``(output, weights)`` if ``return_weights``. The weights are the
@@ -156,6 +164,7 @@ def attention(
         k: ``(..., H_kv, T_k, D)``
         v: ``(..., H_kv, T_k, D_v)``
         mask: broadcastable to ``(..., H, T_q, T_k)``
+        sinks: ``(H,)``
         output: ``(..., H, T_q, D_v)``
         weights: ``(..., H, T_q, T_k)``
 
@@ -163,23 +172,37 @@ def attention(
         TypeError: Non-tensor inputs, non-floating or mismatched dtypes, a mask that is
             neither boolean nor floating.
         ValueError: Mismatched ranks or widths, head counts that do not divide, a mask
-            that does not broadcast, a bad ``scale`` or ``dropout_p``, a ``softcap`` <= 0.
+            that does not broadcast, a bad ``scale`` or ``dropout_p``, a ``softcap`` <= 0,
+            a ``window`` <= 0 or without ``is_causal``, ``sinks`` not of shape ``(H,)``.
     """
     groups = check_qkv(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)
     if softcap is not None:
         softcap = check_number("softcap", softcap, low=0.0, low_open=True)
+    window = check_window(window)
+    if window is not None and not is_causal:
+        raise ValueError(f"window={window} is a causal sliding window: pass is_causal=True with it")
+    if sinks is not None:
+        check_tensor("sinks", sinks, ("H",), floating=True)
+        heads = q.shape[-3] if q.dim() >= 3 else 1
+        if sinks.shape[0] != heads:
+            raise ValueError(
+                f"sinks needs one logit per query head: got sinks.shape={tuple(sinks.shape)} for {heads} heads"
+            )
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if is_causal and T_q == 1:
+    if is_causal and T_q == 1 and (window is None or T_k <= window):
         # A single query (a decoding step) is the last position: it may see every key, so
-        # there is no mask to build, combine and apply in every layer at every step.
-        is_causal = False
-    if softcap is not None:  # the fused kernel never exposes the scores to cap them
-        out, weights = _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap)
+        # there is no mask to build, combine and apply in every layer at every step
+        # (unless a window hides the oldest keys).
+        is_causal, window = False, None
+    if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
+        out, weights = _explicit(
+            q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks
+        )
         return (out, weights) if return_weights else out
     if return_weights:
-        return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups)
-    return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k)
+        return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
+    return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=window)
 
 
 def split_result(
@@ -205,7 +228,7 @@ def attend(
     return split_result(attention(q, k, v, return_weights=return_weights, **kwargs), return_weights)
 
 
-def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None):
+def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None, window=None, sinks=None):
     T_q, T_k = q.shape[-2], k.shape[-2]
     if groups > 1:
         # Grouped heads without copying K/V: give each key/value head an axis of G query
@@ -221,9 +244,11 @@ def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None):
     if softcap is not None:
         # Gemma 2's soft cap: near-linear for |s| << cap, never beyond ±cap; before the mask.
         scores = softcap * torch.tanh(scores / softcap)
-    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device)
+    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device, window)
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
+    if sinks is not None:
+        return _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups)
     if allowed is not None:
         fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
         scores = scores.masked_fill(~allowed, float("-inf"))
@@ -243,7 +268,21 @@ def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None):
     return out, weights
 
 
-def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k):
+def _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups):
+    """Softmax with one extra logit per head (the sink) in the denominator; the sink's own weight is dropped."""
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))  # a fully masked row gives all its mass to the sink
+    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (H,) -> (..., H, T_q, 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (..., H, T_q, T_k)
+    weights = weights.to(v.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    if groups > 1:  # v arrives as (..., H_kv, 1, T_k, D_v) from _explicit
+        dropped = dropped.unflatten(-3, (v.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
+        return (dropped @ v).flatten(-4, -3), weights  # (..., H_kv, G, T_q, D_v) -> (..., H, T_q, D_v)
+    return dropped @ v, weights  # (..., H, T_q, D_v)
+
+
+def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=None):
     sdpa_kwargs = {}
     if groups > 1:
         if _SDPA_HAS_GQA and q.dim() == 4:
@@ -251,12 +290,12 @@ def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k):
         else:  # older PyTorch: repeat each key/value head for its G query heads
             k = k.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D)
             v = v.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D_v)
-    if mask is None and (not is_causal or T_q == T_k):
+    if mask is None and window is None and (not is_causal or T_q == T_k):
         # SDPA's own is_causal is top-left aligned, which agrees with ours only when T_q == T_k.
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **sdpa_kwargs
         )
-    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device)
+    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device, window)
     fully_masked = None
     if allowed is not None:
         fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)

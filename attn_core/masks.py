@@ -20,10 +20,66 @@ import torch
 
 from .checks import check_int, check_tensor
 
-__all__ = ["causal_mask", "padding_mask"]
+__all__ = ["causal_mask", "padding_mask", "position_mask", "check_window"]
 
 
-def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+def check_window(window: object, name: str = "window") -> int | None:
+    """``window`` as an int ``>= 1``, or None (no window).
+
+    A window of ``w`` lets a query see itself and the ``w - 1`` keys before it (the
+    convention of Mistral, Gemma and gpt-oss: ``q - w < k <= q``).
+
+    Raises:
+        TypeError: Not an int (or None).
+        ValueError: ``window <= 0``, naming the value.
+    """
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"{name} must be an int or None, got {name}={window!r}")
+    if window <= 0:
+        raise ValueError(
+            f"{name} must be >= 1 (a query sees itself and {name} - 1 keys before it), got {name}={window}"
+        )
+    return window
+
+
+def position_mask(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, *, window: int | None = None, sink_tokens: int = 0
+) -> torch.Tensor:
+    """Causal (optionally windowed) mask from absolute positions: the one rule every mask here uses.
+
+    Key ``j`` is visible to query ``i`` when ``k_pos[j] <= q_pos[i]`` and, with a window
+    ``w``, ``q_pos[i] - k_pos[j] < w``; the first ``sink_tokens`` positions stay visible
+    whatever the window (StreamingLLM's attention sinks, Xiao et al. 2023). Negative key
+    positions (empty slots of a rolling cache) are never visible.
+
+    Args:
+        q_pos: Absolute position of each query.
+        k_pos: Absolute position of each key (any order: a ring buffer's slots).
+        window: Keys per query, itself included; None = no window.
+        sink_tokens: Leading positions that every later query may see.
+
+    Shapes:
+        q_pos: ``(T_q,)``; k_pos: ``(T_k,)``; output: ``(T_q, T_k)``
+    """
+    window = check_window(window)
+    sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
+    q, k = q_pos[:, None], k_pos[None, :]  # (T_q, 1), (1, T_k)
+    allowed = (k <= q) & (k >= 0)  # (T_q, T_k)
+    if window is not None:
+        allowed = allowed & ((q - k < window) | (k < sink_tokens))
+    return allowed
+
+
+def causal_mask(
+    T_q: int,
+    T_k: int | None = None,
+    *,
+    window: int | None = None,
+    sink_tokens: int = 0,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Causal mask: query ``i`` may attend to key ``j`` only if ``j`` is not in its future.
 
     When ``T_q < T_k`` (decoding with a cache: the queries are the *last* ``T_q``
@@ -34,6 +90,9 @@ def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str 
     Args:
         T_q: Number of queries.
         T_k: Number of keys; defaults to ``T_q``. Must be ``>= T_q``.
+        window: Sliding window (chapter 15): each query sees itself and the ``window - 1``
+            keys before it; None = every earlier key. Bottom-right aligned like causality.
+        sink_tokens: With a window, the first ``sink_tokens`` positions stay visible.
         device: Where to build the mask.
 
     Returns:
@@ -44,7 +103,7 @@ def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str 
 
     Raises:
         TypeError: If a length is not an int.
-        ValueError: If a length is < 1 or ``T_k < T_q``.
+        ValueError: If a length is < 1, ``T_k < T_q``, or ``window <= 0``.
 
     Example:
         >>> causal_mask(2, 4).int()
@@ -60,7 +119,7 @@ def causal_mask(T_q: int, T_k: int | None = None, *, device: torch.device | str 
     # Absolute positions: queries are the last T_q of the T_k positions.
     q_pos = torch.arange(T_k - T_q, T_k, device=device)  # (T_q,)
     k_pos = torch.arange(T_k, device=device)  # (T_k,)
-    return k_pos[None, :] <= q_pos[:, None]  # (T_q, T_k)
+    return position_mask(q_pos, k_pos, window=window, sink_tokens=sink_tokens)  # (T_q, T_k)
 
 
 def padding_mask(lengths: torch.Tensor | list[int], T: int) -> torch.Tensor:
