@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from .cache import KVCache, storage_like
-from .checks import check_bool, check_instance, check_int, check_number, check_tensor
+from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
 from .core import attend, attention
+from .gating import GATE_KINDS, gate_width, output_gate
 from .norms import RMSNorm
 from .positional import check_rope
 from .shapes import head_mask, merge_heads, split_heads
@@ -100,6 +101,12 @@ class MultiHeadAttention(nn.Module):
         qk_norm: RMS-normalise every query and key head over its ``D`` dimensions (a learned
             gain per dimension, shared by the heads) before RoPE: Qwen3, OLMo 2, Gemma 3.
         norm_eps: The ε of the QK-norm's :class:`~attn_core.RMSNorm` s.
+        gate: An output gate per head (Qiu et al. 2025, arXiv 2505.06708; Qwen3-Next):
+            ``"elementwise"`` (one sigmoid per channel) or ``"headwise"`` (one per head),
+            computed from ``x`` by ``gate_proj`` and applied to each head's attention
+            output before ``out_proj`` (:func:`~attn_core.gating.output_gate`). ``None``: no gate.
+        softcap: Attention-logit soft-capping (Gemma 2): scores become
+            ``softcap · tanh(scores / softcap)`` before the mask. ``None``: no cap.
 
     Shapes:
         x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
@@ -120,6 +127,8 @@ class MultiHeadAttention(nn.Module):
         head_dim: int | None = None,
         qk_norm: bool = False,
         norm_eps: float = 1e-6,
+        gate: str | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -147,6 +156,12 @@ class MultiHeadAttention(nn.Module):
         # QK-norm (qk_norm=True): one RMSNorm over each head's D dims, its gain shared by the heads.
         self.q_norm = RMSNorm(self.head_dim, eps=norm_eps) if check_bool("qk_norm", qk_norm) else None
         self.k_norm = RMSNorm(self.head_dim, eps=norm_eps) if qk_norm else None
+        # Gated attention and soft-capping (chapter 16).
+        self.gate = None if gate is None else check_choice("gate", gate, GATE_KINDS)
+        self.softcap = None if softcap is None else check_number("softcap", softcap, low=0.0, low_open=True)
+        self.gate_proj = None
+        if gate is not None:  # from the query-side input: H heads × (head width or 1) logits
+            self.gate_proj = nn.Linear(d_model, n_heads * gate_width(gate, self.head_dim), bias=bias)
 
     # The shared helper, attn_core.shapes.split_heads: (B, T, n·D) -> (B, n, T, D).
     _split_heads = staticmethod(split_heads)
@@ -225,8 +240,18 @@ class MultiHeadAttention(nn.Module):
             k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = attend(
-            q, k, v, mask=mask, is_causal=self.causal, dropout_p=dropout_p, return_weights=return_weights
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=self.causal,
+            dropout_p=dropout_p,
+            return_weights=return_weights,
+            softcap=self.softcap,
         )
+        if self.gate_proj is not None:
+            gate_logits = self._split_heads(self.gate_proj(x), self.n_heads)  # (B, T_q, H·G) -> (B, H, T_q, G)
+            out = output_gate(out, gate_logits)  # (B, H, T_q, D), each head scaled by σ(gate)
         out = merge_heads(out)  # (B, H, T_q, D) -> (B, T_q, d_model)
         out = self.out_proj(out)
         return (out, weights) if return_weights else out
@@ -235,6 +260,8 @@ class MultiHeadAttention(nn.Module):
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}"
+            + (f", gate={self.gate!r}" if self.gate is not None else "")
+            + (f", softcap={self.softcap:g}" if self.softcap is not None else "")
         )
 
 
