@@ -135,7 +135,12 @@ class RMSNorm(nn.Module):
         return f"d={self.d}, eps={self.eps:g}"
 
 
-def make_norm(kind: str, d: int) -> nn.Module:
-    """``"layernorm"`` -> :class:`LayerNorm`, ``"rmsnorm"`` -> :class:`RMSNorm`, of width ``d``."""
+def make_norm(kind: str, d: int, eps: float | None = None) -> nn.Module:
+    """``"layernorm"`` -> :class:`LayerNorm`, ``"rmsnorm"`` -> :class:`RMSNorm`, of width ``d``.
+
+    ``eps=None`` keeps each norm's own default (``1e-5`` for LayerNorm, ``1e-6`` for
+    RMSNorm); LLaMA-2/3 and Mistral use ``1e-5``, Qwen3 and DeepSeek ``1e-6``.
+    """
     check_choice("norm", kind, NORM_KINDS)
-    return LayerNorm(d) if kind == "layernorm" else RMSNorm(d)
+    cls = LayerNorm if kind == "layernorm" else RMSNorm
+    return cls(d) if eps is None else cls(d, eps=eps)
