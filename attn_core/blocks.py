@@ -81,10 +81,14 @@ class TransformerBlock(nn.Module):
             unset, and ``n_heads`` must match the module's: nothing is silently ignored.
         bias: Biases in the attention projections and the MLP.
         causal: Causal self-attention (a decoder, the default); ``False`` for an encoder block.
+        head_dim: Width of one attention head (default ``d_model // n_heads``; see
+            :class:`~attn_core.MultiHeadAttention`).
+        qk_norm: RMS-normalise each query and key head before RoPE (Qwen3, OLMo 2, Gemma 3).
+        norm_eps: The ε of the block's norms (and of the QK-norm); ``None``: each norm's default.
 
     Raises:
-        ValueError: ``attention=`` given together with ``n_kv_heads``, ``rope`` or
-            ``causal``, or with an ``n_heads`` that differs from ``attention.n_heads``.
+        ValueError: ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
+            ``head_dim`` or ``qk_norm``, or with an ``n_heads`` that differs from ``attention.n_heads``.
 
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
@@ -105,6 +109,9 @@ class TransformerBlock(nn.Module):
         attention: nn.Module | None = None,
         bias: bool = False,
         causal: bool | None = None,
+        head_dim: int | None = None,
+        qk_norm: bool | None = None,
+        norm_eps: float | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -123,10 +130,14 @@ class TransformerBlock(nn.Module):
                 bias=bias,
                 dropout=dropout,
                 rope=rope,
+                head_dim=head_dim,
+                qk_norm=bool(qk_norm),
+                **({} if norm_eps is None else {"norm_eps": norm_eps}),
             )
         else:
             check_instance("attention", attention, nn.Module)
-            given = {k: v for k, v in (("n_kv_heads", n_kv_heads), ("rope", rope), ("causal", causal)) if v is not None}
+            built_in = dict(n_kv_heads=n_kv_heads, rope=rope, causal=causal, head_dim=head_dim, qk_norm=qk_norm)
+            given = {k: v for k, v in built_in.items() if v is not None}
             if given:
                 got = ", ".join(f"{k}={v!r}" for k, v in given.items())
                 raise ValueError(
@@ -135,9 +146,9 @@ class TransformerBlock(nn.Module):
                 )
             if getattr(attention, "n_heads", n_heads) != n_heads:
                 raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
-        self.attn_norm = make_norm(norm, d_model)
+        self.attn_norm = make_norm(norm, d_model, norm_eps)
         self.attn = attention
-        self.mlp_norm = make_norm(norm, d_model)
+        self.mlp_norm = make_norm(norm, d_model, norm_eps)
         self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
         self.resid_dropout = nn.Dropout(self.dropout_p)
 
