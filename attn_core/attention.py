@@ -16,10 +16,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import KVCache, storage_like
+from .cache import KVCache, RollingKVCache, storage_like
 from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
 from .core import attend, attention
 from .gating import GATE_KINDS, gate_width, output_gate
+from .masks import check_window, position_mask
 from .norms import RMSNorm
 from .positional import check_rope
 from .shapes import head_mask, merge_heads, split_heads
@@ -107,6 +108,14 @@ class MultiHeadAttention(nn.Module):
             output before ``out_proj`` (:func:`~attn_core.gating.output_gate`). ``None``: no gate.
         softcap: Attention-logit soft-capping (Gemma 2): scores become
             ``softcap · tanh(scores / softcap)`` before the mask. ``None``: no cap.
+        window: Sliding window (chapter 15; Mistral, Gemma, gpt-oss): each query sees
+            itself and the ``window - 1`` positions before it. Needs ``causal=True``. Its
+            :meth:`make_cache` is then a constant-memory :class:`~attn_core.RollingKVCache`.
+        sinks: A learned logit per head in every softmax denominator (gpt-oss's attention
+            sinks, the parameter ``self.sinks`` of shape ``(H,)``, initialised to 0): a head
+            may put mass on "nothing". Needs ``causal=True``.
+        sink_tokens: With a window, the first ``sink_tokens`` positions stay visible to
+            every query (StreamingLLM, Xiao et al. 2023).
 
     Shapes:
         x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
@@ -129,6 +138,9 @@ class MultiHeadAttention(nn.Module):
         norm_eps: float = 1e-6,
         gate: str | None = None,
         softcap: float | None = None,
+        window: int | None = None,
+        sinks: bool = False,
+        sink_tokens: int = 0,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -162,6 +174,20 @@ class MultiHeadAttention(nn.Module):
         self.gate_proj = None
         if gate is not None:  # from the query-side input: H heads × (head width or 1) logits
             self.gate_proj = nn.Linear(d_model, n_heads * gate_width(gate, self.head_dim), bias=bias)
+        # Sliding window, StreamingLLM's kept first tokens and gpt-oss's sink logits (chapter 15).
+        self.window = check_window(window)
+        self.sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
+        check_bool("sinks", sinks)
+        for name, value, on in (
+            ("window", window, self.window is not None),
+            ("sinks", sinks, sinks),
+            ("sink_tokens", sink_tokens, sink_tokens > 0),
+        ):
+            if on and not causal:
+                raise ValueError(f"{name}={value!r} is for causal self-attention, got causal={causal}")
+        if self.sink_tokens and self.window is None:
+            raise ValueError(f"sink_tokens={sink_tokens} keeps the first tokens inside a window: pass window= too")
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
 
     # The shared helper, attn_core.shapes.split_heads: (B, T, n·D) -> (B, n, T, D).
     _split_heads = staticmethod(split_heads)
@@ -173,13 +199,20 @@ class MultiHeadAttention(nn.Module):
         *,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
-    ) -> KVCache:
+    ) -> KVCache | RollingKVCache:
         """An empty :class:`~attn_core.KVCache` of ``n_kv_heads`` heads (dtype/device of the weights by default).
 
+        With a ``window`` shorter than ``max_len``, a :class:`~attn_core.RollingKVCache` of
+        ``sink_tokens + window`` slots instead: its memory does not grow with ``max_len``.
+
         Shapes:
-            stores k, v ``(B, H_kv, max_len, D)``
+            stores k, v ``(B, H_kv, max_len, D)`` (or ``(B, H_kv, sink_tokens + window, D)``)
         """
         storage = storage_like(self.k_proj.weight, dtype, device)
+        if self.window is not None and check_int("max_len", max_len) > self.sink_tokens + self.window:
+            return RollingKVCache(
+                batch_size, self.n_kv_heads, self.head_dim, self.window, sink_tokens=self.sink_tokens, **storage
+            )
         return KVCache(batch_size, self.n_kv_heads, self.head_dim, max_len, **storage)
 
     def forward(
@@ -210,7 +243,10 @@ class MultiHeadAttention(nn.Module):
             weights: ``(B, H, T_q, T_k)``; with a cache ``T_k`` counts the cached positions.
         """
         check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
-        check_instance("kv_cache", kv_cache, KVCache, optional=True)
+        check_instance("kv_cache", kv_cache, (KVCache, RollingKVCache), optional=True)
+        rolling = isinstance(kv_cache, RollingKVCache)
+        if rolling:
+            self._check_rolling(kv_cache, mask)
         if context is not None:
             check_tensor("context", context, ("B", "T", ("d_context", self.d_context)))
             if context.shape[0] != x.shape[0]:
@@ -237,17 +273,30 @@ class MultiHeadAttention(nn.Module):
             q = self.rope(q, offset=past)
             k = self.rope(k, offset=past)
         if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D)
+            k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D); rolling: (B, H_kv, stored + T_q, D)
+        is_causal, window = self.causal, self.window
+        if rolling or self.sink_tokens:
+            # The band from absolute positions: a ring buffer's keys are not positions 0..T_k-1.
+            k_pos = kv_cache.key_positions if rolling else torch.arange(k.shape[2], device=x.device)  # (T_k,)
+            q_pos = torch.arange(past, past + x.shape[1], device=x.device)  # (T_q,)
+            band = position_mask(q_pos, k_pos, window=self.window, sink_tokens=self.sink_tokens)  # (T_q, T_k)
+            if mask is None:
+                mask = band
+            else:
+                mask = mask & band if mask.dtype == torch.bool else mask.masked_fill(~band, float("-inf"))
+            is_causal, window = False, None
         dropout_p = self.dropout if self.training else 0.0
         out, weights = attend(
             q,
             k,
             v,
             mask=mask,
-            is_causal=self.causal,
+            is_causal=is_causal,
             dropout_p=dropout_p,
             return_weights=return_weights,
             softcap=self.softcap,
+            window=window,
+            sinks=self.sinks,
         )
         if self.gate_proj is not None:
             gate_logits = self._split_heads(self.gate_proj(x), self.n_heads)  # (B, T_q, H·G) -> (B, H, T_q, G)
@@ -256,10 +305,27 @@ class MultiHeadAttention(nn.Module):
         out = self.out_proj(out)
         return (out, weights) if return_weights else out
 
+    def _check_rolling(self, cache: RollingKVCache, mask) -> None:
+        """A rolling cache must hold this layer's whole window (and its kept first tokens)."""
+        if self.window is None:
+            raise ValueError(
+                "a RollingKVCache drops old keys: it is for a layer with a window, this one has window=None"
+            )
+        if cache.window < self.window or cache.sink_tokens < self.sink_tokens:
+            raise ValueError(
+                f"the rolling cache is too small for this layer: cache window={cache.window}, "
+                f"sink_tokens={cache.sink_tokens}; the layer needs window={self.window}, sink_tokens={self.sink_tokens}"
+            )
+        if mask is not None:
+            raise ValueError("mask= cannot be combined with a RollingKVCache (its keys are ring slots, not positions)")
+
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}"
+            + (f", window={self.window}" if self.window is not None else "")
+            + (f", sink_tokens={self.sink_tokens}" if self.sink_tokens else "")
+            + (", sinks=True" if self.sinks is not None else "")
             + (f", gate={self.gate!r}" if self.gate is not None else "")
             + (f", softcap={self.softcap:g}" if self.softcap is not None else "")
         )

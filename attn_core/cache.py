@@ -28,7 +28,7 @@ import torch
 
 from .checks import check_int, check_tensor
 
-__all__ = ["KVCache", "LatentKVCache", "storage_like"]
+__all__ = ["KVCache", "LatentKVCache", "RollingKVCache", "storage_like"]
 
 
 def storage_like(
@@ -192,3 +192,117 @@ class LatentKVCache(_SlotCache):
             returns: ``(B, T + T_new, d_c)``, ``(B, T + T_new, d_r)``
         """
         return self._append(c_kv=c_kv, k_rope=k_rope)
+
+
+class RollingKVCache:
+    """A ring buffer of the last ``window`` keys and values: memory constant in the context length.
+
+    A sliding-window layer (Mistral, Gemma, gpt-oss) never looks further back than its
+    window, so older keys and values can be overwritten: position ``p`` lives in slot
+    ``p mod window``. The slots are therefore *not* in chronological order once the ring
+    has wrapped; :meth:`update` returns them in order, with their absolute positions
+    (:attr:`key_positions`) from which the layer builds its mask.
+
+    With ``sink_tokens > 0`` the first positions are kept for good in slots of their own
+    (StreamingLLM, Xiao et al. 2023: the "attention sinks" that trained models lean on).
+
+    Args:
+        batch_size: ``B``.
+        n_kv_heads: Key/value heads stored, ``H_kv``.
+        head_dim: Width of one head, ``D``.
+        window: Most recent positions kept (the layer's window, or more).
+        sink_tokens: First positions kept forever.
+        dtype: Storage dtype.
+        device: Storage device.
+
+    Detaches like :class:`KVCache`: no gradient flows through the cache.
+
+    Shapes:
+        update(k, v): k, v ``(B, H_kv, T_new, D)`` -> k, v ``(B, H_kv, T_k, D)`` with
+        ``T_k = min(stored, sink_tokens + window) + T_new``; key_positions ``(T_k,)``
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        n_kv_heads: int,
+        head_dim: int,
+        window: int,
+        *,
+        sink_tokens: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        shape = (
+            check_int("batch_size", batch_size),
+            check_int("n_kv_heads", n_kv_heads),
+            check_int("head_dim", head_dim),
+        )
+        self.window = check_int("window", window)
+        self.sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
+        self.slots = self.sink_tokens + self.window
+        full = (shape[0], shape[1], self.slots, shape[2])  # (B, H_kv, slots, D)
+        self._k = torch.zeros(full, dtype=dtype, device=device)
+        self._v = torch.zeros(full, dtype=dtype, device=device)
+        self._pos = torch.full((self.slots,), -1, dtype=torch.long, device=device)  # -1: empty slot
+        self._size = 0
+        self.key_positions: torch.Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        """Number of positions seen so far (the next position's index), not the number stored."""
+        return self._size
+
+    def reset(self) -> None:
+        """Forget every position (the memory is kept for reuse)."""
+        self._size = 0
+        self._pos.fill_(-1)
+        self.key_positions = None
+
+    def slot(self, position: int) -> int:
+        """The slot where ``position`` is written: its own for a sink token, else ``position mod window`` after them."""
+        if position < self.sink_tokens:
+            return position
+        return self.sink_tokens + (position - self.sink_tokens) % self.window
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the stored keys/values (in chronological order) followed by ``k``/``v``; then store ``k``/``v``.
+
+        Sets :attr:`key_positions`, the absolute position of every returned key.
+
+        Shapes:
+            k, v: ``(B, H_kv, T_new, D)``
+            returns: two tensors ``(B, H_kv, T_k, D)``; key_positions ``(T_k,)``
+        """
+        B, H, _, D = self._k.shape
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, ("B", "H_kv", "T_new", "D"))
+            if (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D):
+                raise ValueError(f"{name} must have shape ({B}, {H}, T_new, {D}), got {tuple(t.shape)}")
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        T_new = k.shape[2]
+        # Read the ring in chronological order: slot order is not time order once it wraps.
+        stored = (self._pos >= 0).nonzero().flatten()  # (n,)
+        order = stored[torch.argsort(self._pos[stored])]  # (n,) slots, oldest first
+        new_pos = torch.arange(self._size, self._size + T_new, device=self._pos.device)  # (T_new,)
+        self.key_positions = torch.cat([self._pos[order], new_pos])  # (T_k,)
+        k_all = torch.cat([self._k[:, :, order], k.detach()], dim=2)  # (B, H_kv, n + T_new, D)
+        v_all = torch.cat([self._v[:, :, order], v.detach()], dim=2)  # (B, H_kv, n + T_new, D)
+        # Store the new positions that survive: sink tokens and the last `window` of them.
+        keep = [i for i in range(T_new) if self._size + i < self.sink_tokens or i >= T_new - self.window]
+        slots = torch.tensor([self.slot(self._size + i) for i in keep], dtype=torch.long, device=self._pos.device)
+        idx = torch.tensor(keep, dtype=torch.long, device=k.device)
+        self._k.index_copy_(2, slots, k.detach().index_select(2, idx))
+        self._v.index_copy_(2, slots, v.detach().index_select(2, idx))
+        self._pos[slots] = new_pos[idx]
+        self._size += T_new
+        return k_all, v_all
+
+    def numel_per_token(self) -> int:
+        """Elements stored per slot and batch item (keys and values)."""
+        return 2 * self._k.shape[1] * self._k.shape[3]
+
+    def nbytes(self) -> int:
+        """Bytes allocated: ``2·B·H_kv·(sink_tokens + window)·D`` elements, whatever the context length."""
+        return 2 * self._k.numel() * self._k.element_size()
