@@ -524,5 +524,5 @@ def test_make_cache_matches_the_layer_and_decoding_equals_the_full_pass(n_kv_hea
 def test_kv_cache_argument_is_typed():
     from attn_core import LatentKVCache
 
-    with pytest.raises(TypeError, match="kv_cache must be an attn_core.KVCache or None, got LatentKVCache"):
+    with pytest.raises(TypeError, match="kv_cache must be an attn_core.KVCache or attn_core.RollingKVCache or None, got LatentKVCache"):
         make(causal=True)(randn(1, 2, 16), kv_cache=LatentKVCache(1, 4, 0, 4))
