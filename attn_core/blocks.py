@@ -85,10 +85,13 @@ class TransformerBlock(nn.Module):
             :class:`~attn_core.MultiHeadAttention`).
         qk_norm: RMS-normalise each query and key head before RoPE (Qwen3, OLMo 2, Gemma 3).
         norm_eps: The ε of the block's norms (and of the QK-norm); ``None``: each norm's default.
+        gate: The attention's output gate, ``"elementwise"`` or ``"headwise"`` (chapter 16).
+        softcap: The attention's logit soft-cap (Gemma 2; chapter 16).
 
     Raises:
         ValueError: ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
-            ``head_dim`` or ``qk_norm``, or with an ``n_heads`` that differs from ``attention.n_heads``.
+            ``head_dim``, ``qk_norm``, ``gate`` or ``softcap``, or with an ``n_heads`` that differs from
+            ``attention.n_heads``.
 
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
@@ -112,6 +115,8 @@ class TransformerBlock(nn.Module):
         head_dim: int | None = None,
         qk_norm: bool | None = None,
         norm_eps: float | None = None,
+        gate: str | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -133,10 +138,13 @@ class TransformerBlock(nn.Module):
                 head_dim=head_dim,
                 qk_norm=bool(qk_norm),
                 **({} if norm_eps is None else {"norm_eps": norm_eps}),
+                gate=gate,
+                softcap=softcap,
             )
         else:
             check_instance("attention", attention, nn.Module)
             built_in = dict(n_kv_heads=n_kv_heads, rope=rope, causal=causal, head_dim=head_dim, qk_norm=qk_norm)
+            built_in.update(gate=gate, softcap=softcap)
             given = {k: v for k, v in built_in.items() if v is not None}
             if given:
                 got = ", ".join(f"{k}={v!r}" for k, v in given.items())
