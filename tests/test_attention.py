@@ -526,3 +526,29 @@ def test_kv_cache_argument_is_typed():
 
     with pytest.raises(TypeError, match="kv_cache must be an attn_core.KVCache or attn_core.RollingKVCache or None, got LatentKVCache"):
         make(causal=True)(randn(1, 2, 16), kv_cache=LatentKVCache(1, 4, 0, 4))
+
+
+# --------------------------------------------------------------------------- softcap= (Gemma 2)
+def test_mha_softcap_caps_the_scores():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 4, causal=True, softcap=3.0).to(torch.float64)
+    x = randn(2, 6, 16, seed=2) * 5
+    q = m.q_proj(x).view(2, 6, 4, 4).transpose(1, 2)  # (B, H, T, D)
+    k = m.k_proj(x).view(2, 6, 4, 4).transpose(1, 2)
+    v = m.v_proj(x).view(2, 6, 4, 4).transpose(1, 2)
+    s = 3.0 * torch.tanh((q @ k.transpose(-2, -1) / 2.0) / 3.0)  # (B, H, T, T); √D = 2
+    s = s.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    heads = torch.softmax(s, -1) @ v  # (B, H, T, D)
+    want = m.out_proj(heads.transpose(1, 2).reshape(2, 6, 16))
+    torch.testing.assert_close(m(x), want, rtol=0, atol=1e-12)
+    x2 = x.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: m(t), (x2[:1, :4],))
+
+
+def test_mha_softcap_bad_input():
+    with pytest.raises(ValueError, match="softcap must be a finite number > 0, got softcap=0"):
+        MultiHeadAttention(16, 4, softcap=0)
+    with pytest.raises(ValueError, match="softcap must be a finite number > 0, got softcap=-1"):
+        MultiHeadAttention(16, 4, softcap=-1)
+    with pytest.raises(TypeError, match="softcap must be a number, got bool"):
+        MultiHeadAttention(16, 4, softcap=True)

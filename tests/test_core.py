@@ -193,3 +193,57 @@ def test_default_scale_is_inverse_sqrt_d():
     _, w = attention(q, k, v, return_weights=True)
     expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(16), -1)
     assert torch.allclose(w, expected, atol=1e-14)
+
+
+# --------------------------------------------------------------------------- softcap= (Gemma 2)
+def _softcap_reference(q, k, v, cap, causal=True):
+    """Gemma 2's eager attention, written out: cap · tanh(QKᵀ/√D / cap), then the causal mask."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = cap * torch.tanh(s / cap)
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2]), float("-inf"))
+    w = torch.softmax(s, dim=-1)
+    return w @ v, w
+
+
+@pytest.mark.parametrize("T_q", [6, 2])
+def test_softcap_matches_reference(T_q):
+    q, k, v = qkv(2, 3, T_q, 4, T_k=6, dtype=torch.float64)
+    q = q * 4  # scores well beyond the cap
+    want, want_w = _softcap_reference(q, k, v, 2.0)
+    got, got_w = attention(q, k, v, is_causal=True, softcap=2.0, return_weights=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_w, want_w, rtol=0, atol=1e-12)
+    # Without return_weights the cap takes the explicit path too (SDPA cannot cap).
+    torch.testing.assert_close(attention(q, k, v, is_causal=True, softcap=2.0), want, rtol=0, atol=1e-12)
+    assert (attention(q, k, v, is_causal=True) - want).abs().max() > 1e-2  # the cap bites here
+
+
+def test_softcap_bounds_the_weight_ratio_and_vanishes_when_large():
+    q, k, v = qkv(1, 2, 5, 4, dtype=torch.float64)
+    _, w = attention(q * 10, k, v, softcap=1.5, return_weights=True)
+    # Scores lie in (-1.5, 1.5): no two weights of a row differ by more than e^3.
+    assert (w.amax(-1) / w.amin(-1)).max() < math.exp(3.0)
+    torch.testing.assert_close(attention(q, k, v, softcap=1e8), attention(q, k, v), rtol=0, atol=1e-12)
+
+
+def test_softcap_is_causal_and_gradcheck():
+    q, k, v = qkv(1, 2, 5, 4, dtype=torch.float64)
+    out = attention(q, k, v, is_causal=True, softcap=1.0)
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    q2[..., 3:, :] += 1.0
+    k2[..., 3:, :] += 1.0
+    v2[..., 3:, :] += 1.0
+    torch.testing.assert_close(attention(q2, k2, v2, is_causal=True, softcap=1.0)[..., :3, :], out[..., :3, :])
+    fn = functools.partial(attention, is_causal=True, softcap=0.7)
+    assert torch.autograd.gradcheck(fn, tuple(t.requires_grad_() for t in (q, k, v)))
+
+
+def test_softcap_bad_input():
+    q, k, v = qkv(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="softcap must be a finite number > 0, got softcap=0"):
+        attention(q, k, v, softcap=0)
+    with pytest.raises(ValueError, match="softcap must be a finite number > 0, got softcap=-5.0"):
+        attention(q, k, v, softcap=-5.0)
+    with pytest.raises(TypeError, match=r"softcap must be a number, got str \('50'\)"):
+        attention(q, k, v, softcap="50")
