@@ -6,7 +6,10 @@
   properties from the same defaults the modules use (:func:`~attn_core.mlp.mlp_hidden_dim`,
   :func:`~attn_core.mla.default_rope_dim`), so that a config and the model built from it
   never disagree.
-* :meth:`DecoderConfig.gpt2_like` and :meth:`DecoderConfig.llama_like`: the two presets.
+* :meth:`DecoderConfig.gpt2_like` and :meth:`DecoderConfig.llama_like`: toy presets;
+  :meth:`DecoderConfig.llama3_8b`, :meth:`DecoderConfig.qwen3_8b`,
+  :meth:`DecoderConfig.qwen3_0_6b` and :meth:`DecoderConfig.deepseek_v3`: the shapes of
+  real models, whose parameter counts by formula equal the published ones.
 * :func:`parameter_count` / :func:`parameter_breakdown`: the number of parameters from
   the configuration alone; a test holds it equal to the module's count.
 
@@ -19,12 +22,13 @@ Shape legend:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from .checks import check_bool, check_choice, check_instance, check_int, check_number
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
 from .norms import NORM_KINDS, NORM_POSITIONS
+from .positional import ROPE_LAYOUTS
 
 __all__ = ["DecoderConfig", "parameter_count", "parameter_breakdown"]
 
@@ -58,8 +62,8 @@ class DecoderConfig:
         attention: ``"mha"`` (MHA/GQA/MQA) or ``"mla"`` (multi-head latent attention).
         d_latent: MLA's key/value latent width ``d_c`` (required for ``"mla"``).
         d_q_latent: MLA's query latent width (``None``: queries are not compressed).
-        head_dim: MLA's per-head width (``None``: ``d_model // n_heads``). For MHA it must
-            be ``None`` or ``d_model // n_heads``.
+        head_dim: Per-head width of queries and keys (``None``: ``d_model // n_heads``); it
+            may differ from ``d_model // n_heads`` (Qwen3, Gemma; MLA's ``qk_nope_head_dim``).
         rope_dim: MLA's decoupled RoPE width per head (``None``: MLA's default,
             :func:`~attn_core.mla.default_rope_dim`, with ``positional="rope"``; otherwise
             no RoPE part).
@@ -68,7 +72,19 @@ class DecoderConfig:
         beta_ff: Initial MLP-branch gain ``β_FF`` of the simplified blocks.
         dropout: Dropout on embeddings, attention weights and sub-layer outputs.
         bias: Biases in the attention projections and MLPs (GPT-2: yes, LLaMA: no).
-        rope_base: RoPE's base.
+        rope_base: RoPE's base (needs ``positional="rope"`` when not the default 10000).
+        norm_eps: The ε of every norm of the blocks and the final norm, and of the QK-norm
+            (``None``: each norm's default, ``1e-5`` LayerNorm, ``1e-6`` RMSNorm). MLA's
+            latent norms keep DeepSeek's ``1e-6``.
+        qk_norm: RMSNorm on every query and key head before RoPE (Qwen3, OLMo 2, Gemma 3);
+            ``attention="mha"`` only.
+        v_head_dim: MLA's value width per head (``None``: ``head_dim``); DeepSeek-V3 has
+            ``head_dim=128`` (its ``qk_nope_head_dim``) and ``v_head_dim=128``, DeepSeek-V2-Lite too.
+        rope_layout: Which dimensions RoPE pairs: ``"half"`` (Hugging Face's LLaMA/Qwen3
+            checkpoints) or ``"interleaved"`` (Meta's LLaMA code, DeepSeek's MLA checkpoints).
+
+    Fields added after the first edition (``field(repr=False)``) appear in the repr only
+    when set, so that a config that does not use them prints as it always did.
     """
 
     vocab_size: int
@@ -93,6 +109,15 @@ class DecoderConfig:
     dropout: float = 0.0
     bias: bool = False
     rope_base: float = 10000.0
+    norm_eps: float | None = field(default=None, repr=False)
+    qk_norm: bool = field(default=False, repr=False)
+    v_head_dim: int | None = field(default=None, repr=False)
+    rope_layout: str = field(default="half", repr=False)
+
+    def __repr__(self) -> str:
+        # Every field with repr=True, and the repr=False ones only where they differ from their default.
+        shown = [f for f in fields(self) if f.repr or getattr(self, f.name) != f.default]
+        return f"{type(self).__name__}({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
@@ -114,19 +139,15 @@ class DecoderConfig:
         check_number("beta_ff", self.beta_ff)
         check_number("rope_base", self.rope_base, low=1.0, low_open=True)
 
-        if self.attention == "mha" or self.head_dim is None:
+        self._check_parity_fields()
+        if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         kv = self.resolved_n_kv_heads
         if self.n_heads % kv != 0:
             raise ValueError(f"n_heads={self.n_heads} is not divisible by n_kv_heads={kv}")
         if self.attention == "mha":
-            if self.head_dim is not None and self.head_dim != self.d_model // self.n_heads:
-                raise ValueError(
-                    f"head_dim={self.head_dim} must equal d_model // n_heads = {self.d_model // self.n_heads} "
-                    f"for attention='mha' (a free head_dim is an MLA option)"
-                )
-            for name in ("d_latent", "d_q_latent", "rope_dim"):
+            for name in ("d_latent", "d_q_latent", "rope_dim", "v_head_dim"):
                 if getattr(self, name) is not None:
                     raise ValueError(
                         f"{name}={getattr(self, name)} is an MLA size; set attention='mla' or leave it None"
@@ -147,6 +168,15 @@ class DecoderConfig:
                 )
             if self.resolved_rope_dim % 2 != 0:
                 raise ValueError(f"rope_dim must be even (RoPE rotates pairs), got rope_dim={self.resolved_rope_dim}")
+            if self.positional == "rope" and self.resolved_rope_dim == 0:
+                raise ValueError(
+                    "rope_dim=0 with positional='rope' rotates nothing (rope_base and rope_layout would be "
+                    "ignored): use positional='none' for latent attention without positions"
+                )
+            if self.qk_norm:
+                raise ValueError(
+                    "qk_norm=True is not supported with attention='mla' (its latents have their own norms)"
+                )
         if self.block != "standard":
             if self.attention != "mha" or kv != self.n_heads:
                 raise ValueError(
@@ -155,6 +185,37 @@ class DecoderConfig:
                 )
             if self.norm_position != "pre":
                 raise ValueError(f"block={self.block!r} is a pre-norm block; got norm_position={self.norm_position!r}")
+            unsupported = {
+                "head_dim": self.head_dim is not None and self.head_dim != self.d_model // self.n_heads,
+                "qk_norm": self.qk_norm,
+                "norm_eps": self.norm_eps is not None,
+            }
+            for name, used in unsupported.items():
+                if used:
+                    raise ValueError(
+                        f"block={self.block!r} does not support {name}={getattr(self, name)!r} "
+                        f"(the simplified blocks build their own attention and norms); use block='standard'"
+                    )
+        elif self.beta_ff != 0.1:
+            raise ValueError(
+                f"beta_ff={self.beta_ff} is the simplified blocks' MLP gain; block='standard' has none "
+                f"(leave it at 0.1 or use block='sas'/'sas-p')"
+            )
+
+    def _check_parity_fields(self) -> None:
+        """Check the fields that real checkpoints need (norm ε, QK-norm, value width, RoPE layout)."""
+        if self.norm_eps is not None:
+            check_number("norm_eps", self.norm_eps, low=0.0)
+        check_bool("qk_norm", self.qk_norm)
+        if self.v_head_dim is not None:
+            check_int("v_head_dim", self.v_head_dim)
+        check_choice("rope_layout", self.rope_layout, ROPE_LAYOUTS)
+        if self.positional != "rope":
+            for name, default in (("rope_base", 10000.0), ("rope_layout", "half")):
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs positional='rope', got positional={self.positional!r}"
+                    )
 
     # Resolved sizes -----------------------------------------------------------------
     @property
@@ -171,6 +232,11 @@ class DecoderConfig:
     def resolved_head_dim(self) -> int:
         """The per-head width actually used."""
         return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def resolved_v_head_dim(self) -> int:
+        """MLA's value width per head actually used (``head_dim`` when ``v_head_dim`` is None)."""
+        return self.resolved_head_dim if self.v_head_dim is None else self.v_head_dim
 
     @property
     def resolved_rope_dim(self) -> int:
@@ -225,6 +291,54 @@ class DecoderConfig:
         )
         return cls(**{**base, **overrides})
 
+    # The shapes of real models (from their config.json); parameter_count equals the published counts.
+    @classmethod
+    def llama3_8b(cls, **overrides) -> DecoderConfig:
+        """Meta-Llama-3-8B: 32 layers, d=4096, GQA 32/8 heads, SwiGLU 14336, θ=500000, ε=1e-5; 8,030,261,248."""
+        base = dict(
+            vocab_size=128256, n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, max_len=8192,
+            rope_base=500000.0, norm_eps=1e-5,
+        )  # fmt: skip
+        return cls.llama_like(**{**base, **overrides})
+
+    @classmethod
+    def qwen3_8b(cls, **overrides) -> DecoderConfig:
+        """Qwen3-8B: 36 layers, d=4096, GQA 32/8 heads of width 128, QK-norm, SwiGLU 12288, untied; 8,190,735,360."""
+        base = dict(
+            vocab_size=151936, n_layers=36, d_model=4096, n_heads=32, n_kv_heads=8, head_dim=128, d_ff=12288,
+            max_len=40960, rope_base=1000000.0, norm_eps=1e-6, qk_norm=True,
+        )  # fmt: skip
+        return cls.llama_like(**{**base, **overrides})
+
+    @classmethod
+    def qwen3_0_6b(cls, **overrides) -> DecoderConfig:
+        """Qwen3-0.6B: 28 layers, d=1024, 16 query heads of width 128 (> d/H = 64), tied; 596,049,920 parameters."""
+        base = dict(
+            vocab_size=151936, n_layers=28, d_model=1024, n_heads=16, n_kv_heads=8, head_dim=128, d_ff=3072,
+            max_len=40960, rope_base=1000000.0, norm_eps=1e-6, qk_norm=True, tie_weights=True,
+        )  # fmt: skip
+        return cls.llama_like(**{**base, **overrides})
+
+    @classmethod
+    def deepseek_v3(cls, **overrides) -> DecoderConfig:
+        """DeepSeek-V3's attention and dense layers: MLA with 128 heads, every layer dense (no MoE).
+
+        DeepSeek-V3 has 61 layers; the first 3 have a dense SwiGLU MLP (width 18432), the
+        other 58 a mixture of experts, which attn_core does not implement. This preset makes
+        *every* layer dense, so its total is not DeepSeek-V3's; what equals the published
+        shapes is each part: the attention of a layer (187,107,328 parameters: q-LoRA 1536,
+        KV latent 512, content/RoPE/value widths 128/64/128), a dense layer (583,483,392)
+        and the embeddings. With the 58 MoE layers' experts added (256 routed + 1 shared of
+        width 2048, and the router) the sum is 671,026,419,200: the published 671B
+        (``tests/test_config.py`` does that sum).
+        """
+        base = dict(
+            vocab_size=129280, n_layers=61, d_model=7168, n_heads=128, d_ff=18432, max_len=4096,
+            attention="mla", d_latent=512, d_q_latent=1536, head_dim=128, rope_dim=64, v_head_dim=128,
+            norm_eps=1e-6, rope_layout="interleaved",
+        )  # fmt: skip
+        return cls.llama_like(**{"n_kv_heads": None, **base, **overrides})
+
 
 # --------------------------------------------------------------------------- parameter count by formula
 def _norm_params(kind: str, d: int) -> int:
@@ -238,14 +352,18 @@ def _mlp_params(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
 
 
 def _mla_attention_params(c: DecoderConfig) -> int:
-    """DeepSeek-V2's latent attention without biases, with RMSNorms on the latents."""
+    """DeepSeek-V2/V3's latent attention, with RMSNorms on the latents."""
     d, H, D, d_c, r = c.d_model, c.n_heads, c.resolved_head_dim, c.d_latent, c.resolved_rope_dim
+    D_v = c.resolved_v_head_dim
     if c.d_q_latent is None:
         q = d * H * (D + r)  # W_Q: d -> H·(D + d_r)
     else:  # W_DQ, its RMSNorm, W_UQ (content) and W_QR (RoPE part)
         q = d * c.d_q_latent + c.d_q_latent + c.d_q_latent * H * (D + r)
-    kv = d * d_c + d_c + 2 * d_c * H * D  # W_DKV, its RMSNorm, W_UK, W_UV
-    return q + kv + d * r + H * D * d  # + W_KR (shared RoPE key), W_O
+    kv = d * d_c + d_c + d_c * H * (D + D_v)  # W_DKV, its RMSNorm, W_UK, W_UV
+    total = q + kv + d * r + H * D_v * d  # + W_KR (shared RoPE key), W_O
+    if c.bias:  # every projection but W_UK and W_UV
+        total += (c.d_q_latent or 0) + H * (D + r) + d_c + r + d
+    return total
 
 
 def _shaped_attention_params(c: DecoderConfig, first: bool) -> int:
@@ -271,6 +389,8 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
             per_layer = d * H * D + 2 * d * kv * D + H * D * d  # W_Q, W_K, W_V, W_O
             if c.bias:
                 per_layer += H * D + 2 * kv * D + d
+            if c.qk_norm:
+                per_layer += 2 * D  # the gains of the query and key RMSNorms
             attention = L * per_layer
         else:
             attention = L * _mla_attention_params(c)

@@ -18,7 +18,8 @@ Shape legend:
     T        new positions in this call (queries); ``T_k`` positions attended (cache + new)
     d_model  model width
     H        query heads (``n_heads``)
-    d_h      per-head width of content queries, keys and values (``head_dim``)
+    d_h      per-head width of content queries and keys (``head_dim``)
+    d_v      per-head width of values (``v_head_dim``, default ``d_h``; DeepSeek-V3: 128 = d_h)
     d_r      width of the decoupled RoPE query (per head) and key (shared), ``rope_dim``
     d_c      width of the key/value latent ``c_KV`` (``d_latent``)
     d_cq     width of the query latent ``c_Q`` (``d_q_latent``)
@@ -32,10 +33,10 @@ import torch
 from torch import nn
 
 from .cache import LatentKVCache, storage_like
-from .checks import check_instance, check_int, check_tensor
+from .checks import check_choice, check_instance, check_int, check_number, check_tensor
 from .core import attend
 from .norms import RMSNorm
-from .positional import RotaryEmbedding
+from .positional import ROPE_LAYOUTS, RotaryEmbedding
 from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim"]
@@ -72,7 +73,10 @@ class MultiHeadLatentAttention(nn.Module):
     * decoupled RoPE: per-head ``q_R = RoPE(W_QR c_Q)`` [``q_rope``] and one key
       ``k_R = RoPE(W_KR x)`` [``k_rope``] shared by all heads and cached;
     * ``score = (q_C·k_C + q_R·k_R) / √(d_h + d_r)``, output ``W_O [o_1; ...; o_H]``
-      [``out_proj``].
+      [``out_proj``], each ``o_h`` of width ``d_v`` (``v_head_dim``).
+
+    DeepSeek's checkpoints (``rope_interleave=True`` in Hugging Face's DeepSeek-V3) rotate
+    neighbouring dimensions of ``q_R`` and ``k_R`` as pairs: ``rope_layout="interleaved"``.
 
     ``k_up`` and ``v_up`` never have a bias, even with ``bias=True``: a key bias adds the
     same amount to every score of a query (the softmax ignores it), and without them the
@@ -84,12 +88,19 @@ class MultiHeadLatentAttention(nn.Module):
         d_latent: Width ``d_c`` of the cached key/value latent (DeepSeek-V2: ``4·d_h``).
         d_q_latent: Width ``d_cq`` of the query latent, or ``None`` for no query latent.
         head_dim: ``d_h``; defaults to ``d_model // n_heads``.
+        v_head_dim: ``d_v``, the width of each head's values (and of the output heads
+            ``out_proj`` reads); defaults to ``head_dim``.
         rope_dim: ``d_r``, even; defaults to :func:`default_rope_dim` (``d_h // 2``
             rounded down to even, as in the paper). ``0`` gives latent attention without positions.
         causal: Block attention to future positions.
         latent_norm: RMS-normalise ``c_KV`` (and ``c_Q``), as DeepSeek does.
         rope_base: Base of the rotary embedding.
         bias: Give the projections other than ``k_up``/``v_up`` a bias.
+        dropout: Dropout probability on the attention weights, in training mode.
+        rope_layout: Which dimensions RoPE pairs (see :class:`~attn_core.RotaryEmbedding`):
+            ``"half"`` or ``"interleaved"`` (DeepSeek's checkpoints).
+        latent_norm_eps: The ε of the latent RMSNorms (DeepSeek: ``1e-6`` whatever the
+            model's ``rms_norm_eps``).
 
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
@@ -113,6 +124,10 @@ class MultiHeadLatentAttention(nn.Module):
         latent_norm: bool = True,
         rope_base: float = 10000.0,
         bias: bool = False,
+        v_head_dim: int | None = None,
+        dropout: float = 0.0,
+        rope_layout: str = "half",
+        latent_norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -134,25 +149,28 @@ class MultiHeadLatentAttention(nn.Module):
             raise ValueError(f"rope_dim must be even (RoPE rotates pairs of dimensions), got rope_dim={rope_dim}")
         self.d_model, self.n_heads, self.head_dim, self.rope_dim = d_model, n_heads, head_dim, rope_dim
         self.d_latent, self.d_q_latent, self.causal = d_latent, d_q_latent, bool(causal)
+        self.v_head_dim = head_dim if v_head_dim is None else check_int("v_head_dim", v_head_dim)
+        self.dropout = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        self.rope_layout = check_choice("rope_layout", rope_layout, ROPE_LAYOUTS)
         H = n_heads
         q_src = d_model if d_q_latent is None else d_q_latent
 
         # Query path: x -> [c_Q] -> content queries q_C and RoPE queries q_R.
         self.q_down = None if d_q_latent is None else nn.Linear(d_model, d_q_latent, bias=bias)
-        self.q_norm = RMSNorm(d_q_latent) if (latent_norm and d_q_latent is not None) else None
+        self.q_norm = RMSNorm(d_q_latent, eps=latent_norm_eps) if (latent_norm and d_q_latent is not None) else None
         self.q_up = nn.Linear(q_src, H * head_dim, bias=bias)
         self.q_rope = nn.Linear(q_src, H * rope_dim, bias=bias) if rope_dim else None
 
         # Key/value path: x -> c_KV (cached) -> per-head keys and values.
         self.kv_down = nn.Linear(d_model, d_latent, bias=bias)
-        self.kv_norm = RMSNorm(d_latent) if latent_norm else None
+        self.kv_norm = RMSNorm(d_latent, eps=latent_norm_eps) if latent_norm else None
         self.k_up = nn.Linear(d_latent, H * head_dim, bias=False)
-        self.v_up = nn.Linear(d_latent, H * head_dim, bias=False)
+        self.v_up = nn.Linear(d_latent, H * self.v_head_dim, bias=False)
         # One RoPE key for all heads, computed from x (not from c_KV) and cached.
         self.k_rope = nn.Linear(d_model, rope_dim, bias=bias) if rope_dim else None
-        self.rope = RotaryEmbedding(rope_dim, base=rope_base) if rope_dim else None
+        self.rope = RotaryEmbedding(rope_dim, base=rope_base, layout=rope_layout) if rope_dim else None
 
-        self.out_proj = nn.Linear(H * head_dim, d_model, bias=bias)
+        self.out_proj = nn.Linear(H * self.v_head_dim, d_model, bias=bias)
 
     @property
     def scale(self) -> float:
@@ -231,26 +249,38 @@ class MultiHeadLatentAttention(nn.Module):
         if kv_cache is not None:
             c_kv, k_r = kv_cache.update(c_kv, k_r)  # (B, T_k, d_c), (B, T_k, d_r)
         attend = self._attend_absorbed if absorbed else self._attend_naive
-        out, weights = attend(q_c, q_r, c_kv, k_r, mask, return_weights)  # (B, H, T, d_h)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, d_h) -> (B, T, H*d_h) -> (B, T, d_model)
+        out, weights = attend(q_c, q_r, c_kv, k_r, mask, return_weights)  # (B, H, T, d_v)
+        out = self.out_proj(merge_heads(out))  # (B, H, T, d_v) -> (B, T, H*d_v) -> (B, T, d_model)
         return (out, weights) if return_weights else out
 
     def _attend_naive(self, q_c, q_r, c_kv, k_r, mask, return_weights):
         """Decompress every head's keys and values from the latents, then ordinary attention."""
         B, H, T_k = c_kv.shape[0], self.n_heads, c_kv.shape[1]
         k_c = split_heads(self.k_up(c_kv), self.n_heads)  # (B, H, T_k, d_h)
-        v = split_heads(self.v_up(c_kv), self.n_heads)  # (B, H, T_k, d_h)
+        v = split_heads(self.v_up(c_kv), self.n_heads)  # (B, H, T_k, d_v)
         k_r = k_r.unsqueeze(1).expand(B, H, T_k, self.rope_dim)  # (B, T_k, d_r) -> (B, H, T_k, d_r): shared
         q = torch.cat((q_c, q_r), dim=-1)  # (B, H, T, d_h + d_r)
         k = torch.cat((k_c, k_r), dim=-1)  # (B, H, T_k, d_h + d_r)
-        return attend(q, k, v, mask=mask, is_causal=self.causal, scale=self.scale, return_weights=return_weights)
+        return attend(
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=self.causal,
+            scale=self.scale,
+            dropout_p=self._dropout_p(),
+            return_weights=return_weights,
+        )
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
 
     def _attend_absorbed(self, q_c, q_r, c_kv, k_r, mask, return_weights):
         """Multi-query attention in latent space: W_UK on the query side, W_UV on the output side."""
-        H, d_h, d_c = self.n_heads, self.head_dim, self.d_latent
+        H, d_h, d_v, d_c = self.n_heads, self.head_dim, self.v_head_dim, self.d_latent
         # nn.Linear stores W as (out, in) = (H*d_h, d_c); head h's block is W[h*d_h:(h+1)*d_h].
         w_uk = self.k_up.weight.view(H, d_h, d_c)  # (H*d_h, d_c) -> (H, d_h, d_c)
-        w_uv = self.v_up.weight.view(H, d_h, d_c)  # (H*d_h, d_c) -> (H, d_h, d_c)
+        w_uv = self.v_up.weight.view(H, d_v, d_c)  # (H*d_v, d_c) -> (H, d_v, d_c)
         # q_C·(W_UK c) = (W_UKᵀ q_C)·c: each head's query moves into latent space.
         q_lat = torch.einsum("bhtd,hdc->bhtc", q_c, w_uk)  # (B, H, T, d_c)
         q = torch.cat((q_lat, q_r), dim=-1)  # (B, H, T, d_c + d_r)
@@ -258,10 +288,17 @@ class MultiHeadLatentAttention(nn.Module):
         v = c_kv.unsqueeze(1)  # (B, T_k, d_c) -> (B, 1, T_k, d_c): one value head for all queries
         # The scale is that of the *unabsorbed* dot products (d_h + d_r wide), not 1/√(d_c + d_r).
         o_lat, weights = attend(  # (B, H, T, d_c)
-            q, k, v, mask=mask, is_causal=self.causal, scale=self.scale, return_weights=return_weights
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=self.causal,
+            scale=self.scale,
+            dropout_p=self._dropout_p(),
+            return_weights=return_weights,
         )
         # Σ_j w_j (W_UV c_j) = W_UV (Σ_j w_j c_j): decompress once per query, not once per key.
-        out = torch.einsum("bhtc,hdc->bhtd", o_lat, w_uv)  # (B, H, T, d_h)
+        out = torch.einsum("bhtc,hdc->bhtd", o_lat, w_uv)  # (B, H, T, d_v)
         return out, weights
 
     # ------------------------------------------------------------------ cache and cost
@@ -301,23 +338,25 @@ class MultiHeadLatentAttention(nn.Module):
         """
         T_k = check_int("context_len", context_len)
         H, d_h, d_r, d_c, d = self.n_heads, self.head_dim, self.rope_dim, self.d_latent, self.d_model
+        d_v = self.v_head_dim
         q_src = d if self.d_q_latent is None else self.d_q_latent
         macs = H * (d_h + d_r) * q_src  # q_up and q_rope
         if self.d_q_latent is not None:
             macs += d * self.d_q_latent  # q_down
         macs += d * (d_c + d_r)  # kv_down and k_rope of the new token
-        macs += H * d_h * d  # out_proj
+        macs += H * d_v * d  # out_proj
         if absorbed:
-            macs += 2 * H * d_h * d_c  # W_UK into the query, W_UV out of the latent output
+            macs += H * (d_h + d_v) * d_c  # W_UK into the query, W_UV out of the latent output
             macs += H * T_k * (d_c + d_r) + H * T_k * d_c  # scores and weighted sum in latent space
         else:
-            macs += 2 * T_k * d_c * H * d_h  # k_up and v_up of every cached latent
-            macs += H * T_k * (d_h + d_r) + H * T_k * d_h  # scores and weighted sum per head
+            macs += T_k * d_c * H * (d_h + d_v)  # k_up and v_up of every cached latent
+            macs += H * T_k * (d_h + d_r) + H * T_k * d_v  # scores and weighted sum per head
         return 2 * macs
 
     def extra_repr(self) -> str:
         return (
-            f"d_model={self.d_model}, n_heads={self.n_heads}, head_dim={self.head_dim}, d_latent={self.d_latent}, "
+            f"d_model={self.d_model}, n_heads={self.n_heads}, head_dim={self.head_dim}, "
+            f"v_head_dim={self.v_head_dim}, d_latent={self.d_latent}, "
             f"d_q_latent={self.d_q_latent}, rope_dim={self.rope_dim}, causal={self.causal}"
         )
 

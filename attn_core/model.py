@@ -72,16 +72,16 @@ class DecoderLM(nn.Module):
         self.pos_emb = LearnedPositionalEmbedding(c.max_len, c.d_model) if c.positional == "learned" else None
         self.rope = None
         if c.positional == "rope" and c.attention == "mha":
-            self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base)
+            self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout)
         self.drop = nn.Dropout(c.dropout)
         # Post-norm blocks feed the raw stream to their first attention: normalise the
         # embeddings first (as BERT does), or the first layer attends with vectors of
         # scale 0.02 (the initialisation) and barely learns. Pre-norm blocks normalise
         # their own inputs and need the norm at the other end, before the logits.
         post = c.norm_position == "post"
-        self.embed_norm = make_norm(c.norm, c.d_model) if post else nn.Identity()
+        self.embed_norm = make_norm(c.norm, c.d_model, c.norm_eps) if post else nn.Identity()
         self.blocks = nn.ModuleList(self._make_block(i) for i in range(c.n_layers))
-        self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model)
+        self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model, c.norm_eps)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
@@ -104,7 +104,13 @@ class DecoderLM(nn.Module):
             )
         attention = None
         shared = dict(
-            d_ff=c.d_ff, mlp=c.mlp, norm=c.norm, norm_position=c.norm_position, dropout=c.dropout, bias=c.bias
+            d_ff=c.d_ff,
+            mlp=c.mlp,
+            norm=c.norm,
+            norm_position=c.norm_position,
+            dropout=c.dropout,
+            bias=c.bias,
+            norm_eps=c.norm_eps,
         )
         if c.attention == "mla":
             attention = MultiHeadLatentAttention(
@@ -116,9 +122,21 @@ class DecoderLM(nn.Module):
                 rope_dim=c.resolved_rope_dim,
                 causal=True,
                 rope_base=c.rope_base,
+                rope_layout=c.rope_layout,
+                v_head_dim=c.v_head_dim,
+                bias=c.bias,
+                dropout=c.dropout,
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
-        return TransformerBlock(c.d_model, c.n_heads, n_kv_heads=c.resolved_n_kv_heads, rope=self.rope, **shared)
+        return TransformerBlock(
+            c.d_model,
+            c.n_heads,
+            n_kv_heads=c.resolved_n_kv_heads,
+            rope=self.rope,
+            head_dim=c.head_dim,
+            qk_norm=c.qk_norm,
+            **shared,
+        )
 
     def make_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache | LatentKVCache]:
         """One empty cache per layer (:class:`~attn_core.KVCache`, or MLA's ``LatentKVCache``).

@@ -90,7 +90,18 @@ def test_config_is_frozen_and_presets():
         (dict(dropout=1.5), "dropout=1.5"),
         (dict(attention="mla"), "needs d_latent"),
         (dict(d_latent=8), "d_latent=8 is an MLA size"),
-        (dict(head_dim=8), "head_dim=8 must equal d_model // n_heads = 16"),
+        (dict(head_dim=7, positional="rope"), "needs an even head width, got head_dim=7"),
+        (dict(v_head_dim=8), "v_head_dim=8 is an MLA size"),
+        (dict(rope_base=500.0), "rope_base=500.0 needs positional='rope'"),
+        (dict(rope_layout="interleaved"), "rope_layout='interleaved' needs positional='rope'"),
+        (dict(rope_layout="pairs", positional="rope"), "rope_layout='pairs'"),
+        (dict(norm_eps=-1.0), "norm_eps=-1.0"),
+        (dict(beta_ff=0.5), "beta_ff=0.5 is the simplified blocks' MLP gain"),
+        (dict(block="sas", qk_norm=True), "block='sas' does not support qk_norm=True"),
+        (dict(block="sas", norm_eps=1e-5), "block='sas' does not support norm_eps=1e-05"),
+        (dict(block="sas-p", head_dim=8), "block='sas-p' does not support head_dim=8"),
+        (dict(attention="mla", d_latent=8, qk_norm=True), "qk_norm=True is not supported with attention='mla'"),
+        (dict(attention="mla", d_latent=8, positional="rope", rope_dim=0), "rope_dim=0 with positional='rope'"),
         (dict(block="sas", n_kv_heads=2), "n_kv_heads=2"),
         (dict(block="sas-p", norm_position="post"), "norm_position='post'"),
         (dict(attention="mla", d_latent=8, rope_dim=4), "rope_dim=4 needs positional='rope'"),
@@ -107,6 +118,8 @@ def test_config_type_errors():
         DecoderConfig.gpt2_like(n_layers=2.0)
     with pytest.raises(TypeError, match="tie_weights must be a bool"):
         DecoderConfig.gpt2_like(tie_weights=1)
+    with pytest.raises(TypeError, match="qk_norm must be a bool"):
+        DecoderConfig.llama_like(qk_norm=1)
 
 
 def test_mla_rope_dim_has_one_default():
@@ -128,3 +141,164 @@ def test_mlp_hidden_width_has_one_default():
     for mlp in ("gelu", "swiglu"):
         c = DecoderConfig.gpt2_like(d_model=48, n_heads=4, mlp=mlp)
         assert c.resolved_d_ff == mlp_hidden_dim(mlp, 48) == make_mlp(mlp, 48, None, bias=False).d_ff
+
+
+# --------------------------------------------------------------------------- real models' shapes
+@pytest.mark.parametrize(
+    "preset,published",
+    [
+        ("llama3_8b", 8_030_261_248),  # Meta-Llama-3-8B
+        ("qwen3_8b", 8_190_735_360),  # Qwen3-8B ("8.2B"; 6.95B without the embeddings)
+        ("qwen3_0_6b", 596_049_920),  # Qwen3-0.6B ("0.6B"; 0.44B without the embedding)
+    ],
+)
+def test_presets_have_the_published_parameter_counts(preset, published):
+    config = getattr(DecoderConfig, preset)()
+    assert parameter_count(config) == published
+    with torch.device("meta"):  # the module itself, without allocating billions of floats
+        assert DecoderLM(config).num_parameters() == published
+
+
+def test_qwen3_non_embedding_counts():
+    for preset, non_embedding in (("qwen3_8b", 6_946_075_648), ("qwen3_0_6b", 440_467_456)):
+        parts = parameter_breakdown(getattr(DecoderConfig, preset)())
+        assert sum(parts.values()) - parts["embedding"] - parts["lm_head"] == non_embedding
+
+
+def test_deepseek_v3_parts_and_the_published_671b():
+    """attn_core has no MoE: the preset's layers are all dense, so its parts are compared, and
+    DeepSeek-V3's total is rebuilt from them plus its 58 MoE layers' experts (the test's own sum)."""
+    c = DecoderConfig.deepseek_v3()
+    parts = parameter_breakdown(c)
+    attention_per_layer = parts["attention"] // c.n_layers
+    # q_a 7168·1536 + norm 1536 + q_b 1536·128·(128+64) + kv_a 7168·(512+64) + norm 512
+    # + kv_b 512·128·(128+128) + o 128·128·7168
+    assert attention_per_layer == 187_107_328
+    with torch.device("meta"):
+        layer = DecoderLM(dataclasses.replace(c, n_layers=1)).blocks[0]
+    assert sum(p.numel() for p in layer.attn.parameters()) == attention_per_layer
+    dense_layer = sum(p.numel() for p in layer.parameters())
+    assert dense_layer == 583_483_392  # attention + SwiGLU 7168·18432·3 + two norms
+    d, moe_layers = c.d_model, 58
+    experts = 257 * 3 * d * 2048 + 256 * d + 256  # 256 routed + 1 shared expert, router and its bias
+    total = parts["embedding"] + parts["lm_head"] + d + 3 * dense_layer + moe_layers * (dense_layer - 3 * d * 18432)
+    assert total + moe_layers * experts == 671_026_419_200  # DeepSeek-V3: "671B total parameters"
+
+
+def test_repr_shows_new_fields_only_when_set():
+    """Committed notebooks print configs: fields added later must not change the repr of old configs."""
+    assert "qk_norm" not in repr(DecoderConfig.llama_like())
+    assert repr(DecoderConfig.llama_like()).endswith("bias=False, rope_base=10000.0)")
+    assert "qk_norm=True" in repr(DecoderConfig.llama_like(qk_norm=True))
+
+
+# --------------------------------------------------------------------------- no field silently dropped
+# One base config per block kind, and for every DecoderConfig field a change to it. Changing a
+# field must change the model (its parameters' names, shapes or values, its outputs in eval or
+# training mode, or its caches), or building it must raise a ValueError: never nothing.
+_SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=16)
+FIELD_BASES = {
+    "mha": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2),
+    "mla": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16),
+    "sas": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas"),
+    "sas-p": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas-p"),
+}
+FIELD_CHANGES = {
+    "vocab_size": dict(vocab_size=20),
+    "n_layers": dict(n_layers=3),
+    "d_model": dict(d_model=48),
+    "n_heads": dict(n_heads=2, n_kv_heads=None),
+    "n_kv_heads": dict(n_kv_heads=1),
+    "d_ff": dict(d_ff=40),
+    "max_len": dict(max_len=20),
+    "positional": dict(positional="learned"),
+    "mlp": dict(mlp="gelu"),
+    "norm": dict(norm="layernorm"),
+    "norm_position": dict(norm_position="post"),
+    "tie_weights": dict(tie_weights=True),
+    "attention": [dict(attention="mla", d_latent=16, n_kv_heads=None), dict(attention="mha", d_latent=None)],
+    "d_latent": dict(d_latent=12),
+    "d_q_latent": dict(d_q_latent=12),
+    "head_dim": dict(head_dim=16),
+    "rope_dim": dict(rope_dim=2),
+    "block": [dict(block="sas-p"), dict(block="sas")],
+    "beta_ff": dict(beta_ff=0.5),
+    "dropout": dict(dropout=0.1),
+    "bias": dict(bias=True),
+    "rope_base": dict(rope_base=500.0),
+    "norm_eps": dict(norm_eps=1e-2),
+    "qk_norm": dict(qk_norm=True),
+    "v_head_dim": dict(v_head_dim=12),
+    "rope_layout": dict(rope_layout="interleaved"),
+}
+
+
+def _effect(base: DecoderConfig, changes: dict | list[dict]) -> str | None:
+    """How a change shows in the model built from ``base``: 'raises', 'parameters', 'outputs', 'caches' or None.
+
+    ``changes``: one change, or alternatives of which the first that differs from ``base`` is used.
+    """
+    changes = [changes] if isinstance(changes, dict) else changes
+    change = next(c for c in changes if any(getattr(base, k) != v for k, v in c.items()))
+    try:
+        config = dataclasses.replace(base, **change)
+    except ValueError:
+        return "raises"
+    a, b = decoder(base), decoder(config)  # the same seed
+    sa, sb = a.state_dict(), b.state_dict()
+    if sa.keys() != sb.keys() or any(sa[k].shape != sb[k].shape or not torch.equal(sa[k], sb[k]) for k in sa):
+        return "parameters"
+    idx = torch.randint(0, min(base.vocab_size, config.vocab_size), (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        if not torch.equal(a.eval()(idx), b.eval()(idx)):
+            return "outputs"
+        torch.manual_seed(1)
+        out_a = a.train()(idx)
+        torch.manual_seed(1)
+        if not torch.equal(out_a, b.train()(idx)):
+            return "outputs"
+    if [c.nbytes() for c in a.make_caches(1)] != [c.nbytes() for c in b.make_caches(1)]:
+        return "caches"
+    return None
+
+
+def test_every_field_has_a_change_in_the_probe():
+    missing = {f.name for f in dataclasses.fields(DecoderConfig)} - set(FIELD_CHANGES)
+    assert not missing, f"add a change for {sorted(missing)} to FIELD_CHANGES: every field must reach the model"
+
+
+@pytest.mark.parametrize("kind", sorted(FIELD_BASES))
+@pytest.mark.parametrize("name", sorted(FIELD_CHANGES))
+def test_no_field_is_silently_dropped(kind, name):
+    assert _effect(FIELD_BASES[kind], FIELD_CHANGES[name]) is not None, (
+        f"changing {name} ({FIELD_CHANGES[name]}) leaves the {kind} model unchanged and raises nothing"
+    )
+
+
+def test_fields_reach_the_modules():
+    """The values themselves arrive where they act (not just 'something changed')."""
+    qwen = decoder(DecoderConfig.llama_like(**_SMALL, head_dim=16, qk_norm=True, norm_eps=1e-5, rope_base=500.0))
+    attn = qwen.blocks[0].attn
+    assert (attn.head_dim, attn.q_proj.out_features, attn.q_norm.eps, attn.rope.base) == (16, 64, 1e-5, 500.0)
+    assert qwen.blocks[0].attn_norm.eps == qwen.blocks[1].mlp_norm.eps == qwen.final_norm.eps == 1e-5
+    mla = decoder(
+        dataclasses.replace(FIELD_BASES["mla"], v_head_dim=12, bias=True, dropout=0.1, rope_layout="interleaved")
+    )
+    attn = mla.blocks[0].attn
+    assert (attn.v_head_dim, attn.out_proj.in_features, attn.dropout, attn.rope.layout) == (12, 48, 0.1, "interleaved")
+    assert attn.kv_down.bias is not None
+    assert parameter_count(mla.config) == mla.num_parameters()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(head_dim=16, qk_norm=True),
+        dict(head_dim=4, bias=True, qk_norm=True),
+        dict(n_kv_heads=None, attention="mla", d_latent=16, v_head_dim=12, d_q_latent=8, bias=True),
+        dict(n_kv_heads=None, attention="mla", d_latent=16, head_dim=12, rope_dim=4, v_head_dim=6),
+    ],
+)
+def test_parameter_count_equals_formula_new_fields(overrides):
+    config = DecoderConfig.llama_like(**_SMALL, **overrides)
+    assert DecoderLM(config).num_parameters() == parameter_count(config)
