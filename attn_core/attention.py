@@ -116,6 +116,10 @@ class MultiHeadAttention(nn.Module):
             may put mass on "nothing". Needs ``causal=True``.
         sink_tokens: With a window, the first ``sink_tokens`` positions stay visible to
             every query (StreamingLLM, Xiao et al. 2023).
+        kv_source: An earlier layer whose keys and values this one reuses (cross-layer KV
+            sharing, Brandon et al. 2024): this layer has no key/value projections and no
+            cache of its own, and must run after ``kv_source`` on the same input. Same
+            ``n_kv_heads``, ``head_dim``, ``window`` and ``sink_tokens`` as the source.
 
     Shapes:
         x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
@@ -141,6 +145,7 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         sinks: bool = False,
         sink_tokens: int = 0,
+        kv_source: MultiHeadAttention | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -188,6 +193,10 @@ class MultiHeadAttention(nn.Module):
         if self.sink_tokens and self.window is None:
             raise ValueError(f"sink_tokens={sink_tokens} keeps the first tokens inside a window: pass window= too")
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
+        # Cross-layer KV sharing: a source keeps its last keys/values for the layers that read them.
+        self.publishes_kv, self.shared_kv, self._kv_source = False, None, ()
+        if kv_source is not None:
+            self._share_kv_of(kv_source)
 
     # The shared helper, attn_core.shapes.split_heads: (B, T, n·D) -> (B, n, T, D).
     _split_heads = staticmethod(split_heads)
@@ -199,15 +208,18 @@ class MultiHeadAttention(nn.Module):
         *,
         dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
-    ) -> KVCache | RollingKVCache:
+    ) -> KVCache | RollingKVCache | None:
         """An empty :class:`~attn_core.KVCache` of ``n_kv_heads`` heads (dtype/device of the weights by default).
 
         With a ``window`` shorter than ``max_len``, a :class:`~attn_core.RollingKVCache` of
         ``sink_tokens + window`` slots instead: its memory does not grow with ``max_len``.
+        ``None`` for a layer with a ``kv_source``: it reads the source's cache.
 
         Shapes:
             stores k, v ``(B, H_kv, max_len, D)`` (or ``(B, H_kv, sink_tokens + window, D)``)
         """
+        if self._kv_source:
+            return None
         storage = storage_like(self.k_proj.weight, dtype, device)
         if self.window is not None and check_int("max_len", max_len) > self.sink_tokens + self.window:
             return RollingKVCache(
@@ -260,6 +272,8 @@ class MultiHeadAttention(nn.Module):
         elif self.d_context != self.d_model:
             raise ValueError(f"this module expects a context of width d_context={self.d_context}; pass context=")
         mask = head_mask(mask)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same for every head
+        if self._kv_source:
+            return self._forward_shared_kv(x, mask, kv_cache, return_weights)
         source = x if context is None else context
         q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, T_q, d_model) -> (B, H, T_q, D)
         k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
@@ -285,6 +299,8 @@ class MultiHeadAttention(nn.Module):
             else:
                 mask = mask & band if mask.dtype == torch.bool else mask.masked_fill(~band, float("-inf"))
             is_causal, window = False, None
+        if self.publishes_kv:  # for the later layers that reuse these keys and values
+            self.shared_kv = dict(k=k, v=v, past=past, T_q=x.shape[1], mask=mask, is_causal=is_causal, window=window)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = attend(
             q,
@@ -303,6 +319,53 @@ class MultiHeadAttention(nn.Module):
             out = output_gate(out, gate_logits)  # (B, H, T_q, D), each head scaled by σ(gate)
         out = merge_heads(out)  # (B, H, T_q, D) -> (B, T_q, d_model)
         out = self.out_proj(out)
+        return (out, weights) if return_weights else out
+
+    def _share_kv_of(self, source: MultiHeadAttention) -> None:
+        """Become a reader of ``source``'s keys and values: drop the key/value projections."""
+        check_instance("kv_source", source, MultiHeadAttention)
+        if source._kv_source:
+            raise ValueError("kv_source must compute its own keys and values (it has a kv_source itself)")
+        for name in ("n_kv_heads", "head_dim", "causal", "window", "sink_tokens", "d_model"):
+            if getattr(source, name) != getattr(self, name):
+                raise ValueError(
+                    f"kv_source has {name}={getattr(source, name)!r}, this layer {name}={getattr(self, name)!r}: "
+                    f"a layer can only reuse keys and values of the same shape and mask"
+                )
+        self.k_proj = self.v_proj = self.k_norm = None  # nothing to project: the source's K/V are reused
+        self._kv_source = (source,)  # a tuple, not a submodule: the source's weights belong to the source
+        source.publishes_kv = True
+
+    def _forward_shared_kv(self, x, mask, kv_cache, return_weights):
+        """Queries of this layer against the keys and values the source layer just computed."""
+        if kv_cache is not None:
+            raise ValueError("a layer with a kv_source has no cache of its own (make_cache returns None): pass None")
+        rec = self._kv_source[0].shared_kv
+        if rec is None or rec["T_q"] != x.shape[1] or rec["k"].shape[0] != x.shape[0]:
+            raise ValueError("kv_source has not run on this input yet: call the source layer first")
+        if mask is not None:
+            raise ValueError("a layer with a kv_source attends with its source's mask: pass mask= to the source only")
+        q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, T_q, H·D) -> (B, H, T_q, D)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.rope is not None:
+            q = self.rope(q, offset=rec["past"])
+        out, weights = attend(
+            q,
+            rec["k"],
+            rec["v"],
+            mask=rec["mask"],
+            is_causal=rec["is_causal"],
+            dropout_p=self.dropout if self.training else 0.0,
+            return_weights=return_weights,
+            softcap=self.softcap,
+            window=rec["window"],
+            sinks=self.sinks,
+        )
+        if self.gate_proj is not None:
+            gate_logits = self._split_heads(self.gate_proj(x), self.n_heads)  # (B, T_q, H·G) -> (B, H, T_q, G)
+            out = output_gate(out, gate_logits)  # (B, H, T_q, D)
+        out = self.out_proj(merge_heads(out))  # (B, H, T_q, D) -> (B, T_q, H·D) -> (B, T_q, d_model)
         return (out, weights) if return_weights else out
 
     def _check_rolling(self, cache: RollingKVCache, mask) -> None:
@@ -326,6 +389,7 @@ class MultiHeadAttention(nn.Module):
             + (f", window={self.window}" if self.window is not None else "")
             + (f", sink_tokens={self.sink_tokens}" if self.sink_tokens else "")
             + (", sinks=True" if self.sinks is not None else "")
+            + (", kv_source=shared" if self._kv_source else "")
             + (f", gate={self.gate!r}" if self.gate is not None else "")
             + (f", softcap={self.softcap:g}" if self.softcap is not None else "")
         )
