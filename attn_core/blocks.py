@@ -87,6 +87,8 @@ class TransformerBlock(nn.Module):
         norm_eps: The ε of the block's norms (and of the QK-norm); ``None``: each norm's default.
         gate: The attention's output gate, ``"elementwise"`` or ``"headwise"`` (chapter 16).
         softcap: The attention's logit soft-cap (Gemma 2; chapter 16).
+        window: The attention's sliding window (Mistral, Gemma, gpt-oss; chapter 15).
+        sinks: A learned sink logit per head in the attention's softmax (gpt-oss; chapter 15).
 
     Raises:
         ValueError: ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
@@ -117,6 +119,8 @@ class TransformerBlock(nn.Module):
         norm_eps: float | None = None,
         gate: str | None = None,
         softcap: float | None = None,
+        window: int | None = None,
+        sinks: bool | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -140,11 +144,13 @@ class TransformerBlock(nn.Module):
                 **({} if norm_eps is None else {"norm_eps": norm_eps}),
                 gate=gate,
                 softcap=softcap,
+                window=window,
+                sinks=bool(sinks),
             )
         else:
             check_instance("attention", attention, nn.Module)
             built_in = dict(n_kv_heads=n_kv_heads, rope=rope, causal=causal, head_dim=head_dim, qk_norm=qk_norm)
-            built_in.update(gate=gate, softcap=softcap)
+            built_in.update(gate=gate, softcap=softcap, window=window, sinks=sinks)
             given = {k: v for k, v in built_in.items() if v is not None}
             if given:
                 got = ", ".join(f"{k}={v!r}" for k, v in given.items())
