@@ -46,3 +46,6 @@ __all__ += ["check_merge_stats", "check_online_attention_row", "check_attention_
 from .ch14 import check_attention_parameters, check_equivalent_groups, check_kv_bytes_per_token  # noqa: E402
 
 __all__ += ["check_kv_bytes_per_token", "check_attention_parameters", "check_equivalent_groups"]
+from .ch16 import check_qk_norm_bound, check_softcap, check_split_fused_gate  # noqa: E402
+
+__all__ += ["check_softcap", "check_split_fused_gate", "check_qk_norm_bound"]
