@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from .checks import check_bool, check_choice, check_instance, check_int, check_number
+from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
 from .norms import NORM_KINDS, NORM_POSITIONS
@@ -35,6 +36,7 @@ __all__ = ["DecoderConfig", "parameter_count", "parameter_breakdown"]
 POSITIONAL_KINDS = ("learned", "rope", "none")
 ATTENTION_KINDS = ("mha", "mla")
 BLOCK_KINDS = ("standard", "sas", "sas-p")
+LAYER_TYPES = ("full", "sliding")
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ class DecoderConfig:
     qk_norm: bool = field(default=False, repr=False)
     v_head_dim: int | None = field(default=None, repr=False)
     rope_layout: str = field(default="half", repr=False)
+    layer_types: tuple[str, ...] | None = field(default=None, repr=False)
+    sliding_window: int | None = field(default=None, repr=False)
+    attention_sinks: bool = field(default=False, repr=False)
+    kv_share: tuple[int, ...] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -140,6 +146,7 @@ class DecoderConfig:
         check_number("rope_base", self.rope_base, low=1.0, low_open=True)
 
         self._check_parity_fields()
+        self._check_layer_pattern()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -216,6 +223,66 @@ class DecoderConfig:
                     raise ValueError(
                         f"{name}={getattr(self, name)!r} needs positional='rope', got positional={self.positional!r}"
                     )
+
+    def _check_layer_pattern(self) -> None:
+        """Check the per-layer attention pattern (chapter 15): windows, sinks, shared keys and values."""
+        for name in ("layer_types", "kv_share"):
+            value = getattr(self, name)
+            if isinstance(value, list):  # e.g. read back from JSON: store the frozen form
+                object.__setattr__(self, name, tuple(value))
+        check_window(self.sliding_window, "sliding_window")
+        check_bool("attention_sinks", self.attention_sinks)
+        L = self.n_layers
+        if self.layer_types is not None:
+            if not isinstance(self.layer_types, tuple) or len(self.layer_types) != L:
+                raise ValueError(
+                    f"layer_types must give one of {LAYER_TYPES} per layer ({L}), got {self.layer_types!r}"
+                )
+            for kind in self.layer_types:
+                check_choice("layer_types[i]", kind, LAYER_TYPES)
+            if "sliding" in self.layer_types and self.sliding_window is None:
+                raise ValueError("layer_types has 'sliding' layers but sliding_window=None: give the window")
+            if "sliding" not in self.layer_types and self.sliding_window is not None:
+                raise ValueError(f"sliding_window={self.sliding_window} but no layer of layer_types is 'sliding'")
+        if self.kv_share is not None:
+            if not isinstance(self.kv_share, tuple) or len(self.kv_share) != L:
+                raise ValueError(f"kv_share must give a source layer per layer ({L}), got {self.kv_share!r}")
+            types = self.resolved_layer_types
+            for i, j in enumerate(self.kv_share):
+                check_int(f"kv_share[{i}]", j, minimum=0)
+                if j > i or self.kv_share[j] != j:
+                    raise ValueError(
+                        f"kv_share[{i}]={j}: a layer reuses an earlier (or its own) layer that computes its own "
+                        f"keys and values, got kv_share={self.kv_share}"
+                    )
+                if types[i] != types[j]:
+                    raise ValueError(f"kv_share[{i}]={j} shares keys between a {types[i]!r} and a {types[j]!r} layer")
+        used = [
+            n
+            for n, on in (
+                ("layer_types", self.layer_types is not None),
+                ("sliding_window", self.sliding_window),
+                ("attention_sinks", self.attention_sinks),
+                ("kv_share", self.kv_share),
+            )
+            if on
+        ]
+        if used and (self.attention != "mha" or self.block != "standard"):
+            raise ValueError(
+                f"{', '.join(used)} need attention='mha' and block='standard', got attention={self.attention!r}, "
+                f"block={self.block!r}"
+            )
+
+    @property
+    def resolved_layer_types(self) -> tuple[str, ...]:
+        """``"full"`` or ``"sliding"`` per layer: ``layer_types``, else every layer sliding if ``sliding_window``."""
+        if self.layer_types is not None:
+            return self.layer_types
+        return ("sliding" if self.sliding_window is not None else "full",) * self.n_layers
+
+    def layer_window(self, i: int) -> int | None:
+        """The attention window of layer ``i`` (None: full attention)."""
+        return self.sliding_window if self.resolved_layer_types[i] == "sliding" else None
 
     # Resolved sizes -----------------------------------------------------------------
     @property
@@ -392,6 +459,11 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
             if c.qk_norm:
                 per_layer += 2 * D  # the gains of the query and key RMSNorms
             attention = L * per_layer
+            if c.attention_sinks:
+                attention += L * H  # one sink logit per head and layer (gpt-oss)
+            if c.kv_share is not None:  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
+                readers = sum(j != i for i, j in enumerate(c.kv_share))
+                attention -= readers * (2 * d * kv * D + (2 * kv * D if c.bias else 0) + (D if c.qk_norm else 0))
         else:
             attention = L * _mla_attention_params(c)
         norms_per_layer, gains = 2, 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
 from .checks import check_instance, check_int, check_tensor
@@ -80,7 +81,9 @@ class DecoderLM(nn.Module):
         # their own inputs and need the norm at the other end, before the logits.
         post = c.norm_position == "post"
         self.embed_norm = make_norm(c.norm, c.d_model, c.norm_eps) if post else nn.Identity()
-        self.blocks = nn.ModuleList(self._make_block(i) for i in range(c.n_layers))
+        self.blocks = nn.ModuleList()
+        for i in range(c.n_layers):  # one at a time: a layer that shares K/V needs its source built
+            self.blocks.append(self._make_block(i))
         self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model, c.norm_eps)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
@@ -128,6 +131,23 @@ class DecoderLM(nn.Module):
                 dropout=c.dropout,
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
+        if c.kv_share is not None and c.kv_share[i] != i:  # cross-layer KV sharing (chapter 15)
+            attention = MultiHeadAttention(
+                c.d_model,
+                c.n_heads,
+                n_kv_heads=c.resolved_n_kv_heads,
+                causal=True,
+                bias=c.bias,
+                dropout=c.dropout,
+                rope=self.rope,
+                head_dim=c.head_dim,
+                qk_norm=c.qk_norm,
+                **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
+                window=c.layer_window(i),
+                sinks=c.attention_sinks,
+                kv_source=self.blocks[c.kv_share[i]].attn,
+            )
+            return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
         return TransformerBlock(
             c.d_model,
             c.n_heads,
@@ -135,11 +155,16 @@ class DecoderLM(nn.Module):
             rope=self.rope,
             head_dim=c.head_dim,
             qk_norm=c.qk_norm,
+            window=c.layer_window(i),
+            sinks=c.attention_sinks or None,
             **shared,
         )
 
     def make_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache | LatentKVCache]:
         """One empty cache per layer (:class:`~attn_core.KVCache`, or MLA's ``LatentKVCache``).
+
+        A sliding-window layer gets a constant-memory :class:`~attn_core.RollingKVCache`; a
+        layer that reuses another's keys and values (``config.kv_share``) gets ``None``.
 
         Args:
             batch_size: ``B``.

@@ -230,6 +230,10 @@ FIELD_CHANGES = {
     "qk_norm": dict(qk_norm=True),
     "v_head_dim": dict(v_head_dim=12),
     "rope_layout": dict(rope_layout="interleaved"),
+    "layer_types": dict(layer_types=("sliding", "full"), sliding_window=2),
+    "sliding_window": dict(sliding_window=2),
+    "attention_sinks": dict(attention_sinks=True),
+    "kv_share": dict(kv_share=(0, 0)),
 }
 
 
