@@ -25,6 +25,7 @@ concept; see each module's docstring for its shape legend:
     compare     assert_close & co.: comparisons printed as the tolerance they are held to
     pretrained  the shipped byte-level model of Shakespeare (load_shakespeare)
     heads       finding heads by what they do (score_heads, ablate_heads)
+    window      sliding windows in a stack: receptive field, layer patterns, cache bytes (chapter 15)
     viz         heatmaps and the explorer widgets
     exercises   check functions for the chapters' exercises
 """
@@ -34,14 +35,14 @@ concept; see each module's docstring for its shape legend:
 from . import heads, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
 from .blocks import TransformerBlock
-from .cache import KVCache, LatentKVCache
+from .cache import KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
 from .config import DecoderConfig, parameter_breakdown, parameter_count
 from .core import attention
 from .efficient import online_softmax, tiled_attention
 from .generate import generate
 from .heads import ablate_heads, score_heads
-from .masks import causal_mask, padding_mask
+from .masks import causal_mask, padding_mask, position_mask
 from .measure import peak_tensor_memory
 
 # --- mla.py / positional.py (chapters 7-8) ---
@@ -60,6 +61,7 @@ from .positional import (
 from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
+from .window import kv_cache_bytes, layer_pattern, published_attention, receptive_field, receptive_field_width, windowed
 
 __version__ = "0.1.0"
 
@@ -122,4 +124,13 @@ __all__ = [
     "heads",
     "score_heads",
     "ablate_heads",
+    # --- chapter 15 names ---
+    "RollingKVCache",
+    "position_mask",
+    "receptive_field",
+    "receptive_field_width",
+    "layer_pattern",
+    "kv_cache_bytes",
+    "published_attention",
+    "windowed",
 ]

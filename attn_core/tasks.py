@@ -16,6 +16,9 @@ Decoder-only tasks (one sequence; data tokens ``x_1..x_n``, a separator, the ans
   followed it then is what follows it now: the skill of an *induction head*.
 * :func:`associative_recall_task` ``k₁ v₁ k₂ v₂ ... k_q``: after key/value pairs, a
   key is repeated and its value must be recalled.
+* :func:`seen_before_task` ``BOS x₁ x₂ ...``: at every position, has this token appeared
+  before? A head that finds no earlier copy must put its attention somewhere: on the
+  first token (an attention sink, chapter 15).
 
 Encoder-decoder form (chapter 4): :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
 the ideal cross-attention is the anti-diagonal :func:`reverse_alignment`.
@@ -45,6 +48,9 @@ __all__ = [
     "sort_task",
     "induction_task",
     "associative_recall_task",
+    "seen_before_task",
+    "NEW",
+    "SEEN",
     "Seq2SeqBatch",
     "reverse_seq2seq",
     "reverse_alignment",
@@ -188,6 +194,65 @@ def induction_task(
     scored = (t >= p) & (t <= 2 * p - 2)  # (B, 2n - 1)
     targets[~scored] = IGNORE_INDEX
     return inputs, targets
+
+
+#: Targets of :func:`seen_before_task`: the token is new (0) or has appeared before (1).
+NEW, SEEN = 0, 1
+
+
+def seen_before_task(
+    batch_size: int,
+    *,
+    n: int = 15,
+    vocab_size: int = 24,
+    bos: bool = True,
+    window: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Has this token appeared before? At every position the answer is :data:`SEEN` or :data:`NEW`.
+
+    The data tokens are drawn from ``2..vocab_size-1`` (ids 0 and 1 are the answers, and
+    0 is also the BOS token). One attention layer solves it: the query matches the keys
+    of earlier copies of its token. When there is none, the softmax still has to put its
+    mass somewhere; a model trained with a BOS token learns to put it there, and the
+    BOS's value then says "new": the first token becomes an attention sink.
+
+    Args:
+        batch_size: ``B``.
+        n: Data tokens per sequence.
+        vocab_size: Size of the vocabulary (answers, BOS and data tokens).
+        bos: Start every sequence with the BOS token (its target is not scored).
+        window: Count only the ``window - 1`` positions before as "before" (what a
+            layer with that sliding window can see); None: the whole sequence.
+        generator: Source of randomness.
+
+    Returns:
+        ``(inputs, targets)``.
+
+    Shapes:
+        inputs, targets: ``(B, n + 1)`` with ``bos``, else ``(B, n)``
+
+    Raises:
+        ValueError: ``vocab_size < 3`` or a bad size, naming the value.
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("n", n, minimum=1)
+    check_int("vocab_size", vocab_size, minimum=3)
+    check_instance("generator", generator, torch.Generator, optional=True)
+    if window is not None:
+        check_int("window", window, minimum=1)
+    data = torch.randint(2, vocab_size, (batch_size, n), generator=generator)  # (B, n)
+    t = torch.arange(n)
+    earlier = t[None, :] < t[:, None]  # (n, n): key s is before query t
+    if window is not None:
+        earlier = earlier & (t[:, None] - t[None, :] < window)
+    same = data[:, :, None] == data[:, None, :]  # (B, n, n)
+    targets = (same & earlier).any(-1).long()  # (B, n): SEEN = 1, NEW = 0
+    if not bos:
+        return data, targets
+    start = torch.zeros(batch_size, 1, dtype=torch.long)  # (B, 1): the BOS token, id 0
+    ignore = torch.full((batch_size, 1), IGNORE_INDEX)
+    return torch.cat([start, data], 1), torch.cat([ignore, targets], 1)  # (B, n + 1) each
 
 
 def associative_recall_task(
