@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from .checks import check_bool, check_choice, check_instance, check_int, check_number
+from .gating import GATE_KINDS, gate_width
 from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
@@ -84,6 +85,9 @@ class DecoderConfig:
             ``head_dim=128`` (its ``qk_nope_head_dim``) and ``v_head_dim=128``, DeepSeek-V2-Lite too.
         rope_layout: Which dimensions RoPE pairs: ``"half"`` (Hugging Face's LLaMA/Qwen3
             checkpoints) or ``"interleaved"`` (Meta's LLaMA code, DeepSeek's MLA checkpoints).
+        attention_gate: The attention's output gate (chapter 16; Qwen3-Next):
+            ``"elementwise"``, ``"headwise"`` or ``None``.
+        attention_softcap: The attention-logit soft-cap (chapter 16; Gemma 2: 50.0) or ``None``.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -119,6 +123,8 @@ class DecoderConfig:
     sliding_window: int | None = field(default=None, repr=False)
     attention_sinks: bool = field(default=False, repr=False)
     kv_share: tuple[int, ...] | None = field(default=None, repr=False)
+    attention_gate: str | None = field(default=None, repr=False)
+    attention_softcap: float | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -147,6 +153,7 @@ class DecoderConfig:
 
         self._check_parity_fields()
         self._check_layer_pattern()
+        self._check_gate_and_softcap()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -223,6 +230,19 @@ class DecoderConfig:
                     raise ValueError(
                         f"{name}={getattr(self, name)!r} needs positional='rope', got positional={self.positional!r}"
                     )
+
+    def _check_gate_and_softcap(self) -> None:
+        """Check the attention's output gate and logit soft-cap (chapter 16): built-in attention only."""
+        if self.attention_gate is not None:
+            check_choice("attention_gate", self.attention_gate, GATE_KINDS)
+        if self.attention_softcap is not None:
+            check_number("attention_softcap", self.attention_softcap, low=0.0, low_open=True)
+        for name in ("attention_gate", "attention_softcap"):
+            if getattr(self, name) is not None and (self.attention != "mha" or self.block != "standard"):
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is an option of the standard blocks' multi-head attention; "
+                    f"got attention={self.attention!r}, block={self.block!r}"
+                )
 
     def _check_layer_pattern(self) -> None:
         """Check the per-layer attention pattern (chapter 15): windows, sinks, shared keys and values."""
@@ -458,6 +478,8 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
                 per_layer += H * D + 2 * kv * D + d
             if c.qk_norm:
                 per_layer += 2 * D  # the gains of the query and key RMSNorms
+            if c.attention_gate is not None:  # W_g: d -> H·(D or 1), plus its bias
+                per_layer += (d + (1 if c.bias else 0)) * H * gate_width(c.attention_gate, D)
             attention = L * per_layer
             if c.attention_sinks:
                 attention += L * H  # one sink logit per head and layer (gpt-oss)

@@ -146,6 +146,8 @@ class DecoderLM(nn.Module):
                 window=c.layer_window(i),
                 sinks=c.attention_sinks,
                 kv_source=self.blocks[c.kv_share[i]].attn,
+                gate=c.attention_gate,
+                softcap=c.attention_softcap,
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
         return TransformerBlock(
@@ -157,6 +159,8 @@ class DecoderLM(nn.Module):
             qk_norm=c.qk_norm,
             window=c.layer_window(i),
             sinks=c.attention_sinks or None,
+            gate=c.attention_gate,
+            softcap=c.attention_softcap,
             **shared,
         )
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_core import MultiHeadAttention, TransformerBlock
+from attn_core import DecoderConfig, MultiHeadAttention, TransformerBlock, parameter_count
 from attn_core.gating import GATE_KINDS, gate_width, output_gate
-from conftest import F64, leaks, randn
+from conftest import F64, decoder, leaks, randn
 
 
 def test_gate_width():
@@ -126,3 +126,39 @@ def test_gate_bad_input():
         MultiHeadAttention(16, 4, gate=True)
     with pytest.raises(ValueError, match="gate configure the built-in attention"):
         TransformerBlock(16, 4, attention=MultiHeadAttention(16, 4), gate="headwise")
+
+
+# ------------------------------------------------- DecoderConfig(attention_gate=, attention_softcap=)
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(attention_gate="elementwise"),
+        dict(attention_gate="headwise", bias=True),
+        dict(attention_gate="elementwise", attention_softcap=20.0, qk_norm=True, head_dim=16),
+    ],
+)
+def test_decoder_builds_gated_and_capped_attention(options):
+    config = DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, max_len=16, **options)
+    model = decoder(config)
+    attn = model.blocks[0].attn
+    assert attn.gate == options.get("attention_gate") and attn.softcap == options.get("attention_softcap")
+    assert model.num_parameters() == parameter_count(config)
+    assert "attention_gate" in repr(config)
+    idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(0))
+    model = model.double()
+    with torch.no_grad():
+        full = model(idx)
+        caches = model.make_caches(2)
+        steps = torch.cat([model(idx[:, t : t + 1], caches=caches) for t in range(9)], dim=1)
+    torch.testing.assert_close(steps, full, rtol=0, atol=1e-10)
+
+
+def test_decoder_config_gate_and_softcap_bad_input():
+    with pytest.raises(ValueError, match="attention_gate must be one of .*got attention_gate='sigmoid'"):
+        DecoderConfig.llama_like(attention_gate="sigmoid")
+    with pytest.raises(ValueError, match="attention_softcap must be a finite number > 0, got attention_softcap=0"):
+        DecoderConfig.llama_like(attention_softcap=0)
+    with pytest.raises(ValueError, match="attention_gate='headwise' is an option of the standard blocks"):
+        DecoderConfig.llama_like(attention="mla", d_latent=16, n_kv_heads=None, attention_gate="headwise")
+    with pytest.raises(ValueError, match="attention_softcap=30.0 is an option of the standard blocks"):
+        DecoderConfig.gpt2_like(block="sas", attention_softcap=30.0)
