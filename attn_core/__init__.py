@@ -32,12 +32,13 @@ concept; see each module's docstring for its shape legend:
 
 # --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 # --- efficient, measure (and its old name timing) (chapters 12-14) ---
-from . import heads, measure, tasks, timing
+from . import convert, heads, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
 from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
 from .config import DecoderConfig, parameter_breakdown, parameter_count
+from .convert import from_hf
 from .core import attention
 from .efficient import online_softmax, tiled_attention
 from .generate import generate
@@ -98,6 +99,8 @@ __all__ = [
     "TransformerBlock",
     "DecoderConfig",
     "DecoderLM",
+    "convert",
+    "from_hf",
     "parameter_count",
     "parameter_breakdown",
     "ShapedAttention",

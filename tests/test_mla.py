@@ -20,6 +20,7 @@ from attn_core import (
     RotaryEmbedding,
     kv_cache_elements_per_token,
     padding_mask,
+    rope_permutation,
 )
 
 F64 = torch.float64
@@ -31,6 +32,7 @@ CONFIGS = [
     dict(d_latent=16, rope_dim=0),  # no positions at all
     dict(d_latent=12, d_q_latent=10, bias=True, causal=False),
     dict(d_latent=20, head_dim=6, rope_dim=4),  # head_dim not d_model // n_heads
+    dict(d_latent=16, d_q_latent=12, head_dim=8, rope_dim=4, v_head_dim=6, rope_layout="interleaved"),  # DeepSeek-V3
 ]
 
 
@@ -173,10 +175,10 @@ def test_table1_cache_elements_per_token():
         kv_cache_elements_per_token(torch.nn.Linear(2, 2))
 
 
-@pytest.mark.parametrize("q_latent", [None, 12])
+@pytest.mark.parametrize("q_latent,v_head_dim", [(None, None), (12, None), (12, 6)])
 @pytest.mark.parametrize("absorbed", [False, True])
-def test_decode_flops_match_pytorch_flop_counter(q_latent, absorbed):
-    mla = make(d_latent=16, d_q_latent=q_latent)
+def test_decode_flops_match_pytorch_flop_counter(q_latent, v_head_dim, absorbed):
+    mla = make(d_latent=16, d_q_latent=q_latent, v_head_dim=v_head_dim)
     x = torch.randn(1, 6, 32, dtype=F64)
     cache = mla.make_cache(1, 6)
     mla(x[:, :5], kv_cache=cache)
@@ -266,3 +268,33 @@ def test_chapter7_exercise_checks(capsys):
     assert not check_absorbed_query(lambda q, w: 1 / 0)  # a learner's exception is reported, not raised
     out = capsys.readouterr().out
     assert "[7.1 absorbed query] correct" in out and "ZeroDivisionError" in out
+
+
+def test_value_width_and_rope_layout():
+    """v_head_dim sizes v_up and out_proj; the interleaved layout pairs neighbours (same scores, reordered weights)."""
+    mla = make(d_latent=16, head_dim=8, rope_dim=4, v_head_dim=6)
+    assert (mla.v_up.out_features, mla.out_proj.in_features, mla.rope.layout) == (24, 24, "half")
+    inter = make(d_latent=16, head_dim=8, rope_dim=4, v_head_dim=6, rope_layout="interleaved")
+    assert inter.rope.layout == "interleaved"
+    x = torch.randn(2, 5, 32, dtype=F64)
+    assert (inter(x) - mla(x)).abs().max() > 1e-3  # the same weights, other pairs rotated
+    # Reordering the RoPE rows of q_rope and k_rope from half to interleaved gives the half model's output.
+    perm = rope_permutation(4, src="half", dst="interleaved")
+    with torch.no_grad():
+        inter.q_rope.weight.copy_(mla.q_rope.weight.view(4, 4, 32)[:, perm].reshape(16, 32))
+        inter.k_rope.weight.copy_(mla.k_rope.weight[perm])
+    assert (inter(x) - mla(x)).abs().max() < 1e-12
+    with pytest.raises(ValueError, match="rope_layout='pairs'"):
+        MultiHeadLatentAttention(32, 4, d_latent=8, rope_layout="pairs")
+    with pytest.raises(ValueError, match="v_head_dim=0"):
+        MultiHeadLatentAttention(32, 4, d_latent=8, v_head_dim=0)
+
+
+def test_attention_dropout_only_in_training():
+    mla = make(d_latent=16, dropout=0.5)
+    x = torch.randn(1, 6, 32, dtype=F64)
+    assert torch.equal(mla.eval()(x), mla(x))
+    mla.train()
+    assert not torch.equal(mla(x), mla(x))
+    with pytest.raises(ValueError, match="dropout=1.5"):
+        MultiHeadLatentAttention(32, 4, d_latent=8, dropout=1.5)

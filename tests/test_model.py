@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn_core import (
+    DecoderConfig,
     DecoderLM,
     KVCache,
     LatentKVCache,
@@ -121,3 +122,41 @@ def test_norm_placement_in_the_model():
     post.eval()(idx)
     # (not exactly 1: eps = 1e-5 is not negligible next to the variance of 0.02-scale embeddings)
     assert torch.allclose(seen["x"].var(-1, unbiased=False), torch.ones(2, 5), atol=0.03)
+
+
+# --------------------------------------------------------------------------- the shapes of real models, tiny
+REAL_SHAPES = {
+    # Qwen3: heads wider than d_model / n_heads, QK-norm, ε = 1e-6, a large RoPE base.
+    "qwen3_tiny": dict(d_model=32, n_heads=4, n_kv_heads=2, head_dim=16, qk_norm=True, norm_eps=1e-6, rope_base=1e6),
+    # DeepSeek-V3: q-LoRA, values narrower than keys, interleaved RoPE pairs.
+    "deepseek_v3_tiny": dict(
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=None,
+        attention="mla",
+        d_latent=16,
+        d_q_latent=12,
+        head_dim=8,
+        rope_dim=4,
+        v_head_dim=6,
+        rope_layout="interleaved",
+        rope_base=5e4,
+    ),  # fmt: skip
+    # Meta's LLaMA layout with ε = 1e-5.
+    "llama_meta_layout": dict(d_model=32, n_heads=4, n_kv_heads=2, rope_layout="interleaved", norm_eps=1e-5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_SHAPES))
+def test_real_shapes_decode_with_caches_as_on_full_sequences(name):
+    config = DecoderConfig.llama_like(vocab_size=24, max_len=16, **REAL_SHAPES[name])
+    model = decoder(config).double().eval()
+    idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(3))
+    full = model(idx)
+    caches = model.make_caches(2, 9)
+    parts = [model(idx[:, :4], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(4, 9)]
+    assert (torch.cat(parts, dim=1) - full).abs().max() < 1e-12
+    changed = idx.clone()
+    changed[:, 5:] = (changed[:, 5:] + 1) % 24
+    assert torch.equal(model(changed)[:, :5], full[:, :5])  # causal
+    assert model.num_parameters() == parameter_count(config)

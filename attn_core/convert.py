@@ -1,0 +1,231 @@
+"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies a LLaMA, Qwen3, Mistral or DeepSeek-V3.
+
+:func:`config_from_hf` reads a Hugging Face model configuration into a
+:class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
+:class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
+compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
+than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), sliding windows, mixture-of-
+experts layers, activations other than SiLU, attention dropout.
+
+attn_core does not depend on ``transformers``: this module never imports it. It reads
+the model object it is given (its ``config`` and its modules), so any version of
+``transformers`` whose model has these attribute names works (4.51 and later, 5.x).
+
+Name map (``L`` = ``model.model.layers[i]``, ``B`` = ``DecoderLM.blocks[i]``):
+
+==========================================  ===========================================
+Hugging Face                                 attn_core
+==========================================  ===========================================
+``model.embed_tokens`` / ``lm_head``        ``tok_emb`` / ``lm_head``
+``model.norm``                              ``final_norm``
+``L.input_layernorm`` / ``L.post_attention_layernorm``  ``B.attn_norm`` / ``B.mlp_norm``
+``L.self_attn.{q,k,v}_proj``, ``o_proj``    ``B.attn.{q,k,v}_proj``, ``out_proj``
+``L.self_attn.q_norm`` / ``k_norm`` (Qwen3)  ``B.attn.q_norm`` / ``k_norm``
+``L.mlp.{gate,up,down}_proj``               ``B.mlp.{gate,up,down}_proj``
+DeepSeek ``q_proj`` or ``q_b_proj``         rows split per head into ``q_up`` / ``q_rope``
+DeepSeek ``q_a_proj``, ``q_a_layernorm``    ``q_down``, ``q_norm``
+DeepSeek ``kv_a_proj_with_mqa``             rows split into ``kv_down`` / ``k_rope``
+DeepSeek ``kv_a_layernorm``                 ``kv_norm``
+DeepSeek ``kv_b_proj``                      rows split per head into ``k_up`` / ``v_up``
+==========================================  ===========================================
+
+Shape legend:
+    H        query heads; ``H_kv`` key/value heads
+    d_h      content (no-RoPE) query/key width per head (DeepSeek's ``qk_nope_head_dim``)
+    d_r      RoPE width (``qk_rope_head_dim``); ``d_v`` value width (``v_head_dim``)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import DecoderConfig
+from .model import DecoderLM
+
+__all__ = ["config_from_hf", "from_hf", "copy_attention", "SUPPORTED_MODEL_TYPES"]
+
+#: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3")
+
+
+def _rope(hf) -> tuple[float, str]:
+    """RoPE's base and type, from ``rope_parameters`` (transformers 5) or ``rope_theta``/``rope_scaling`` (4.x)."""
+    params = dict(getattr(hf, "rope_parameters", None) or {})
+    scaling = getattr(hf, "rope_scaling", None) or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    base = params.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+    return float(base), kind
+
+
+def _refuse(model_type: str, what: str) -> None:
+    raise ValueError(f"cannot convert this {model_type} model exactly: {what}")
+
+
+def config_from_hf(hf_config) -> DecoderConfig:
+    """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 config.
+
+    Args:
+        hf_config: ``model.config`` of a Hugging Face causal LM (any object with its attributes).
+
+    Returns:
+        A config whose :class:`~attn_core.DecoderLM` computes what the Hugging Face model
+        computes (its ``max_len`` is ``max_position_embeddings``).
+
+    Raises:
+        ValueError: A model type other than :data:`SUPPORTED_MODEL_TYPES`, or a feature
+            attn_core does not compute exactly (named in the message).
+    """
+    t = getattr(hf_config, "model_type", None)
+    if t not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"model_type={t!r} is not supported; from_hf converts {', '.join(SUPPORTED_MODEL_TYPES)}")
+    base, kind = _rope(hf_config)
+    if kind != "default":
+        _refuse(t, f"rope scaling {kind!r} is not implemented (only plain RoPE, rope_type='default')")
+    act = getattr(hf_config, "hidden_act", "silu")
+    if act != "silu":
+        _refuse(t, f"hidden_act={act!r} (attn_core's SwiGLU uses SiLU)")
+    if getattr(hf_config, "attention_dropout", 0.0):
+        _refuse(t, f"attention_dropout={hf_config.attention_dropout} (attn_core's dropout also drops residuals)")
+    window = getattr(hf_config, "sliding_window", None)
+    if t == "qwen3":
+        uses_window = getattr(hf_config, "use_sliding_window", False) or any(
+            kind != "full_attention" for kind in (getattr(hf_config, "layer_types", None) or [])
+        )
+        window = window if uses_window else None
+    if window is not None:
+        _refuse(t, f"sliding_window={window} (attn_core's DecoderConfig has no sliding window)")
+    d, H = hf_config.hidden_size, hf_config.num_attention_heads
+    common = dict(
+        vocab_size=hf_config.vocab_size,
+        n_layers=hf_config.num_hidden_layers,
+        d_model=d,
+        n_heads=H,
+        d_ff=hf_config.intermediate_size,
+        max_len=hf_config.max_position_embeddings,
+        positional="rope",
+        mlp="swiglu",
+        norm="rmsnorm",
+        norm_position="pre",
+        tie_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        rope_base=base,
+        norm_eps=float(hf_config.rms_norm_eps),
+        # One bias switch in attn_core: the projections HF leaves without a bias get zeros.
+        bias=bool(getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)),
+    )
+    if t == "deepseek_v3":
+        dense = hf_config.first_k_dense_replace
+        if dense is not None and dense < hf_config.num_hidden_layers and getattr(hf_config, "n_routed_experts", 0):
+            _refuse(
+                t,
+                f"layers {dense}..{hf_config.num_hidden_layers - 1} are mixture-of-experts layers "
+                f"(first_k_dense_replace={dense} < num_hidden_layers={hf_config.num_hidden_layers}); "
+                "attn_core has no MoE: set first_k_dense_replace=num_hidden_layers for a dense model",
+            )
+        return DecoderConfig(
+            **common,
+            attention="mla",
+            d_latent=hf_config.kv_lora_rank,
+            d_q_latent=hf_config.q_lora_rank,
+            head_dim=hf_config.qk_nope_head_dim,
+            rope_dim=hf_config.qk_rope_head_dim,
+            v_head_dim=hf_config.v_head_dim,
+            rope_layout="interleaved" if getattr(hf_config, "rope_interleave", True) else "half",
+        )
+    head_dim = getattr(hf_config, "head_dim", None) or d // H
+    return DecoderConfig(
+        **common,
+        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or H,
+        head_dim=None if head_dim * H == d else head_dim,
+        qk_norm=(t == "qwen3"),
+    )
+
+
+@torch.no_grad()
+def _copy(dst: nn.Linear | nn.Module, src: nn.Module | torch.Tensor, *, bias: torch.Tensor | None = None) -> None:
+    """Copy a weight (and bias; zeros where the source has none) into ``dst``, checking shapes."""
+    weight = src if isinstance(src, torch.Tensor) else src.weight
+    if dst.weight.shape != weight.shape:
+        raise ValueError(f"shape mismatch: {tuple(weight.shape)} into {tuple(dst.weight.shape)}")
+    dst.weight.copy_(weight)
+    if getattr(dst, "bias", None) is not None:
+        src_bias = bias if bias is not None else getattr(src, "bias", None)
+        if src_bias is None:
+            dst.bias.zero_()
+        else:
+            dst.bias.copy_(src_bias)
+
+
+def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
+    """Copy a Hugging Face attention layer's weights into an attn_core one of the same shape.
+
+    ``LlamaAttention`` / ``MistralAttention`` / ``Qwen3Attention`` into a
+    :class:`~attn_core.MultiHeadAttention` (with ``qk_norm=True`` for Qwen3), or
+    ``DeepseekV3Attention`` into a :class:`~attn_core.MultiHeadLatentAttention`, whose
+    fused projections are split per head (content and RoPE query rows; latent and RoPE-key
+    rows; key and value rows of ``kv_b_proj``).
+
+    Raises:
+        ValueError: The shapes do not match (naming them).
+    """
+    if not hasattr(attn, "d_latent"):  # multi-head attention and its GQA/MQA forms
+        for name in ("q_proj", "k_proj", "v_proj"):
+            _copy(getattr(attn, name), getattr(hf_attn, name))
+        _copy(attn.out_proj, hf_attn.o_proj)
+        if attn.q_norm is not None:
+            _copy(attn.q_norm, hf_attn.q_norm)
+            _copy(attn.k_norm, hf_attn.k_norm)
+        return
+    H, d_h, d_r, d_v, d_c = attn.n_heads, attn.head_dim, attn.rope_dim, attn.v_head_dim, attn.d_latent
+    q = hf_attn.q_proj if getattr(hf_attn, "q_proj", None) is not None else hf_attn.q_b_proj
+    w_q = q.weight.view(H, d_h + d_r, -1)  # (H·(d_h + d_r), in) -> (H, d_h + d_r, in): per head, content then RoPE
+    _copy(attn.q_up, w_q[:, :d_h].reshape(H * d_h, -1))
+    _copy(attn.q_rope, w_q[:, d_h:].reshape(H * d_r, -1))
+    if attn.q_down is not None:
+        _copy(attn.q_down, hf_attn.q_a_proj)
+        _copy(attn.q_norm, hf_attn.q_a_layernorm)
+    kv_a = hf_attn.kv_a_proj_with_mqa  # (d_c + d_r, d): the latent's rows, then the shared RoPE key's
+    kv_bias = kv_a.bias if kv_a.bias is not None else kv_a.weight.new_zeros(d_c + d_r)
+    _copy(attn.kv_down, kv_a.weight[:d_c], bias=kv_bias[:d_c])
+    _copy(attn.k_rope, kv_a.weight[d_c:], bias=kv_bias[d_c:])
+    _copy(attn.kv_norm, hf_attn.kv_a_layernorm)
+    w_kv = hf_attn.kv_b_proj.weight.view(H, d_h + d_v, d_c)  # (H·(d_h + d_v), d_c) -> (H, d_h + d_v, d_c)
+    _copy(attn.k_up, w_kv[:, :d_h].reshape(H * d_h, d_c))
+    _copy(attn.v_up, w_kv[:, d_h:].reshape(H * d_v, d_c))
+    _copy(attn.out_proj, hf_attn.o_proj)
+
+
+def from_hf(model: nn.Module) -> DecoderLM:
+    """A :class:`~attn_core.DecoderLM` with the weights of a Hugging Face causal LM.
+
+    Works with ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` and
+    ``DeepseekV3ForCausalLM`` objects (random-initialised or from ``from_pretrained``);
+    the result has the model's dtype and device and is in eval mode. Its logits equal
+    the Hugging Face model's up to rounding (float64: ~1e-10, see ``tests/test_parity_hf.py``).
+
+    Args:
+        model: The Hugging Face model (``transformers`` itself is not imported here).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module`` with a ``config``.
+        ValueError: What :func:`config_from_hf` refuses.
+    """
+    if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+        raise TypeError(
+            f"model must be a Hugging Face causal LM (an nn.Module with .config), got {type(model).__name__}"
+        )
+    c = config_from_hf(model.config)
+    weight = model.get_input_embeddings().weight
+    ours = DecoderLM(c).to(dtype=weight.dtype, device=weight.device)
+    core = model.model
+    _copy(ours.tok_emb, core.embed_tokens)
+    _copy(ours.final_norm, core.norm)
+    if not c.tie_weights:
+        _copy(ours.lm_head, model.lm_head)
+    for block, layer in zip(ours.blocks, core.layers, strict=True):
+        _copy(block.attn_norm, layer.input_layernorm)
+        _copy(block.mlp_norm, layer.post_attention_layernorm)
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            _copy(getattr(block.mlp, name), getattr(layer.mlp, name))
+        copy_attention(block.attn, layer.self_attn)
+    return ours.eval()
