@@ -54,12 +54,16 @@ __all__ = [
     "Seq2SeqBatch",
     "reverse_seq2seq",
     "reverse_alignment",
+    "SEP_LABEL",
+    "token_labels",
 ]
 
 #: Target value of positions that are not scored (PyTorch's cross-entropy default).
 IGNORE_INDEX = -100
 #: Token 0 is the separator (and the decoder's start token); data tokens are 1..vocab_size-1.
 SEP = 0
+#: How plots print the separator: a glyph no data token can be mistaken for ("|" looks like "l").
+SEP_LABEL = "#"
 
 
 def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.Tensor:
@@ -327,3 +331,22 @@ def reverse_alignment(n: int) -> torch.Tensor:
     """
     check_int("n", n, minimum=1)
     return torch.eye(n).flip(1)
+
+
+def token_labels(ids: torch.Tensor) -> list[str]:
+    """Readable labels for plots: data token ``i`` as the ``i``-th letter, :data:`SEP` as :data:`SEP_LABEL`.
+
+    Letters ``a..z`` cover data tokens ``1..26``; larger ids are printed as numbers.
+
+    Shapes:
+        ids: ``(T,)`` integer token ids -> ``T`` strings
+    """
+    check_instance("ids", ids, torch.Tensor)
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ValueError(f"ids must be a 1-D tensor of integer token ids, got shape {tuple(ids.shape)}, {ids.dtype}")
+    labels = []
+    for i in ids.tolist():
+        if i < 0:
+            raise ValueError(f"token ids are non-negative, got {i}")
+        labels.append(SEP_LABEL if i == SEP else chr(ord("a") + i - 1) if i <= 26 else str(i))
+    return labels

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from attn_core.tasks import (
     IGNORE_INDEX,
     SEP,
+    SEP_LABEL,
     associative_recall_task,
     copy_task,
     induction_task,
@@ -19,6 +20,7 @@ from attn_core.tasks import (
     reverse_seq2seq,
     reverse_task,
     sort_task,
+    token_labels,
 )
 
 TRANSFORMS = {copy_task: lambda x: x, reverse_task: lambda x: x.flip(1), sort_task: lambda x: x.sort(1).values}
@@ -122,3 +124,17 @@ def test_bad_input():
         associative_recall_task(2, n_pairs=9, vocab_size=16)
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
         copy_task(2, generator=0)
+
+
+def test_token_labels():
+    x, _ = copy_task(1, n=4, vocab_size=20, generator=_g(3))
+    labels = token_labels(x[0])
+    assert labels[4] == SEP_LABEL and not SEP_LABEL.isalpha()  # the separator is not a letter
+    assert token_labels(torch.tensor([SEP, 1, 2, 12, 26, 27])) == [SEP_LABEL, "a", "b", "l", "z", "27"]
+    assert all(label.isalpha() for i, label in enumerate(labels) if i != 4)
+    with pytest.raises(TypeError, match="ids must be"):
+        token_labels([1, 2])
+    with pytest.raises(ValueError, match="1-D tensor of integer token ids, got shape \\(1, 2\\)"):
+        token_labels(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="non-negative, got -1"):
+        token_labels(torch.tensor([1, -1]))
