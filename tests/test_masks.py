@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core import causal_mask, padding_mask
+from attn_core import causal_mask, padding_mask, position_mask
+from attn_core.masks import check_window
 
 
 def test_causal_square_is_lower_triangular():
@@ -62,3 +63,50 @@ def test_bad_input():
 def test_padding_mask_lengths_must_be_one_dimensional():
     with pytest.raises(ValueError, match=r"lengths must have shape \(B\), got \(1, 2\)"):
         padding_mask(torch.tensor([[1, 2]]), 4)
+
+
+# --------------------------------------------------------------------------- windows (chapter 15)
+@pytest.mark.parametrize("T_q,T_k,window", [(6, 6, 1), (6, 6, 3), (3, 9, 4), (1, 7, 2), (5, 5, 9)])
+def test_window_mask_is_the_band_of_the_reference_formula(T_q, T_k, window):
+    """Query i (absolute position T_k - T_q + i) sees key j iff i - window < j <= i: Mistral's/HF's rule."""
+    got = causal_mask(T_q, T_k, window=window)
+    expected = torch.tensor(
+        [[0 <= (T_k - T_q + i) - j < window for j in range(T_k)] for i in range(T_q)], dtype=torch.bool
+    )
+    assert torch.equal(got, expected)
+    assert (got.sum(-1) <= window).all()
+
+
+def test_window_of_the_whole_sequence_is_the_causal_mask():
+    assert torch.equal(causal_mask(4, 7, window=7), causal_mask(4, 7))
+
+
+def test_sink_tokens_stay_visible_inside_a_window():
+    m = causal_mask(6, window=2, sink_tokens=1)
+    assert m[:, 0].all() and m[5].tolist() == [True, False, False, False, True, True]
+
+
+def test_position_mask_takes_any_key_order_and_ignores_empty_slots():
+    k_pos = torch.tensor([4, 5, 2, 3, -1])  # a ring buffer's slots, one empty
+    m = position_mask(torch.tensor([5]), k_pos, window=3)
+    assert m.tolist() == [[True, True, False, True, False]]
+
+
+def test_window_composes_with_padding():
+    allowed = causal_mask(5, window=2) & padding_mask([3, 5], 5)  # (B, T, T)
+    assert allowed[0, 4].tolist() == [False, False, False, False, False]  # padded query sees only padding
+    assert allowed[1, 4].tolist() == [False, False, False, True, True]
+
+
+@pytest.mark.parametrize("window", [0, -3])
+def test_window_must_be_positive(window):
+    with pytest.raises(ValueError, match=f"window must be >= 1.*window={window}"):
+        causal_mask(4, window=window)
+
+
+def test_window_type_and_sink_tokens_are_checked():
+    with pytest.raises(TypeError, match="window must be an int or None, got window=2.5"):
+        causal_mask(4, window=2.5)
+    with pytest.raises(ValueError, match="sink_tokens"):
+        position_mask(torch.arange(3), torch.arange(3), window=2, sink_tokens=-1)
+    assert check_window(None) is None and check_window(3) == 3
