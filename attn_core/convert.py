@@ -4,8 +4,9 @@
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
 :class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
 compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
-than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), sliding windows, mixture-of-
-experts layers, activations other than SiLU, attention dropout.
+than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), mixture-of-experts layers,
+activations other than SiLU, attention dropout. Sliding windows are
+converted (Mistral's in every layer, Qwen3's per ``layer_types``).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -62,6 +63,24 @@ def _refuse(model_type: str, what: str) -> None:
     raise ValueError(f"cannot convert this {model_type} model exactly: {what}")
 
 
+def _windows(model_type: str, hf) -> dict:
+    """``sliding_window`` / ``layer_types`` of the DecoderConfig: Mistral slides in every layer, Qwen3 per layer."""
+    window = getattr(hf, "sliding_window", None)
+    if model_type == "mistral":
+        return {} if window is None else dict(sliding_window=window)
+    if model_type == "qwen3":
+        kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
+        if "sliding_attention" not in kinds or window is None:
+            return {}
+        names = {"full_attention": "full", "sliding_attention": "sliding"}
+        if set(kinds) - set(names):
+            _refuse(model_type, f"layer_types {sorted(set(kinds) - set(names))}")
+        return dict(sliding_window=window, layer_types=tuple(names[k] for k in kinds))
+    if window is not None:  # LLaMA and DeepSeek-V3 have no window: refuse a stray one rather than drop it
+        _refuse(model_type, f"sliding_window={window} on a {model_type} model")
+    return {}
+
+
 def config_from_hf(hf_config) -> DecoderConfig:
     """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 config.
 
@@ -87,14 +106,7 @@ def config_from_hf(hf_config) -> DecoderConfig:
         _refuse(t, f"hidden_act={act!r} (attn_core's SwiGLU uses SiLU)")
     if getattr(hf_config, "attention_dropout", 0.0):
         _refuse(t, f"attention_dropout={hf_config.attention_dropout} (attn_core's dropout also drops residuals)")
-    window = getattr(hf_config, "sliding_window", None)
-    if t == "qwen3":
-        uses_window = getattr(hf_config, "use_sliding_window", False) or any(
-            kind != "full_attention" for kind in (getattr(hf_config, "layer_types", None) or [])
-        )
-        window = window if uses_window else None
-    if window is not None:
-        _refuse(t, f"sliding_window={window} (attn_core's DecoderConfig has no sliding window)")
+    windows = _windows(t, hf_config)
     d, H = hf_config.hidden_size, hf_config.num_attention_heads
     common = dict(
         vocab_size=hf_config.vocab_size,
@@ -135,6 +147,7 @@ def config_from_hf(hf_config) -> DecoderConfig:
     head_dim = getattr(hf_config, "head_dim", None) or d // H
     return DecoderConfig(
         **common,
+        **windows,
         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or H,
         head_dim=None if head_dim * H == d else head_dim,
         qk_norm=(t == "qwen3"),

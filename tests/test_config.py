@@ -234,6 +234,8 @@ FIELD_CHANGES = {
     "sliding_window": dict(sliding_window=2),
     "attention_sinks": dict(attention_sinks=True),
     "kv_share": dict(kv_share=(0, 0)),
+    "attention_gate": dict(attention_gate="headwise"),
+    "attention_softcap": dict(attention_softcap=1.0),
 }
 
 

@@ -44,6 +44,8 @@ MODELS = {
     "llama-tied-bias": lambda: LlamaForCausalLM(llama_config(tie_word_embeddings=True, attention_bias=True)),
     "llama-mha-head_dim": lambda: LlamaForCausalLM(llama_config(num_key_value_heads=4, head_dim=4)),
     "mistral": lambda: MistralForCausalLM(MistralConfig(**SMALL, sliding_window=None)),
+    "mistral-window": lambda: MistralForCausalLM(MistralConfig(**SMALL, sliding_window=4)),  # shorter than IDX
+    "qwen3-window": lambda: qwen3(use_sliding_window=True, sliding_window=3, max_window_layers=1),
     "qwen3": lambda: qwen3(),
     "qwen3-tied-bias": lambda: qwen3(tie_word_embeddings=True, attention_bias=True),
     "deepseek-v3": lambda: DeepseekV3ForCausalLM(deepseek_config()),
@@ -78,6 +80,13 @@ def test_from_hf_float32_model_stays_float32():
         assert max_diff(ours(IDX), hf(IDX).logits) < 1e-4  # float32 rounding
 
 
+def test_sliding_windows_are_converted():
+    mistral = config_from_hf(MODELS["mistral-window"]().config)
+    assert mistral.resolved_layer_types == ("sliding", "sliding") and mistral.sliding_window == 4
+    qwen = config_from_hf(MODELS["qwen3-window"]().config)
+    assert qwen.layer_types == ("full", "sliding") and qwen.sliding_window == 3
+
+
 def test_config_from_hf_fields():
     c = config_from_hf(qwen3().config)
     assert (c.head_dim, c.qk_norm, c.norm_eps, c.rope_base, c.n_kv_heads) == (16, True, 1e-6, 1e6, 2)
@@ -101,9 +110,6 @@ def test_config_from_hf_fields():
         (lambda: deepseek_config(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0,
                                                   "original_max_position_embeddings": 64}),
          "rope scaling 'yarn'"),
-        (lambda: MistralConfig(**SMALL, sliding_window=16), "sliding_window=16"),
-        (lambda: Qwen3Config(**SMALL, use_sliding_window=True, sliding_window=8, max_window_layers=1),
-         "sliding_window=8"),
         (lambda: deepseek_config(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2),
          "layers 1..1 are mixture-of-experts layers"),
         (lambda: llama_config(hidden_act="gelu"), "hidden_act='gelu'"),
