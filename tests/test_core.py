@@ -247,3 +247,86 @@ def test_softcap_bad_input():
         attention(q, k, v, softcap=-5.0)
     with pytest.raises(TypeError, match=r"softcap must be a number, got str \('50'\)"):
         attention(q, k, v, softcap="50")
+
+
+# --------------------------------------------------------------------------- window and sinks (chapter 15)
+@pytest.mark.parametrize("T_q,T_k", [(6, 6), (3, 8), (1, 8)])
+@pytest.mark.parametrize("explicit", [False, True])
+def test_window_equals_sdpa_with_the_band_mask(T_q, T_k, explicit):
+    q, k, v = _qkv(2, 4, T_q, 8, T_k=T_k, H_kv=2)
+    band = causal_mask(T_q, T_k, window=3)
+    ref = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=band
+    )  # fmt: skip
+    out = attention(q, k, v, is_causal=True, window=3, return_weights=explicit)
+    torch.testing.assert_close(out[0] if explicit else out, ref, rtol=0, atol=1e-12)
+
+
+def test_window_composes_with_padding_on_both_paths():
+    q, k, v = _qkv(2, 2, 6, 4)
+    pad = padding_mask([4, 6], 6)[:, None]  # (B, 1, 1, T)
+    fast = attention(q, k, v, mask=pad, is_causal=True, window=2)
+    slow, w = attention(q, k, v, mask=pad, is_causal=True, window=2, return_weights=True)
+    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-12)
+    assert (w[0, :, 5] == 0).all()  # query 5 sees keys 4, 5: both padding in example 0
+    assert (w[..., 4:, :3] == 0).all()  # nothing older than the window
+
+
+def sink_reference(q, k, v, sinks, allowed):
+    """gpt-oss's eager formula: the sink logit joins the softmax, its column is dropped."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    sink = sinks[:, None, None].expand(*scores.shape[:-1], 1)
+    p = torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1]
+    return p @ v, p
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_sinks_equal_the_reference_formula(groups):
+    q, k, v = _qkv(2, 4, 5, 8, T_k=7, H_kv=4 // groups)
+    sinks = torch.linspace(-1.0, 2.0, 4, dtype=torch.float64)
+    kk, vv = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    ref_out, ref_w = sink_reference(q, kk, vv, sinks, causal_mask(5, 7, window=4))
+    out, w = attention(q, k, v, is_causal=True, window=4, sinks=sinks, return_weights=True)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(attention(q, k, v, is_causal=True, window=4, sinks=sinks), ref_out, rtol=0, atol=1e-12)
+    assert (w.sum(-1) < 1).all()
+
+
+def test_a_very_negative_sink_is_no_sink_and_a_fully_masked_row_gives_its_mass_to_the_sink():
+    q, k, v = _qkv(1, 2, 4, 8)
+    out = attention(q, k, v, is_causal=True, sinks=torch.full((2,), -1e4, dtype=torch.float64))
+    torch.testing.assert_close(out, attention(q, k, v, is_causal=True), rtol=0, atol=1e-12)
+    none = torch.zeros(4, 4, dtype=torch.bool)
+    out, w = attention(q, k, v, mask=none, sinks=torch.zeros(2, dtype=torch.float64), return_weights=True)
+    assert torch.isfinite(out).all() and (w == 0).all() and (out == 0).all()
+
+
+def test_window_and_sinks_are_causal_and_gradcheck():
+    q, k, v = _qkv(1, 2, 5, 4)
+    sinks = torch.tensor([0.3, -0.5], dtype=torch.float64)
+    for t in range(4):  # changing keys/values after t leaves outputs up to t unchanged
+        k2, v2 = k.clone(), v.clone()
+        k2[..., t + 1 :, :] += 1.0
+        v2[..., t + 1 :, :] += 1.0
+        a = attention(q, k, v, is_causal=True, window=2, sinks=sinks)[..., : t + 1, :]
+        b = attention(q, k2, v2, is_causal=True, window=2, sinks=sinks)[..., : t + 1, :]
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    inputs = [t.clone().requires_grad_(True) for t in (q, k, v, sinks)]
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, s: attention(q, k, v, is_causal=True, window=2, sinks=s), inputs
+    )  # fmt: skip
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, is_causal=True, window=2), inputs[:3])
+
+
+def test_window_and_sinks_bad_input():
+    q, k, v = _qkv(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="window must be >= 1.*window=0"):
+        attention(q, k, v, is_causal=True, window=0)
+    with pytest.raises(ValueError, match="window=2 is a causal sliding window: pass is_causal=True"):
+        attention(q, k, v, window=2)
+    with pytest.raises(ValueError, match=r"sinks needs one logit per query head: got sinks.shape=\(3,\) for 2 heads"):
+        attention(q, k, v, sinks=torch.zeros(3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="sinks"):
+        attention(q, k, v, sinks=torch.zeros(2, dtype=torch.long))
