@@ -44,7 +44,7 @@ from torch import nn
 from .config import DecoderConfig
 from .model import DecoderLM
 
-__all__ = ["config_from_hf", "from_hf", "copy_attention", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["config_from_hf", "from_hf", "copy_attention", "transformers_names", "SUPPORTED_MODEL_TYPES"]
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3")
@@ -242,3 +242,29 @@ def from_hf(model: nn.Module) -> DecoderLM:
             _copy(getattr(block.mlp, name), getattr(layer.mlp, name))
         copy_attention(block.attn, layer.self_attn)
     return ours.eval()
+
+
+def transformers_names(*names: str, module: str = "transformers") -> tuple | None:
+    """The named objects of ``transformers`` (or of ``module`` inside it), or ``None`` after printing why not.
+
+    For the chapters' parity cells, which must run wherever ``transformers`` is missing or
+    too old (its version in Colab varies): they compare only when every name exists.
+
+    Example:
+        >>> found = transformers_names("LlamaConfig", "LlamaForCausalLM")
+        >>> if found is not None:
+        ...     LlamaConfig, LlamaForCausalLM = found
+    """
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        print(f"skipped: {module} cannot be imported ({err.__class__.__name__}); pip install transformers")
+        return None
+    missing = [n for n in names if not hasattr(mod, n)]
+    if missing:
+        version = getattr(importlib.import_module("transformers"), "__version__", "?")
+        print(f"skipped: transformers {version} has no {', '.join(missing)} in {module}; a newer release has")
+        return None
+    return tuple(getattr(mod, n) for n in names)
