@@ -282,19 +282,20 @@ class RollingKVCache:
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
         T_new = k.shape[2]
+        k, v = k.detach().to(self._k.dtype), v.detach().to(self._v.dtype)  # values, not the graph; storage dtype
         # Read the ring in chronological order: slot order is not time order once it wraps.
         stored = (self._pos >= 0).nonzero().flatten()  # (n,)
         order = stored[torch.argsort(self._pos[stored])]  # (n,) slots, oldest first
         new_pos = torch.arange(self._size, self._size + T_new, device=self._pos.device)  # (T_new,)
         self.key_positions = torch.cat([self._pos[order], new_pos])  # (T_k,)
-        k_all = torch.cat([self._k[:, :, order], k.detach()], dim=2)  # (B, H_kv, n + T_new, D)
-        v_all = torch.cat([self._v[:, :, order], v.detach()], dim=2)  # (B, H_kv, n + T_new, D)
+        k_all = torch.cat([self._k[:, :, order], k], dim=2)  # (B, H_kv, n + T_new, D)
+        v_all = torch.cat([self._v[:, :, order], v], dim=2)  # (B, H_kv, n + T_new, D)
         # Store the new positions that survive: sink tokens and the last `window` of them.
         keep = [i for i in range(T_new) if self._size + i < self.sink_tokens or i >= T_new - self.window]
         slots = torch.tensor([self.slot(self._size + i) for i in keep], dtype=torch.long, device=self._pos.device)
         idx = torch.tensor(keep, dtype=torch.long, device=k.device)
-        self._k.index_copy_(2, slots, k.detach().index_select(2, idx))
-        self._v.index_copy_(2, slots, v.detach().index_select(2, idx))
+        self._k.index_copy_(2, slots, k.index_select(2, idx))
+        self._v.index_copy_(2, slots, v.index_select(2, idx))
         self._pos[slots] = new_pos[idx]
         self._size += T_new
         return k_all, v_all

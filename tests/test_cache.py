@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import KVCache, LatentKVCache
+from attn_core import KVCache, LatentKVCache, RollingKVCache
 from conftest import randn
 
 
@@ -97,3 +97,49 @@ def test_latent_kv_cache_without_rope_part_and_detaching():
     assert r.shape == (1, 1, 0) and not c.requires_grad
     with pytest.raises(ValueError, match="d_rope must be >= 0, got d_rope=-1"):
         LatentKVCache(1, 4, -1, max_len=2)
+
+
+# --------------------------------------------------------------------------- RollingKVCache (chapter 15)
+def test_rolling_cache_returns_stored_then_new_in_time_order():
+    cache = RollingKVCache(1, 1, 1, window=3, dtype=torch.float64)
+    seen = []
+    for t in range(8):  # position t carries the value t
+        k, v = cache.update(torch.full((1, 1, 1, 1), float(t)), torch.full((1, 1, 1, 1), float(-t)))
+        seen.append((k.flatten().tolist(), cache.key_positions.tolist()))
+    assert seen[1] == ([0.0, 1.0], [0, 1])
+    assert seen[7] == ([4.0, 5.0, 6.0, 7.0], [4, 5, 6, 7])  # 3 stored (oldest first) + the new one
+    assert cache.size == 8
+
+
+def test_rolling_cache_prefill_longer_than_the_window_and_sink_slots():
+    cache = RollingKVCache(1, 1, 1, window=2, sink_tokens=1, dtype=torch.float64)
+    x = torch.arange(6, dtype=torch.float64).view(1, 1, 6, 1)
+    k, _ = cache.update(x, x)
+    assert k.flatten().tolist() == [0, 1, 2, 3, 4, 5] and cache.key_positions.tolist() == list(range(6))
+    k, _ = cache.update(torch.full((1, 1, 1, 1), 6.0), torch.full((1, 1, 1, 1), 6.0))
+    assert cache.key_positions.tolist() == [0, 4, 5, 6]  # the sink, the last window, the new one
+    assert k.flatten().tolist() == [0.0, 4.0, 5.0, 6.0]
+
+
+def test_rolling_cache_memory_is_constant():
+    cache = RollingKVCache(2, 3, 4, window=5, sink_tokens=2)
+    before = cache.nbytes()
+    for _ in range(40):
+        cache.update(torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4))
+    assert cache.nbytes() == before == 2 * 2 * 3 * (2 + 5) * 4 * 4
+    assert cache.numel_per_token() == 2 * 3 * 4
+    cache.reset()
+    assert cache.size == 0 and cache.update(torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4))[0].shape[2] == 1
+
+
+def test_rolling_cache_detaches_and_checks_shapes():
+    cache = RollingKVCache(1, 2, 4, window=3)
+    k = torch.randn(1, 2, 2, 4, requires_grad=True)
+    out, _ = cache.update(k, k)
+    assert not out.requires_grad
+    with pytest.raises(ValueError, match=r"k must have shape \(1, 2, T_new, 4\), got \(1, 3, 1, 4\)"):
+        cache.update(torch.randn(1, 3, 1, 4), torch.randn(1, 3, 1, 4))
+    with pytest.raises(ValueError, match="window must be >= 1, got window=0"):
+        RollingKVCache(1, 1, 1, window=0)
+    with pytest.raises(ValueError, match="sink_tokens must be >= 0, got sink_tokens=-1"):
+        RollingKVCache(1, 1, 1, window=2, sink_tokens=-1)
