@@ -32,6 +32,8 @@ from typing import Callable
 
 import torch
 
+from .checks import check_number
+
 __all__ = ["heatmap", "attention_grid", "explorer", "AttentionExplorer", "KernelExplorer", "MAX_EMBED_BYTES"]
 
 #: Upper bound on the bytes one kernel-free explorer embeds in a page.
@@ -192,9 +194,14 @@ def attention_grid(
     layer_names: Sequence[str] | None = None,
     log: bool = False,
     suptitle: str | None = None,
-    cell_size: float = 2.0,
+    cell_size: float = 2.2,
+    label_size: float = 9.0,
 ):
     """Draw every head of every layer: a grid with one row per layer, one column per head.
+
+    The defaults keep a 2-layer × 4-head grid of 16 tokens within a book page's width
+    (about 9.6 inches), so that the page shows it close to its own size and 9-point token
+    labels stay readable; a wider grid is shrunk by the page, its labels with it.
 
     Args:
         weights: Attention weights of a whole model.
@@ -204,6 +211,8 @@ def attention_grid(
         log: Logarithmic colour scale.
         suptitle: Figure title.
         cell_size: Inches per map.
+        label_size: Font size (points) of the token labels; labels are drawn for up to
+            24 tokens per axis.
 
     Returns:
         The matplotlib Figure.
@@ -221,7 +230,12 @@ def attention_grid(
     names = list(layer_names) if layer_names is not None else [f"layer {i}" for i in range(L)]
     if len(names) != L:
         raise ValueError(f"layer_names has {len(names)} names for {L} layers")
-    fig, axes = plt.subplots(L, H, figsize=(cell_size * H + 0.8, cell_size * L + 0.4), squeeze=False)
+    check_number("cell_size", cell_size, low=0.0, low_open=True)
+    check_number("label_size", label_size, low=0.0, low_open=True)
+    # Constrained layout: the maps take the space that fixed margins would waste.
+    fig, axes = plt.subplots(
+        L, H, figsize=(cell_size * H + 0.8, cell_size * L + 0.5), squeeze=False, layout="constrained"
+    )
     data = w.double()
     norm = LogNorm(vmin=_LOG_FLOOR, vmax=1.0, clip=True) if log else Normalize(vmin=0.0, vmax=float(data.max()))
     image = None
@@ -232,14 +246,16 @@ def attention_grid(
             ax.set_xticks([])
             ax.set_yticks([])
             if layer == 0:
-                ax.set_title(f"head {head}", fontsize=9)
+                ax.set_title(f"head {head}", fontsize=label_size + 1)
             if head == 0:
-                ax.set_ylabel(names[layer], fontsize=9)
+                ax.set_ylabel(names[layer], fontsize=label_size + 1)
                 if T_q <= 24:
-                    ax.set_yticks(range(T_q), q_labels, fontsize=6)
+                    ax.set_yticks(range(T_q), q_labels, fontsize=label_size)
             if layer == L - 1 and T_k <= 24:
-                ax.set_xticks(range(T_k), k_labels, fontsize=6, rotation=90)
-    fig.colorbar(image, ax=axes, fraction=0.02, pad=0.02)
+                long_labels = max(map(len, k_labels)) > 2  # single letters stand upright
+                ax.set_xticks(range(T_k), k_labels, fontsize=label_size, rotation=90 if long_labels else 0)
+            ax.tick_params(length=0, pad=1.5)
+    fig.colorbar(image, ax=axes, fraction=0.025, pad=0.01)
     if suptitle:
         fig.suptitle(suptitle)
     return fig
