@@ -63,8 +63,9 @@ def _check_weights(weights: object, *, min_dim: int = 2) -> torch.Tensor:
     if not weights.dtype.is_floating_point:
         raise TypeError(f"weights must be floating point, got dtype={weights.dtype}")
     if weights.dim() < min_dim or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"weights must have shape (..., T, T) with at least {min_dim} dimensions, "
-                         f"got {tuple(weights.shape)}")
+        raise ValueError(
+            f"weights must have shape (..., T, T) with at least {min_dim} dimensions, got {tuple(weights.shape)}"
+        )
     return weights
 
 
@@ -129,8 +130,9 @@ def first_token_score(weights: torch.Tensor, *, min_query: int = 8) -> torch.Ten
     return w[..., start:, 0].mean(-1)
 
 
-def punctuation_score(weights: torch.Tensor, ids: torch.Tensor, *, chars: str = PUNCTUATION,
-                      min_query: int = 8) -> torch.Tensor:
+def punctuation_score(
+    weights: torch.Tensor, ids: torch.Tensor, *, chars: str = PUNCTUATION, min_query: int = 8
+) -> torch.Tensor:
     """Mean total weight on keys that are punctuation or line breaks.
 
     Compare it with the same score of uniform causal attention (``punctuation_score(
@@ -212,7 +214,7 @@ def text_passages(text, n_passages: int, length: int) -> torch.Tensor:
         raise ValueError(f"the text has {ids.numel()} bytes, fewer than length={length}")
     span = ids.numel() - length
     starts = [span * i // max(1, n_passages - 1) for i in range(n_passages)] if n_passages > 1 else [0]
-    return torch.stack([ids[s: s + length] for s in starts])
+    return torch.stack([ids[s : s + length] for s in starts])
 
 
 def repeated_passages(text, n_passages: int, period: int) -> torch.Tensor:
@@ -236,8 +238,9 @@ def _all_weights(model: DecoderLM, ids: torch.Tensor) -> torch.Tensor:
     return torch.stack(weights, dim=1)  # (N, L, H, T, T)
 
 
-def score_heads(model: DecoderLM, text, *, n_passages: int = 16, length: int = 128,
-                period: int = 64) -> dict[str, torch.Tensor]:
+def score_heads(
+    model: DecoderLM, text, *, n_passages: int = 16, length: int = 128, period: int = 64
+) -> dict[str, torch.Tensor]:
     """All five scores of every head of ``model``, averaged over passages of ``text``.
 
     Previous-token, first-token, punctuation and positional scores use ``n_passages``
@@ -292,8 +295,10 @@ def repeat_loss(model: DecoderLM, repeated: torch.Tensor, period: int) -> tuple[
     if not isinstance(model, DecoderLM):
         raise TypeError(f"model must be a DecoderLM, got {type(model).__name__}")
     if not isinstance(repeated, torch.Tensor) or repeated.dim() != 2 or repeated.shape[1] != 2 * period:
-        raise ValueError(f"repeated must have shape (N, 2 * period = {2 * period}), got "
-                         f"{tuple(repeated.shape) if isinstance(repeated, torch.Tensor) else type(repeated).__name__}")
+        raise ValueError(
+            f"repeated must have shape (N, 2 * period = {2 * period}), got "
+            f"{tuple(repeated.shape) if isinstance(repeated, torch.Tensor) else type(repeated).__name__}"
+        )
     was_training = model.training
     model.eval()
     try:
@@ -328,12 +333,16 @@ def ablate_heads(model: DecoderLM, heads: Iterable[tuple[int, int]]) -> Iterator
         raise TypeError(f"model must be a DecoderLM, got {type(model).__name__}")
     c = model.config
     if c.block != "standard" or c.attention != "mha":
-        raise ValueError(f"ablate_heads needs standard multi-head attention blocks, got block={c.block!r}, "
-                         f"attention={c.attention!r}")
+        raise ValueError(
+            f"ablate_heads needs standard multi-head attention blocks, got block={c.block!r}, attention={c.attention!r}"
+        )
     by_layer: dict[int, list[int]] = {}
     for pair in heads:
-        if (not isinstance(pair, tuple) or len(pair) != 2
-                or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)):
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
+        ):
             raise TypeError(f"each head must be a (layer, head) pair of ints, got {pair!r}")
         layer, head = pair
         if not 0 <= layer < c.n_layers or not 0 <= head < c.n_heads:
@@ -346,7 +355,7 @@ def ablate_heads(model: DecoderLM, heads: Iterable[tuple[int, int]]) -> Iterator
         def hook(module: nn.Module, args: tuple):
             x = args[0].clone()  # (B, T, H·D): out-of-place, autograd keeps the original
             for h in head_list:
-                x[..., h * D:(h + 1) * D] = 0.0
+                x[..., h * D : (h + 1) * D] = 0.0
             return (x, *args[1:])
 
         return hook

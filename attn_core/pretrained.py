@@ -96,7 +96,7 @@ class ByteCodec:
         if isinstance(ids, str):
             ids = self.encode(ids)
         out = []
-        for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
             i = int(i)
             if i == 32:
                 out.append("␣")
@@ -293,11 +293,11 @@ def bits_per_char(model: DecoderLM, text, *, context: int | None = None, batch_s
         if n_full:
             windows = ids[: n_full * context + 1].unfold(0, context + 1, context)  # (n_full, context + 1)
             for start in range(0, n_full, batch_size):
-                chunk = windows[start: start + batch_size]
+                chunk = windows[start : start + batch_size]
                 logits = model(chunk[:, :-1])  # (b, context, V)
                 total += F.cross_entropy(logits.flatten(0, 1).double(), chunk[:, 1:].flatten(), reduction="sum").item()
                 count += chunk[:, 1:].numel()
-        tail = ids[n_full * context:]  # the bytes after the last full window (its first byte is context)
+        tail = ids[n_full * context :]  # the bytes after the last full window (its first byte is context)
         if tail.numel() >= 2:
             logits = model(tail[None, :-1])  # (1, t, V)
             total += F.cross_entropy(logits[0].double(), tail[1:], reduction="sum").item()

@@ -142,7 +142,7 @@ def test_ablation_equals_zeroed_projection_columns():
         after = model(ids)
         reference = _tiny()
         D = reference.config.resolved_head_dim
-        reference.blocks[1].attn.out_proj.weight[:, 2 * D:3 * D] = 0.0
+        reference.blocks[1].attn.out_proj.weight[:, 2 * D : 3 * D] = 0.0
         reference.blocks[0].attn.out_proj.weight[:, 0:D] = 0.0
         expected = reference(ids)
     assert torch.equal(before, after)  # the hooks are gone after the block

