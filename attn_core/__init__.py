@@ -35,7 +35,7 @@ concept; see each module's docstring for its shape legend:
 from . import convert, heads, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
 from .blocks import TransformerBlock
-from .cache import KVCache, LatentKVCache, RollingKVCache
+from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
 from .config import DecoderConfig, parameter_breakdown, parameter_count
 from .convert import from_hf
@@ -80,6 +80,7 @@ __all__ = [
     "GroupedQueryAttention",
     "MultiQueryAttention",
     "KVCache",
+    "ContextKVCache",
     "LatentKVCache",
     # --- chapters 7-8 names ---
     "MultiHeadLatentAttention",

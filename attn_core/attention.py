@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import KVCache, RollingKVCache, storage_like
+from .cache import ContextKVCache, KVCache, RollingKVCache, storage_like
 from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
 from .core import attend, attention
 from .gating import GATE_KINDS, gate_width, output_gate
@@ -227,6 +227,34 @@ class MultiHeadAttention(nn.Module):
             )
         return KVCache(batch_size, self.n_kv_heads, self.head_dim, max_len, **storage)
 
+    def cache_context(self, context: torch.Tensor) -> ContextKVCache:
+        """Project a cross-attention context into keys and values once, for every later call.
+
+        An encoder-decoder's decoder attends to the same source at every step it writes;
+        ``layer(x, context_kv=layer.cache_context(memory))`` then gives the same output as
+        ``layer(x, memory)`` without projecting ``memory`` again (chapter 4).
+
+        Shapes:
+            context: ``(B, T_k, d_context)``; returns keys and values ``(B, H_kv, T_k, D)``
+        """
+        check_tensor("context", context, ("B", "T", ("d_context", self.d_context)))
+        self._check_cross_cacheable()
+        k = self._split_heads(self.k_proj(context), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
+        v = self._split_heads(self.v_proj(context), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
+        if self.k_norm is not None:  # QK-norm is part of the keys: cache them normalised
+            k = self.k_norm(k)
+        return ContextKVCache(k, v)
+
+    def _check_cross_cacheable(self) -> None:
+        """Cached cross-attention needs keys that do not depend on the step: no causality, RoPE or shared K/V."""
+        for name, value, bad in (
+            ("causal", self.causal, self.causal),
+            ("rope", self.rope, self.rope is not None),
+            ("kv_source", "shared", bool(self._kv_source)),
+        ):
+            if bad:
+                raise ValueError(f"cached cross-attention needs a layer without {name}, this one has {name}={value!r}")
+
     def forward(
         self,
         x: torch.Tensor,
@@ -235,6 +263,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
         return_weights: bool = False,
+        context_kv: ContextKVCache | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``x`` to ``x`` (self-attention) or to ``context`` (cross-attention).
 
@@ -247,6 +276,8 @@ class MultiHeadAttention(nn.Module):
             kv_cache: A :class:`~attn_core.KVCache` (see :meth:`make_cache`) holding the keys
                 and values of earlier positions; this call's are appended to it (decoding).
             return_weights: Also return the attention weights (explicit path).
+            context_kv: Cross-attention to a context projected once by :meth:`cache_context`
+                (instead of ``context``): the same output, without projecting it again.
 
         Shapes:
             x: ``(B, T_q, d_model)``
@@ -268,7 +299,14 @@ class MultiHeadAttention(nn.Module):
             if self.causal:
                 raise ValueError("causal=True is for self-attention; cross-attention (context given) is not causal")
             if kv_cache is not None:
-                raise ValueError("kv_cache is for self-attention; cross-attention keys can be computed once instead")
+                raise ValueError(
+                    "kv_cache is for self-attention; cross-attention keys can be computed once instead: "
+                    "context_kv=layer.cache_context(context)"
+                )
+            if context_kv is not None:
+                raise ValueError("pass context or context_kv (its keys and values, projected once), not both")
+        elif context_kv is not None:
+            self._check_context_kv(context_kv, x, kv_cache)
         elif self.d_context != self.d_model:
             raise ValueError(f"this module expects a context of width d_context={self.d_context}; pass context=")
         mask = head_mask(mask)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same for every head
@@ -276,6 +314,8 @@ class MultiHeadAttention(nn.Module):
             return self._forward_shared_kv(x, mask, kv_cache, return_weights)
         source = x if context is None else context
         q = self._split_heads(self.q_proj(x), self.n_heads)  # (B, T_q, d_model) -> (B, H, T_q, D)
+        if context_kv is not None:
+            return self._forward_context_kv(q, x, context_kv, mask, return_weights)
         k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         if self.q_norm is not None:  # QK-norm: per head, before RoPE (Qwen3)
@@ -319,6 +359,38 @@ class MultiHeadAttention(nn.Module):
             out = output_gate(out, gate_logits)  # (B, H, T_q, D), each head scaled by σ(gate)
         out = merge_heads(out)  # (B, H, T_q, D) -> (B, T_q, d_model)
         out = self.out_proj(out)
+        return (out, weights) if return_weights else out
+
+    def _check_context_kv(self, context_kv, x, kv_cache) -> None:
+        """``context_kv`` must be this layer's kind of cache, for this batch, without a self-attention cache."""
+        check_instance("context_kv", context_kv, ContextKVCache)
+        self._check_cross_cacheable()
+        if kv_cache is not None:
+            raise ValueError("kv_cache is for self-attention; with context_kv the keys are already cached")
+        B, H_kv, _, D = context_kv.k.shape
+        if B != x.shape[0] or H_kv != self.n_kv_heads or D != self.head_dim:
+            raise ValueError(
+                f"context_kv holds (B, H_kv, D) = ({B}, {H_kv}, {D}); this call needs "
+                f"({x.shape[0]}, {self.n_kv_heads}, {self.head_dim}): build it with this layer's cache_context"
+            )
+
+    def _forward_context_kv(self, q, x, context_kv, mask, return_weights):
+        """Queries against keys and values that :meth:`cache_context` projected once."""
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        out, weights = attend(
+            q,
+            context_kv.k,
+            context_kv.v,
+            mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            return_weights=return_weights,
+            softcap=self.softcap,
+        )
+        if self.gate_proj is not None:
+            gate_logits = self._split_heads(self.gate_proj(x), self.n_heads)  # (B, T_q, H·G) -> (B, H, T_q, G)
+            out = output_gate(out, gate_logits)  # (B, H, T_q, D)
+        out = self.out_proj(merge_heads(out))  # (B, H, T_q, D) -> (B, T_q, H·D) -> (B, T_q, d_model)
         return (out, weights) if return_weights else out
 
     def _share_kv_of(self, source: MultiHeadAttention) -> None:

@@ -28,7 +28,7 @@ import torch
 
 from .checks import check_int, check_tensor
 
-__all__ = ["KVCache", "LatentKVCache", "RollingKVCache", "storage_like"]
+__all__ = ["KVCache", "LatentKVCache", "RollingKVCache", "ContextKVCache", "storage_like"]
 
 
 def storage_like(
@@ -307,3 +307,39 @@ class RollingKVCache:
     def nbytes(self) -> int:
         """Bytes allocated: ``2·B·H_kv·(sink_tokens + window)·D`` elements, whatever the context length."""
         return 2 * self._k.numel() * self._k.element_size()
+
+
+class ContextKVCache:
+    """The keys and values a cross-attention layer reads from its context, projected once.
+
+    In an encoder-decoder, the source (the encoder's output) does not change while the
+    decoder writes: its keys and values are the same at every decoding step. A layer's
+    ``cache_context(context)`` projects them once into this object, and every later call
+    ``layer(x, context_kv=cache)`` reuses them instead of projecting the context again.
+    Unlike :class:`KVCache` it never grows: it holds one whole source sequence.
+
+    Detaches (see the module docstring): no gradient flows through the cache.
+
+    Shapes:
+        k, v: ``(B, H_kv, T_k, D)``
+    """
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        check_tensor("k", k, ("B", "H_kv", "T_k", "D"))
+        check_tensor("v", v, ("B", "H_kv", "T_k", "D"))
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        self.k, self.v = k.detach(), v.detach()  # values, not the graph
+
+    @property
+    def size(self) -> int:
+        """Number of context positions ``T_k``."""
+        return self.k.shape[2]
+
+    def numel_per_token(self) -> int:
+        """Elements stored per context position and batch item (keys and values)."""
+        return 2 * self.k.shape[1] * self.k.shape[3]
+
+    def nbytes(self) -> int:
+        """Bytes held by the keys and values."""
+        return 2 * self.k.numel() * self.k.element_size()
