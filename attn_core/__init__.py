@@ -26,6 +26,8 @@ concept; see each module's docstring for its shape legend:
     pretrained  the shipped byte-level model of Shakespeare (load_shakespeare)
     heads       finding heads by what they do (score_heads, ablate_heads)
     window      sliding windows in a stack: receptive field, layer patterns, cache bytes (chapter 15)
+    gating      the output gate of gated attention (chapter 16)
+    outliers    attention logits, first-token mass, largest activations (chapter 16)
     viz         heatmaps and the explorer widgets
     exercises   check functions for the chapters' exercises
 """
@@ -137,4 +139,16 @@ __all__ = [
     "kv_cache_bytes",
     "published_attention",
     "windowed",
+    # --- chapter 16 names ---
+    "gating",
+    "outliers",
+    "output_gate",
+    "max_attention_logit",
+    "first_token_mass",
+    "max_activation",
 ]
+
+# --- chapter 16: gated attention, QK-norm, soft-capping ---
+from . import gating, outliers  # noqa: E402
+from .gating import output_gate  # noqa: E402
+from .outliers import first_token_mass, max_activation, max_attention_logit  # noqa: E402
