@@ -15,13 +15,14 @@ from attn_core import (
     KVCache,
     MultiHeadAttention,
     MultiQueryAttention,
+    RollingKVCache,
     RotaryEmbedding,
     SelfAttention,
     attention,
     causal_mask,
     padding_mask,
 )
-from conftest import F64, randn
+from conftest import F64, leaks, randn
 
 
 def make(d_model=16, n_heads=4, seed=0, **kw) -> MultiHeadAttention:
@@ -524,7 +525,9 @@ def test_make_cache_matches_the_layer_and_decoding_equals_the_full_pass(n_kv_hea
 def test_kv_cache_argument_is_typed():
     from attn_core import LatentKVCache
 
-    with pytest.raises(TypeError, match="kv_cache must be an attn_core.KVCache or attn_core.RollingKVCache or None, got LatentKVCache"):
+    with pytest.raises(
+        TypeError, match="kv_cache must be an attn_core.KVCache or attn_core.RollingKVCache or None, got LatentKVCache"
+    ):
         make(causal=True)(randn(1, 2, 16), kv_cache=LatentKVCache(1, 4, 0, 4))
 
 
@@ -552,6 +555,116 @@ def test_mha_softcap_bad_input():
         MultiHeadAttention(16, 4, softcap=-1)
     with pytest.raises(TypeError, match="softcap must be a number, got bool"):
         MultiHeadAttention(16, 4, softcap=True)
+
+
+# --------------------------------------------------------------------------- windows, sinks, shared K/V (chapter 15)
+@pytest.mark.parametrize("window", [1, 3, 20])
+def test_window_matches_nn_multihead_attention_with_the_band(window):
+    layer = make(causal=True, window=window)
+    x = randn(2, 9, 16)
+    ref = copy_into_nn_mha(layer)
+    expected, _ = ref(x, x, x, attn_mask=~causal_mask(9, window=window), need_weights=False)
+    torch.testing.assert_close(layer(x), expected, rtol=0, atol=1e-12)
+    _, w = layer(x, return_weights=True)
+    assert (w.count_nonzero(-1) == torch.clamp(torch.arange(1, 10), max=window)).all()
+
+
+WINDOWED = {
+    "window": dict(window=4),
+    "window+GQA+RoPE": dict(window=3, n_kv_heads=2, rope=RotaryEmbedding(4)),
+    "sinks": dict(window=4, sinks=True),
+    "sink_tokens": dict(window=3, sink_tokens=2, rope=RotaryEmbedding(4)),
+    "sinks, no window": dict(sinks=True, n_kv_heads=1),
+}
+
+
+def _randomise_sinks(layer):
+    if layer.sinks is not None:
+        with torch.no_grad():
+            layer.sinks.copy_(torch.linspace(-1.0, 1.5, layer.n_heads, dtype=F64))
+    return layer
+
+
+@pytest.mark.parametrize("kw", WINDOWED.values(), ids=WINDOWED.keys())
+def test_rolling_cache_decoding_equals_the_full_windowed_pass(kw):
+    layer = _randomise_sinks(make(causal=True, **kw))
+    x = randn(2, 15, 16)
+    full = layer(x)
+    cache = layer.make_cache(2, 100)
+    assert isinstance(cache, RollingKVCache) == ("window" in kw)
+    with torch.no_grad():
+        steps = [layer(x[:, :5], kv_cache=cache)] + [layer(x[:, t : t + 2], kv_cache=cache) for t in range(5, 15, 2)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-12)
+    if "window" in kw:  # constant memory: the cache never grew
+        assert cache.nbytes() == layer.make_cache(2, 10_000).nbytes()
+
+
+@pytest.mark.parametrize("kw", WINDOWED.values(), ids=WINDOWED.keys())
+def test_windowed_layers_are_causal_and_gradcheck(kw):
+    layer = _randomise_sinks(make(causal=True, **kw))
+    x = randn(1, 6, 16)
+    assert not leaks(layer, x)
+    params = [] if layer.sinks is None else [layer.sinks]
+    assert torch.autograd.gradcheck(lambda x, *p: layer(x), [x.requires_grad_(True), *params])
+
+
+def test_sink_tokens_see_the_first_positions_beyond_the_window():
+    layer = make(causal=True, window=2, sink_tokens=1)
+    _, w = layer(randn(1, 6, 16), return_weights=True)
+    assert (w[0, :, :, 0] > 0).all() and (w[0, :, 5, 1:4] == 0).all()
+
+
+def test_window_sinks_bad_input():
+    with pytest.raises(ValueError, match="window must be >= 1.*window=0"):
+        make(causal=True, window=0)
+    with pytest.raises(ValueError, match="sinks=True is for causal self-attention, got causal=False"):
+        make(sinks=True)
+    with pytest.raises(ValueError, match="window=3 is for causal self-attention, got causal=False"):
+        make(window=3)
+    with pytest.raises(ValueError, match="sink_tokens=2 keeps the first tokens inside a window"):
+        make(causal=True, sink_tokens=2)
+    small = RollingKVCache(1, 4, 4, window=2, dtype=F64)
+    with pytest.raises(ValueError, match="too small for this layer: cache window=2, .* the layer needs window=4"):
+        make(causal=True, window=4)(randn(1, 3, 16), kv_cache=small)
+    with pytest.raises(ValueError, match="a RollingKVCache drops old keys.*window=None"):
+        make(causal=True)(randn(1, 3, 16), kv_cache=small)
+    with pytest.raises(ValueError, match="mask= cannot be combined with a RollingKVCache"):
+        make(causal=True, window=2)(randn(1, 3, 16), kv_cache=small, mask=causal_mask(3))
+
+
+def test_shared_kv_equals_attention_to_the_sources_keys_and_values():
+    rope = RotaryEmbedding(4)
+    source = make(causal=True, n_kv_heads=2, window=3, rope=rope)
+    reader = make(causal=True, n_kv_heads=2, window=3, rope=rope, seed=1, kv_source=source)
+    x, y = randn(2, 8, 16, seed=1), randn(2, 8, 16, seed=2)  # the reader's own input differs
+    source(x)
+    got = reader(y)
+    # Reference: the reader's queries; keys and values projected from x by the source's weights.
+    q = rope(reader.q_proj(y).view(2, 8, 4, 4).transpose(1, 2))  # (B, H, T, D)
+    k = rope(source.k_proj(x).view(2, 8, 2, 4).transpose(1, 2))  # (B, H_kv, T, D)
+    v = source.v_proj(x).view(2, 8, 2, 4).transpose(1, 2)
+    k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(8, window=3))
+    want = reader.out_proj(out.transpose(1, 2).reshape(2, 8, 16))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert sum(p.numel() for p in reader.parameters()) == 2 * 16 * 16  # W_Q and W_O only
+    assert reader.make_cache(2, 10) is None
+
+
+def test_shared_kv_bad_input():
+    source = make(causal=True, n_kv_heads=2)
+    with pytest.raises(ValueError, match="kv_source has n_kv_heads=2, this layer n_kv_heads=4"):
+        make(causal=True, kv_source=source)
+    with pytest.raises(ValueError, match="kv_source has window=None, this layer window=3"):
+        make(causal=True, n_kv_heads=2, window=3, kv_source=source)
+    with pytest.raises(TypeError, match="kv_source"):
+        make(causal=True, kv_source=nn.Linear(2, 2))
+    reader = make(causal=True, n_kv_heads=2, kv_source=source)
+    with pytest.raises(ValueError, match="kv_source has not run on this input yet"):
+        reader(randn(1, 3, 16))
+    source(randn(1, 3, 16))
+    with pytest.raises(ValueError, match="has no cache of its own"):
+        reader(randn(1, 3, 16), kv_cache=source.make_cache(1, 4))
 
 
 # --- cross-attention with the context's keys and values projected once (cache_context) ---
