@@ -308,3 +308,35 @@ def test_fields_reach_the_modules():
 def test_parameter_count_equals_formula_new_fields(overrides):
     config = DecoderConfig.llama_like(**_SMALL, **overrides)
     assert DecoderLM(config).num_parameters() == parameter_count(config)
+
+
+# --------------------------------------------------------------------------- layer pattern (chapter 15)
+def test_layer_pattern_fields_reach_each_layer():
+    config = DecoderConfig.llama_like(
+        n_layers=4, layer_types=["sliding", "full", "sliding", "full"], sliding_window=3, attention_sinks=True,
+        kv_share=[0, 1, 0, 1],
+    )  # fmt: skip
+    assert config.layer_types == ("sliding", "full", "sliding", "full") and config.kv_share == (0, 1, 0, 1)
+    model = decoder(config)
+    assert [b.attn.window for b in model.blocks] == [3, None, 3, None]
+    assert all(b.attn.sinks is not None for b in model.blocks)
+    assert model.blocks[2].attn.k_proj is None and model.blocks[2].attn._kv_source[0] is model.blocks[0].attn
+    assert parameter_count(config) == model.num_parameters()
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(sliding_window=0), "sliding_window must be >= 1"),
+        (dict(layer_types=("sliding", "full")), "layer_types has 'sliding' layers but sliding_window=None"),
+        (dict(layer_types=("full", "full"), sliding_window=4), "sliding_window=4 but no layer of layer_types"),
+        (dict(layer_types=("full",)), r"layer_types must give one of \('full', 'sliding'\) per layer \(2\)"),
+        (dict(layer_types=("full", "local")), "layer_types"),
+        (dict(kv_share=(1, 1)), r"kv_share\[0\]=1: a layer reuses an earlier"),
+        (dict(kv_share=(0, 0), layer_types=("full", "sliding"), sliding_window=2), "shares keys between a"),
+        (dict(sliding_window=4, attention="mla", d_latent=8, n_kv_heads=None), "need attention='mha'"),
+    ],
+)
+def test_layer_pattern_bad_input(kw, message):
+    with pytest.raises(ValueError, match=message):
+        DecoderConfig.llama_like(n_layers=2, **kw)
