@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from attn_core.tasks import (
     IGNORE_INDEX,
+    NEW,
+    SEEN,
     SEP,
     SEP_LABEL,
     associative_recall_task,
@@ -19,6 +21,7 @@ from attn_core.tasks import (
     reverse_alignment,
     reverse_seq2seq,
     reverse_task,
+    seen_before_task,
     sort_task,
     token_labels,
 )
@@ -138,3 +141,30 @@ def test_token_labels():
         token_labels(torch.tensor([[1, 2]]))
     with pytest.raises(ValueError, match="non-negative, got -1"):
         token_labels(torch.tensor([1, -1]))
+
+
+# --------------------------------------------------------------------------- seen_before_task (chapter 15)
+def test_seen_before_task_against_a_loop():
+    g = torch.Generator().manual_seed(0)
+    x, y = seen_before_task(4, n=12, vocab_size=6, generator=g)
+    assert x.shape == y.shape == (4, 13) and (x[:, 0] == 0).all() and (y[:, 0] == IGNORE_INDEX).all()
+    assert ((x[:, 1:] >= 2) & (x[:, 1:] < 6)).all()
+    for b in range(4):
+        data = x[b, 1:].tolist()
+        assert y[b, 1:].tolist() == [int(data[t] in data[:t]) for t in range(12)]
+
+
+def test_seen_before_task_with_a_window_and_without_bos():
+    x, y = seen_before_task(3, n=10, vocab_size=5, bos=False, window=3, generator=torch.Generator().manual_seed(1))
+    assert x.shape == y.shape == (3, 10)
+    for b in range(3):
+        data = x[b].tolist()
+        assert y[b].tolist() == [int(data[t] in data[max(0, t - 2) : t]) for t in range(10)]
+    assert SEEN == 1 and NEW == 0
+
+
+def test_seen_before_task_bad_input():
+    with pytest.raises(ValueError, match="vocab_size must be >= 3, got vocab_size=2"):
+        seen_before_task(2, vocab_size=2)
+    with pytest.raises(ValueError, match="window must be >= 1, got window=0"):
+        seen_before_task(2, window=0)
