@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import F64, decoder, randn
 
 from attn_core import DecoderConfig, MultiHeadAttention, RotaryEmbedding
 from attn_core.outliers import attention_logits, first_token_mass, max_activation, max_attention_logit
+from conftest import F64, decoder, randn
 
 LAYERS = {
     "plain": dict(),
