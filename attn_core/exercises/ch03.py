@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
+from torch import nn
 
 from ..attention import MultiHeadAttention
 from ._common import compare, report
 
-__all__ = ["check_split_heads", "check_merge_heads", "check_mha_parameters"]
+__all__ = ["check_split_heads", "check_merge_heads", "check_mha_from_torch"]
 
 
 def _inputs(seed: int, *shape: int) -> torch.Tensor:
@@ -61,26 +63,39 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
     return compare(name, got, expected, atol=0.0)
 
 
-def check_mha_parameters(fn: Callable[..., int]) -> bool:
-    """Exercise 3.3: ``fn(d_model, n_heads, bias)`` is the parameter count of a multi-head attention layer.
+def check_mha_from_torch(fn: Callable[[nn.MultiheadAttention], MultiHeadAttention]) -> bool:
+    """Exercise 3.3: ``fn(ref)`` builds a :class:`~attn_core.MultiHeadAttention` computing what ``ref`` computes.
 
-    The reference is counted from :class:`~attn_core.MultiHeadAttention` modules.
+    ``ref`` is a ``torch.nn.MultiheadAttention(batch_first=True, bias=True)`` with random
+    weights: its stacked ``in_proj_weight``/``in_proj_bias`` (q, k, v) and ``out_proj`` must
+    be split into the four projections of ``MultiHeadAttention``. The check compares the
+    outputs on a random batch, in float64, and that ``ref`` was left untouched.
+
+    Shapes:
+        x: ``(B, T, d_model)``; both outputs ``(B, T, d_model)``
     """
-    name = "3.3 parameter count"
-    cases = [(16, 4, False), (16, 4, True), (48, 3, True), (64, 16, False)]
-    for d_model, n_heads, bias in cases:
-        with torch.random.fork_rng(devices=[]):  # building a layer must not move the notebook's RNG
-            layer = MultiHeadAttention(d_model, n_heads, bias=bias)
-        want = sum(p.numel() for p in layer.parameters())
-        try:
-            got = fn(d_model, n_heads, bias)
-        except Exception as e:
-            return report(name, False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = " (the count does not depend on n_heads)" if not bias else ""
-            return report(
-                name,
-                False,
-                f"d_model={d_model}, n_heads={n_heads}, bias={bias}: got {got!r}, the module has {want}{hint}",
-            )
-    return report(name, True, f"all {len(cases)} layers match their modules")
+    name = "3.3 weights from nn.MultiheadAttention"
+    with torch.random.fork_rng(devices=[]):  # building the layer must not move the notebook's RNG
+        torch.manual_seed(33)
+        ref = nn.MultiheadAttention(12, 3, bias=True, batch_first=True).double()
+        with torch.no_grad():
+            for p in ref.parameters():  # biases are zero at init: make every number count
+                p.normal_(0.0, 0.3)
+    before = {k: v.clone() for k, v in ref.state_dict().items()}
+    x = _inputs(32, 2, 5, 12)  # (B, T, d_model)
+    try:
+        layer = fn(ref)
+        if not isinstance(layer, MultiHeadAttention):
+            return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(layer).__name__}")
+        got = copy.deepcopy(layer).double()(x)  # compared in float64, whatever dtype it was built in
+    except Exception as e:
+        return report(name, False, f"{type(e).__name__}: {e}")
+    if any(not torch.equal(v, ref.state_dict()[k]) for k, v in before.items()):
+        return report(name, False, "the reference layer was modified: copy its weights, do not change them")
+    with torch.no_grad():
+        expected = ref(x, x, x, need_weights=False)[0]  # (B, T, d_model)
+    if layer.q_proj.bias is None:
+        return report(name, False, "the reference has biases: build MultiHeadAttention(..., bias=True)")
+    if layer.q_proj.weight.dtype != torch.float64:
+        return report(name, False, "the reference is float64: build the layer in float64 too (.double())")
+    return compare(name, got, expected, atol=1e-10)
