@@ -20,13 +20,13 @@ __all__ += ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]
 from .ch02 import check_causal_mask, check_masked_softmax, check_padding_mask  # noqa: E402
 from .ch03 import check_merge_heads, check_mha_from_torch, check_split_heads  # noqa: E402
 from .ch04 import check_cross_attention, check_source_mask, check_teacher_forcing  # noqa: E402
-from .ch05 import check_broadcast_kv, check_kv_cache_per_token, check_mqa_parameters  # noqa: E402
+from .ch05 import check_attend_shared_kv, check_broadcast_kv, check_decode_one_by_one  # noqa: E402
 from .ch06 import check_kv_cache_bytes, check_mean_pool_kv, check_repeat_kv  # noqa: E402
 
 __all__ += ["check_causal_mask", "check_padding_mask", "check_masked_softmax"]
 __all__ += ["check_split_heads", "check_merge_heads", "check_mha_from_torch"]
 __all__ += ["check_cross_attention", "check_source_mask", "check_teacher_forcing"]
-__all__ += ["check_broadcast_kv", "check_mqa_parameters", "check_kv_cache_per_token"]
+__all__ += ["check_broadcast_kv", "check_decode_one_by_one", "check_attend_shared_kv"]
 __all__ += ["check_repeat_kv", "check_mean_pool_kv", "check_kv_cache_bytes"]
 
 from .ch09 import check_layer_norm, check_residual_wiring, check_rms_norm  # noqa: E402

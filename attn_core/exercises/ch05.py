@@ -6,11 +6,10 @@ from typing import Callable
 
 import torch
 
-from ..attention import MultiHeadAttention, MultiQueryAttention
-from ..mla import kv_cache_elements_per_token
-from ._common import check_counts, compare, report
+from ..attention import MultiHeadAttention
+from ._common import compare, report
 
-__all__ = ["check_broadcast_kv", "check_mqa_parameters", "check_kv_cache_per_token"]
+__all__ = ["check_broadcast_kv", "check_decode_one_by_one", "check_attend_shared_kv"]
 
 
 def check_broadcast_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
@@ -42,34 +41,79 @@ def check_broadcast_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
     return report(name, True, "a view with stride 0 along the heads: no bytes copied")
 
 
-def check_mqa_parameters(fn: Callable[[int, int], int]) -> bool:
-    """Exercise 5.2: ``fn(d_model, n_heads)`` is the parameter count of a multi-query layer (no biases).
+def check_decode_one_by_one(fn: Callable[[MultiHeadAttention, torch.Tensor], torch.Tensor]) -> bool:
+    """Exercise 5.2: ``fn(layer, x)`` runs a causal layer one token at a time with the cache it makes.
 
-    The reference is counted from :class:`~attn_core.MultiQueryAttention` modules.
+    The learner builds ``layer.make_cache(B, T)``, calls the layer once per position with a
+    ``(B, 1, d_model)`` slice and the cache, and concatenates the outputs. The check runs it
+    on a multi-head and a multi-query layer (float64) and compares with the full pass
+    ``layer(x)``; it also counts the calls, so that returning ``layer(x)`` does not pass.
+
+    Shapes:
+        x: ``(B, T, d_model)``; fn's output: ``(B, T, d_model)``
     """
-    name = "5.2 MQA parameters"
-    cases = [(16, 4), (64, 8), (48, 12), (32, 1)]
-    for d_model, n_heads in cases:
+    name = "5.2 decode one token at a time"
+    g = torch.Generator().manual_seed(52)
+    x = torch.randn(2, 6, 16, generator=g, dtype=torch.float64)  # (B, T, d_model)
+    for n_kv_heads in (4, 1):
         with torch.random.fork_rng(devices=[]):  # building a layer must not move the notebook's RNG
-            want = sum(p.numel() for p in MultiQueryAttention(d_model, n_heads).parameters())
+            torch.manual_seed(52)
+            layer = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, causal=True).double()
+        widths = []
+        hook = layer.register_forward_pre_hook(lambda _, args, widths=widths: widths.append(args[0].shape[1]))
         try:
-            got = fn(d_model, n_heads)
-        except Exception as e:
+            with torch.no_grad():
+                got = fn(layer, x)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        if got != want:
-            return report(name, False, f"d_model={d_model}, n_heads={n_heads}: got {got!r}, the module has {want}")
-    return report(name, True, f"all {len(cases)} layers match their modules")
+        finally:
+            hook.remove()
+        if widths != [1] * x.shape[1]:
+            return report(
+                name, False, f"the layer was called with {widths} tokens per call: call it once per token, T = 1 each"
+            )
+        with torch.no_grad():
+            expected = layer(x)  # (B, T, d_model)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            err = (got.double() - expected).abs().max().item()
+            if err > 1e-10:
+                return report(
+                    name,
+                    False,
+                    f"n_kv_heads={n_kv_heads}: max abs difference {err:.1e} from the full pass "
+                    "(pass kv_cache= at every call, the same cache)",
+                )
+        elif not compare(name, got, expected, atol=1e-10):
+            return False
+    return report(name, True, "multi-head and multi-query layers: equal to the full pass within 1e-10")
 
 
-def check_kv_cache_per_token(fn: Callable[..., int]) -> bool:
-    """Exercise 5.3: ``fn(n_layers, n_heads, n_kv_heads, head_dim)``: KV-cache elements one token
-    occupies in a whole model (every layer), measured from the caches real layers fill.
+def check_attend_shared_kv(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
+    """Exercise 5.3: ``fn(q, k, v)``: every query head attends to one shared key/value head given without a head axis.
+
+    The keys and values arrive as ``(B, T, D)`` (the head axis dropped, bug 2 of the
+    chapter). The check uses ``B = H``, where forgetting the axis runs silently, and
+    ``B != H``; no mask.
+
+    Shapes:
+        q: ``(B, H, T_q, D)``; k, v: ``(B, T_k, D)``; fn's output: ``(B, H, T_q, D)``
     """
-    name = "5.3 KV cache per token"
-    cases = []
-    for n_layers, n_heads, n_kv_heads, head_dim in [(2, 4, 4, 8), (2, 4, 1, 8), (6, 8, 2, 16), (3, 6, 3, 4)]:
-        with torch.random.fork_rng(devices=[]):
-            layer = MultiHeadAttention(n_heads * head_dim, n_heads, n_kv_heads=n_kv_heads)
-            want = n_layers * kv_cache_elements_per_token(layer)
-        cases.append((dict(n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim), want))
-    return check_counts(name, fn, cases, f"all {len(cases)} models match their measured caches")
+    name = "5.3 attend to a shared head"
+    g = torch.Generator().manual_seed(53)
+    for B, H in ((4, 4), (2, 3)):
+        q = torch.randn(B, H, 5, 8, generator=g, dtype=torch.float64)  # (B, H, T_q, D)
+        k = torch.randn(B, 7, 8, generator=g, dtype=torch.float64)  # (B, T_k, D)
+        v = torch.randn(B, 7, 8, generator=g, dtype=torch.float64)
+        try:
+            got = fn(q, k, v)
+        except Exception as e:
+            return report(name, False, f"B={B}, H={H}: {type(e).__name__}: {e}")
+        k1, v1 = k[:, None], v[:, None]  # (B, 1, T_k, D)
+        expected = torch.softmax(q @ k1.transpose(-2, -1) / 8**0.5, dim=-1) @ v1  # (B, H, T_q, D)
+        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape):
+            return compare(name, got, expected)
+        err = (got.double() - expected).abs().max().item()
+        if err > 1e-10:
+            hint = " (sequence b must use its own keys: give k and v a head axis of size 1)" if B == H else ""
+            return report(name, False, f"B={B}, H={H}: max abs difference {err:.1e}{hint}")
+    return report(name, True, "B = H and B != H: equal within 1e-10")
