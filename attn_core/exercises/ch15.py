@@ -1,0 +1,125 @@
+"""Checks for the exercises of chapter 15 (sliding windows and attention sinks)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..cache import RollingKVCache
+from ..config import DecoderConfig
+from ..core import attention
+from ..masks import causal_mask
+from ..window import kv_cache_bytes, layer_pattern
+from ._common import compare, report
+
+__all__ = ["check_window_mask", "check_ring_read", "check_sink_attention", "check_mixed_cache_bytes"]
+
+
+def check_window_mask(fn: Callable[[int, int, int], torch.Tensor]) -> bool:
+    """Exercise 15.1: ``fn(T_q, T_k, window)`` is the sliding-window causal mask, bottom-right aligned.
+
+    Query ``i`` sits at position ``T_k - T_q + i`` and sees itself and the ``window - 1``
+    positions before it. Cases include ``T_q < T_k`` (decoding), ``window = 1`` and a
+    window longer than the sequence.
+
+    Shapes:
+        fn's output: ``(T_q, T_k)``, boolean, True = may attend
+    """
+    name = "15.1 window mask"
+    for T_q, T_k, window in ((5, 5, 2), (3, 8, 3), (1, 6, 4), (4, 4, 1), (4, 6, 10)):
+        try:
+            got = fn(T_q, T_k, window)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        expected = causal_mask(T_q, T_k, window=window)
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got.bool(), expected):
+            wrong = (got.bool() != expected).nonzero()[0].tolist()
+            hint = " (off by one? the window counts the query itself)" if got.bool().sum() != expected.sum() else ""
+            return report(name, False, f"T_q={T_q}, T_k={T_k}, window={window}: wrong at (query, key)={wrong}{hint}")
+        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape):
+            return compare(name, got, expected.double(), atol=0.0)
+    return report(name, True, "square, T_q < T_k, window 1 and a window longer than the sequence")
+
+
+def check_ring_read(fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Exercise 15.2: ``fn(slots, positions)`` reads a ring buffer in time order.
+
+    ``slots`` holds one key per slot, ``positions[s]`` the absolute position stored in slot
+    ``s`` (``-1``: empty). Return the stored keys oldest first and their positions. The
+    reference is :class:`~attn_core.RollingKVCache` after a few wrapped updates.
+
+    Shapes:
+        slots: ``(B, H, S, D)``; positions: ``(S,)`` -> keys ``(B, H, n, D)``, positions ``(n,)``
+    """
+    name = "15.2 ring read"
+    g = torch.Generator().manual_seed(152)
+    for window, steps in ((4, 3), (4, 9), (5, 13)):
+        cache = RollingKVCache(1, 2, 3, window=window, dtype=torch.float64)
+        for _ in range(steps):
+            k = torch.randn(1, 2, 1, 3, generator=g, dtype=torch.float64)
+            cache.update(k, k)
+        want_k, _ = cache.update(torch.zeros(1, 2, 0, 3, dtype=torch.float64), torch.zeros(1, 2, 0, 3))
+        want_pos = cache.key_positions
+        try:
+            got_k, got_pos = fn(cache._k.clone(), cache._pos.clone())
+        except Exception as e:
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(got_pos, torch.Tensor) or got_pos.tolist() != want_pos.tolist():
+            got = got_pos.tolist() if isinstance(got_pos, torch.Tensor) else got_pos
+            return report(
+                name, False, f"window={window}, after {steps} tokens: positions {got}, expected {want_pos.tolist()}"
+            )
+        if not (isinstance(got_k, torch.Tensor) and got_k.shape == want_k.shape and torch.equal(got_k, want_k)):
+            return compare(name, got_k, want_k, atol=0.0)
+    return report(name, True, "before and after the ring wraps, empty slots skipped")
+
+
+def check_sink_attention(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
+    """Exercise 15.3: ``fn(q, k, v, sinks)``: causal attention with gpt-oss's sink logit per head.
+
+    The sink joins every softmax denominator and has no value; the reference is
+    :func:`attn_core.attention` with ``sinks=``.
+
+    Shapes:
+        q, k, v: ``(B, H, T, D)``; sinks: ``(H,)``; fn's output: ``(B, H, T, D)``
+    """
+    name = "15.3 sink attention"
+    g = torch.Generator().manual_seed(153)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    sinks = torch.tensor([-1.0, 0.5, 3.0], dtype=torch.float64)
+    try:
+        got = fn(q, k, v, sinks)
+    except Exception as e:
+        return report(name, False, f"{type(e).__name__}: {e}")
+    expected = attention(q, k, v, is_causal=True, sinks=sinks)
+    plain = attention(q, k, v, is_causal=True)
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.allclose(got, plain, atol=1e-10):
+        return report(name, False, "this is attention without the sink: add exp(sink) to every denominator")
+    return compare(name, got, expected, atol=1e-10)
+
+
+def check_mixed_cache_bytes(fn: Callable[..., int]) -> bool:
+    """Exercise 15.4: ``fn(n_layers, full_every, window, context, n_kv_heads, head_dim)``: KV-cache bytes in bfloat16.
+
+    Every ``full_every``-th layer is full (:func:`~attn_core.window.layer_pattern`), the
+    others hold at most ``window`` positions; batch 1, 2 bytes per element.
+    """
+    name = "15.4 mixed cache bytes"
+    cases = [(6, 6, 4, 100, 2, 8), (4, 2, 16, 8, 1, 4), (62, 6, 1024, 131072, 16, 128), (3, 1, 5, 50, 2, 2)]
+    for n_layers, full_every, window, context, n_kv_heads, head_dim in cases:
+        types = layer_pattern(n_layers, full_every)
+        config = DecoderConfig(
+            vocab_size=2, n_layers=n_layers, d_model=n_kv_heads * head_dim, n_heads=n_kv_heads, layer_types=types,
+            sliding_window=window if "sliding" in types else None,
+        )  # fmt: skip
+        want = kv_cache_bytes(config, context)
+        try:
+            got = fn(n_layers, full_every, window, context, n_kv_heads, head_dim)
+        except Exception as e:
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if got != want:
+            hint = " (keys *and* values)" if got == want // 2 else ""
+            args = f"n_layers={n_layers}, full_every={full_every}, window={window}, context={context}"
+            return report(name, False, f"{args}: got {got!r}, expected {want}{hint}")
+    return report(name, True, "Gemma 3 27B's shape included")
