@@ -49,3 +49,6 @@ __all__ += ["check_kv_bytes_per_token", "check_attention_parameters", "check_equ
 from .ch16 import check_qk_norm_bound, check_softcap, check_split_fused_gate  # noqa: E402
 
 __all__ += ["check_softcap", "check_split_fused_gate", "check_qk_norm_bound"]
+from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_window_mask  # noqa: E402
+
+__all__ += ["check_window_mask", "check_ring_read", "check_sink_attention", "check_mixed_cache_bytes"]
