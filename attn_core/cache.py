@@ -259,6 +259,16 @@ class RollingKVCache:
         self._pos.fill_(-1)
         self.key_positions = None
 
+    @property
+    def slot_positions(self) -> torch.Tensor:
+        """The absolute position held by each slot, in storage order (``-1``: empty). Shapes: ``(slots,)``"""
+        return self._pos.clone()
+
+    @property
+    def slot_keys(self) -> torch.Tensor:
+        """The stored keys in storage (ring) order, not time order. Shapes: ``(B, H_kv, slots, D)``"""
+        return self._k.clone()
+
     def slot(self, position: int) -> int:
         """The slot where ``position`` is written: its own for a sink token, else ``position mod window`` after them."""
         if position < self.sink_tokens:

@@ -143,3 +143,11 @@ def test_rolling_cache_detaches_and_checks_shapes():
         RollingKVCache(1, 1, 1, window=0)
     with pytest.raises(ValueError, match="sink_tokens must be >= 0, got sink_tokens=-1"):
         RollingKVCache(1, 1, 1, window=2, sink_tokens=-1)
+
+
+def test_rolling_cache_slots_are_in_ring_order():
+    cache = RollingKVCache(1, 1, 1, window=3, dtype=torch.float64)
+    for t in range(5):
+        cache.update(torch.full((1, 1, 1, 1), float(t)), torch.zeros(1, 1, 1, 1))
+    assert cache.slot_positions.tolist() == [3, 4, 2] and cache.slot_keys.flatten().tolist() == [3.0, 4.0, 2.0]
+    assert [cache.slot(p) for p in range(6)] == [0, 1, 2, 0, 1, 2]

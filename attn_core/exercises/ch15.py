@@ -62,7 +62,7 @@ def check_ring_read(fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tenso
         want_k, _ = cache.update(torch.zeros(1, 2, 0, 3, dtype=torch.float64), torch.zeros(1, 2, 0, 3))
         want_pos = cache.key_positions
         try:
-            got_k, got_pos = fn(cache._k.clone(), cache._pos.clone())
+            got_k, got_pos = fn(cache.slot_keys, cache.slot_positions)
         except Exception as e:
             return report(name, False, f"{type(e).__name__}: {e}")
         if not isinstance(got_pos, torch.Tensor) or got_pos.tolist() != want_pos.tolist():
