@@ -269,6 +269,11 @@ class RollingKVCache:
         """The stored keys in storage (ring) order, not time order. Shapes: ``(B, H_kv, slots, D)``"""
         return self._k.clone()
 
+    @property
+    def slot_values(self) -> torch.Tensor:
+        """The stored values in storage (ring) order. Shapes: ``(B, H_kv, slots, D)``"""
+        return self._v.clone()
+
     def slot(self, position: int) -> int:
         """The slot where ``position`` is written: its own for a sink token, else ``position mod window`` after them."""
         if position < self.sink_tokens:

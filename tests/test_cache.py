@@ -150,4 +150,5 @@ def test_rolling_cache_slots_are_in_ring_order():
     for t in range(5):
         cache.update(torch.full((1, 1, 1, 1), float(t)), torch.zeros(1, 1, 1, 1))
     assert cache.slot_positions.tolist() == [3, 4, 2] and cache.slot_keys.flatten().tolist() == [3.0, 4.0, 2.0]
+    assert cache.slot_values.flatten().tolist() == [0.0, 0.0, 0.0]
     assert [cache.slot(p) for p in range(6)] == [0, 1, 2, 0, 1, 2]
