@@ -11,10 +11,10 @@ from .ch01 import check_scaled_scores, check_self_attention, check_softmax_tempe
 
 __all__ = ["report", "compare", "check_scaled_scores", "check_self_attention", "check_softmax_temperature"]
 
-from .ch07 import check_absorbed_query, check_cache_elements, check_decoupled_scores  # noqa: E402
+from .ch07 import check_absorbed_query, check_cache_elements, check_decoupled_scores, check_rope_matrix  # noqa: E402
 from .ch08 import check_alibi_slopes, check_rope_rotation, check_sinusoidal  # noqa: E402
 
-__all__ += ["check_absorbed_query", "check_decoupled_scores", "check_cache_elements"]
+__all__ += ["check_absorbed_query", "check_decoupled_scores", "check_rope_matrix", "check_cache_elements"]
 __all__ += ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]
 
 from .ch02 import check_causal_mask, check_masked_softmax, check_padding_mask  # noqa: E402

@@ -84,7 +84,8 @@ def check_mha_from_torch(fn: Callable[[nn.MultiheadAttention], MultiHeadAttentio
     before = {k: v.clone() for k, v in ref.state_dict().items()}
     x = _inputs(32, 2, 5, 12)  # (B, T, d_model)
     try:
-        layer = fn(ref)
+        with torch.random.fork_rng(devices=[]):  # nor must the learner's layer
+            layer = fn(ref)
         if not isinstance(layer, MultiHeadAttention):
             return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(layer).__name__}")
         got = copy.deepcopy(layer).double()(x)  # compared in float64, whatever dtype it was built in

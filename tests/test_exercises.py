@@ -1,0 +1,102 @@
+"""attn_core.exercises: the checks of exercises 3.3, 5.2, 5.3 and 7.3 accept a right answer,
+report a wrong one (with its hint) and a "your turn" stub as not yet, and never raise."""
+
+from __future__ import annotations
+
+import torch
+
+from attn_core import MultiHeadAttention
+from attn_core.exercises import (
+    check_attend_shared_kv,
+    check_decode_one_by_one,
+    check_mha_from_torch,
+    check_rope_matrix,
+)
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+def _mha_from_torch(ref, swap_qk=False):
+    layer = MultiHeadAttention(ref.embed_dim, ref.num_heads, bias=True).double()
+    w_q, w_k, w_v = ref.in_proj_weight.chunk(3)  # each (d, d)
+    b_q, b_k, b_v = ref.in_proj_bias.chunk(3)
+    if swap_qk:
+        w_q, w_k = w_k, w_q
+    with torch.no_grad():
+        for proj, w, b in [
+            (layer.q_proj, w_q, b_q),
+            (layer.k_proj, w_k, b_k),
+            (layer.v_proj, w_v, b_v),
+            (layer.out_proj, ref.out_proj.weight, ref.out_proj.bias),
+        ]:
+            proj.weight.copy_(w)
+            proj.bias.copy_(b)
+    return layer
+
+
+def test_check_mha_from_torch(capsys):
+    assert check_mha_from_torch(_mha_from_torch)
+    assert not check_mha_from_torch(lambda ref: _mha_from_torch(ref, swap_qk=True))
+    assert "max abs difference" in capsys.readouterr().out
+    assert not check_mha_from_torch(lambda ref: _mha_from_torch(ref).float())
+    assert "build the layer in float64" in capsys.readouterr().out
+    assert not check_mha_from_torch(lambda ref: MultiHeadAttention(12, 3).double())
+    assert "bias=True" in capsys.readouterr().out
+    assert not check_mha_from_torch(_stub)
+    assert "not yet: NotImplementedError" in capsys.readouterr().out
+
+
+def test_check_mha_from_torch_keeps_the_rng():
+    torch.manual_seed(0)
+    want = torch.rand(3)
+    torch.manual_seed(0)
+    check_mha_from_torch(_mha_from_torch)
+    assert torch.equal(torch.rand(3), want)
+
+
+def _decode(layer, x):
+    cache = layer.make_cache(x.shape[0], x.shape[1])
+    return torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(x.shape[1])], dim=1)
+
+
+def test_check_decode_one_by_one(capsys):
+    assert check_decode_one_by_one(_decode)
+    assert not check_decode_one_by_one(lambda layer, x: layer(x))  # the full pass is not decoding
+    assert "call it once per token" in capsys.readouterr().out
+    no_cache = lambda layer, x: torch.cat([layer(x[:, t : t + 1]) for t in range(x.shape[1])], dim=1)  # noqa: E731
+    assert not check_decode_one_by_one(no_cache)
+    assert "pass kv_cache=" in capsys.readouterr().out
+    assert not check_decode_one_by_one(_stub)
+    assert "not yet: NotImplementedError" in capsys.readouterr().out
+
+
+def _shared(q, k, v):
+    k, v = k.unsqueeze(1), v.unsqueeze(1)  # (B, 1, T_k, D)
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+
+def test_check_attend_shared_kv(capsys):
+    assert check_attend_shared_kv(_shared)
+    forgot_axis = lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v  # noqa: E731
+    assert not check_attend_shared_kv(forgot_axis)  # runs silently when B = H
+    assert "give k and v a head axis" in capsys.readouterr().out
+    assert not check_attend_shared_kv(_stub)
+    assert "not yet" in capsys.readouterr().out
+
+
+def _rope_matrix(rope, delta):
+    eye = torch.eye(rope.head_dim, dtype=torch.float64)
+    return rope(eye.unsqueeze(1), offset=delta).squeeze(1).T  # (D, D): column j = R e_j
+
+
+def test_check_rope_matrix(capsys):
+    assert check_rope_matrix(_rope_matrix)
+    one_sequence = lambda rope, d: rope(torch.eye(rope.head_dim, dtype=torch.float64), offset=d).T  # noqa: E731
+    assert not check_rope_matrix(one_sequence)
+    assert "rotated as one sequence" in capsys.readouterr().out
+    assert not check_rope_matrix(lambda rope, d: _rope_matrix(rope, d).T)  # the inverse rotation
+    assert "delta=1" in capsys.readouterr().out
+    assert not check_rope_matrix(_stub)
+    assert "not yet: delta=0: NotImplementedError" in capsys.readouterr().out
