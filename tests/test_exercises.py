@@ -100,3 +100,50 @@ def test_check_rope_matrix(capsys):
     assert "delta=1" in capsys.readouterr().out
     assert not check_rope_matrix(_stub)
     assert "not yet: delta=0: NotImplementedError" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- chapter 15
+def _window_mask(T_q, T_k, window):
+    q, k = torch.arange(T_k - T_q, T_k)[:, None], torch.arange(T_k)[None, :]
+    return (k <= q) & (q - k < window)
+
+
+def _ring_read(slots, positions):
+    order = torch.argsort(positions)
+    order = order[positions[order] >= 0]
+    return slots[:, :, order], positions[order]
+
+
+def _sink_attention(q, k, v, sinks, with_sink=True):
+    T = q.shape[-2]
+    s = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    if with_sink:
+        s = torch.cat([s, sinks[:, None, None].expand(*s.shape[:-1], 1)], -1)
+        return torch.softmax(s, -1)[..., :-1] @ v
+    return torch.softmax(s, -1) @ v
+
+
+def _mixed_bytes(n_layers, full_every, window, context, n_kv_heads, head_dim, halve=False):
+    per = (1 if halve else 2) * n_kv_heads * head_dim * 2
+    return sum(per * (context if (i + 1) % full_every == 0 else min(context, window)) for i in range(n_layers))
+
+
+def test_chapter_15_checks(capsys):
+    from attn_core.exercises import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_window_mask
+
+    assert check_window_mask(_window_mask)
+    assert not check_window_mask(lambda T_q, T_k, w: _window_mask(T_q, T_k, w + 1))
+    assert "off by one" in capsys.readouterr().out
+    assert check_ring_read(_ring_read)
+    assert not check_ring_read(lambda s, p: (s[:, :, p >= 0], p[p >= 0]))
+    assert "expected [5, 6, 7, 8]" in capsys.readouterr().out
+    assert check_sink_attention(_sink_attention)
+    assert not check_sink_attention(lambda *a: _sink_attention(*a, with_sink=False))
+    assert "without the sink" in capsys.readouterr().out
+    assert check_mixed_cache_bytes(_mixed_bytes)
+    assert not check_mixed_cache_bytes(lambda *a: _mixed_bytes(*a, halve=True))
+    assert "keys *and* values" in capsys.readouterr().out
+    for check in (check_window_mask, check_ring_read, check_sink_attention, check_mixed_cache_bytes):
+        assert not check(_stub)
+        assert "not yet: NotImplementedError" in capsys.readouterr().out
