@@ -14,7 +14,8 @@ concept; see each module's docstring for its shape legend:
     mlp         FeedForward, SwiGLU, make_mlp
     blocks      TransformerBlock
     simplified  shaped attention and the simplified blocks (He & Hofmann, 2023)
-    config      DecoderConfig, its presets and its parameter count by formula
+    config      DecoderConfig and its presets
+    params      the parameter count by formula
     model       DecoderLM
     generate    autoregressive decoding, with or without caches
     efficient   online softmax and tiled (FlashAttention-style) attention
@@ -39,7 +40,7 @@ from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAtte
 from .blocks import TransformerBlock
 from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
-from .config import DecoderConfig, parameter_breakdown, parameter_count
+from .config import DecoderConfig
 from .convert import from_hf
 from .core import attention
 from .efficient import online_softmax, tiled_attention
@@ -53,6 +54,7 @@ from .mla import MultiHeadLatentAttention, kv_cache_elements_per_token
 from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
 from .model import DecoderLM
 from .norms import LayerNorm, RMSNorm
+from .params import parameter_breakdown, parameter_count
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,

@@ -33,8 +33,8 @@ __all__ = ["TransformerBlock"]
 _MOVED = {
     "DecoderLM": "model",
     "DecoderConfig": "config",
-    "parameter_count": "config",
-    "parameter_breakdown": "config",
+    "parameter_count": "params",
+    "parameter_breakdown": "params",
     "FeedForward": "mlp",
     "SwiGLU": "mlp",
     "swiglu_hidden_dim": "mlp",

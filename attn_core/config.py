@@ -1,4 +1,4 @@
-"""The decoder's configuration: a frozen dataclass, its presets, and its parameter count by formula.
+"""The decoder's configuration: a frozen dataclass and its presets.
 
 * :class:`DecoderConfig` holds every choice that defines a :class:`~attn_core.DecoderLM`
   and checks them together (a value that makes no sense *with another* is refused here,
@@ -10,8 +10,7 @@
   :meth:`DecoderConfig.llama3_8b`, :meth:`DecoderConfig.qwen3_8b`,
   :meth:`DecoderConfig.qwen3_0_6b` and :meth:`DecoderConfig.deepseek_v3`: the shapes of
   real models, whose parameter counts by formula equal the published ones.
-* :func:`parameter_count` / :func:`parameter_breakdown`: the number of parameters from
-  the configuration alone; a test holds it equal to the module's count.
+The parameter count by formula lives in :mod:`attn_core.params`.
 
 Shape legend:
     V        vocabulary size
@@ -24,15 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .checks import check_bool, check_choice, check_instance, check_int, check_number
-from .gating import GATE_KINDS, gate_width
+from .checks import check_bool, check_choice, check_int, check_number
+from .gating import GATE_KINDS
 from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
 from .norms import NORM_KINDS, NORM_POSITIONS
 from .positional import ROPE_LAYOUTS
 
-__all__ = ["DecoderConfig", "parameter_count", "parameter_breakdown"]
+__all__ = ["DecoderConfig"]
 
 POSITIONAL_KINDS = ("learned", "rope", "none")
 ATTENTION_KINDS = ("mha", "mla")
@@ -425,87 +424,3 @@ class DecoderConfig:
             norm_eps=1e-6, rope_layout="interleaved",
         )  # fmt: skip
         return cls.llama_like(**{"n_kv_heads": None, **base, **overrides})
-
-
-# --------------------------------------------------------------------------- parameter count by formula
-def _norm_params(kind: str, d: int) -> int:
-    return 2 * d if kind == "layernorm" else d  # gain (+ bias for LayerNorm)
-
-
-def _mlp_params(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
-    if kind == "gelu":  # up (d -> f) and down (f -> d)
-        return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
-    return 3 * d_model * d_ff + ((2 * d_ff + d_model) if bias else 0)  # gate, up, down
-
-
-def _mla_attention_params(c: DecoderConfig) -> int:
-    """DeepSeek-V2/V3's latent attention, with RMSNorms on the latents."""
-    d, H, D, d_c, r = c.d_model, c.n_heads, c.resolved_head_dim, c.d_latent, c.resolved_rope_dim
-    D_v = c.resolved_v_head_dim
-    if c.d_q_latent is None:
-        q = d * H * (D + r)  # W_Q: d -> H·(D + d_r)
-    else:  # W_DQ, its RMSNorm, W_UQ (content) and W_QR (RoPE part)
-        q = d * c.d_q_latent + c.d_q_latent + c.d_q_latent * H * (D + r)
-    kv = d * d_c + d_c + d_c * H * (D + D_v)  # W_DKV, its RMSNorm, W_UK, W_UV
-    total = q + kv + d * r + H * D_v * d  # + W_KR (shared RoPE key), W_O
-    if c.bias:  # every projection but W_UK and W_UV
-        total += (c.d_q_latent or 0) + H * (D + r) + d_c + r + d
-    return total
-
-
-def _shaped_attention_params(c: DecoderConfig, first: bool) -> int:
-    d = c.d_model
-    qk = 2 * d * d + (2 * d if c.bias else 0)  # W_Q, W_K
-    return qk + (d * d if first else 0) + 3 * c.n_heads  # first layer's W_V; α, β, γ per head
-
-
-def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
-    """The parameters of ``DecoderLM(config)`` by component, from the formula alone.
-
-    Keys: ``embedding``, ``positions``, ``attention``, ``mlp``, ``norms``, ``gains``
-    (the simplified blocks' ``β_FF``), ``lm_head`` (0 when tied). A tied output
-    projection shares the embedding matrix and is counted once.
-    """
-    check_instance("config", config, DecoderConfig)
-    c = config
-    d, L, V = c.d_model, c.n_layers, c.vocab_size
-    mlp = L * _mlp_params(c.mlp, d, c.resolved_d_ff, c.bias)
-    if c.block == "standard":
-        if c.attention == "mha":
-            H, kv, D = c.n_heads, c.resolved_n_kv_heads, c.resolved_head_dim
-            per_layer = d * H * D + 2 * d * kv * D + H * D * d  # W_Q, W_K, W_V, W_O
-            if c.bias:
-                per_layer += H * D + 2 * kv * D + d
-            if c.qk_norm:
-                per_layer += 2 * D  # the gains of the query and key RMSNorms
-            if c.attention_gate is not None:  # W_g: d -> H·(D or 1), plus its bias
-                per_layer += (d + (1 if c.bias else 0)) * H * gate_width(c.attention_gate, D)
-            attention = L * per_layer
-            if c.attention_sinks:
-                attention += L * H  # one sink logit per head and layer (gpt-oss)
-            if c.kv_share is not None:  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
-                readers = sum(j != i for i, j in enumerate(c.kv_share))
-                attention -= readers * (2 * d * kv * D + (2 * kv * D if c.bias else 0) + (D if c.qk_norm else 0))
-        else:
-            attention = L * _mla_attention_params(c)
-        norms_per_layer, gains = 2, 0
-    else:
-        attention = sum(_shaped_attention_params(c, first=(i == 0)) for i in range(L))
-        norms_per_layer = 2 if c.block == "sas" else 1  # SAS-P shares one norm for both branches
-        gains = L  # β_FF per block
-    # One extra norm either way: before the logits (pre-norm) or on the embeddings (post-norm).
-    extra_norm = 1
-    return {
-        "embedding": V * d,
-        "positions": c.max_len * d if c.positional == "learned" else 0,
-        "attention": attention,
-        "mlp": mlp,
-        "norms": (L * norms_per_layer + extra_norm) * _norm_params(c.norm, d),
-        "gains": gains,
-        "lm_head": 0 if c.tie_weights else V * d,
-    }
-
-
-def parameter_count(config: DecoderConfig) -> int:
-    """Total parameters of ``DecoderLM(config)``, by formula (a tied head counted once)."""
-    return sum(parameter_breakdown(config).values())
