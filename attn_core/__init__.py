@@ -6,7 +6,8 @@ concept; see each module's docstring for its shape legend:
     core        the one scaled dot-product attention every layer calls
     masks       causal and padding masks (True = may attend)
     shapes      split_heads / merge_heads / head_mask: the wiring every multi-head layer shares
-    attention   SelfAttention, MultiHeadAttention (MHA, GQA, MQA, cross-attention)
+    self_attention  SelfAttention, the single head of chapter 1
+    attention   MultiHeadAttention (MHA, GQA, MQA, cross-attention)
     mla         multi-head latent attention (DeepSeek-V2)
     positional  sinusoidal, learned, rotary (RoPE) and ALiBi positions
     cache       KVCache, LatentKVCache (every attention layer builds its own: make_cache)
@@ -29,14 +30,14 @@ concept; see each module's docstring for its shape legend:
     window      sliding windows in a stack: receptive field, layer patterns, cache bytes (chapter 15)
     gating      the output gate of gated attention (chapter 16)
     outliers    attention logits, first-token mass, largest activations (chapter 16)
-    viz         heatmaps and the explorer widgets
+    viz         heatmaps and the explorer widgets (plots + explorers)
     exercises   check functions for the chapters' exercises
 """
 
 # --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 # --- efficient, measure (and its old name timing) (chapters 12-14) ---
 from . import convert, heads, measure, tasks, timing
-from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention, SelfAttention
+from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention
 from .blocks import TransformerBlock
 from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
@@ -64,6 +65,7 @@ from .positional import (
     rope_permutation,
 )
 from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
+from .self_attention import SelfAttention
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .train import TrainResult, accuracy, train
 from .window import kv_cache_bytes, layer_pattern, published_attention, receptive_field, receptive_field_width, windowed

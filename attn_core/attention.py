@@ -1,4 +1,4 @@
-"""Attention modules: a single head, and one multi-head class for MHA, GQA, MQA and cross-attention.
+"""Multi-head attention: one class for MHA, GQA, MQA and cross-attention (the single head: self_attention).
 
 Every module here projects its inputs and then calls :func:`attn_core.core.attention`;
 none of them has a softmax-matmul of its own.
@@ -18,63 +18,14 @@ from torch import nn
 
 from .cache import ContextKVCache, KVCache, RollingKVCache, storage_like
 from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
-from .core import attend, attention
+from .core import attend
 from .gating import GATE_KINDS, gate_width, output_gate
 from .masks import check_window, position_mask
 from .norms import RMSNorm
 from .positional import check_rope
 from .shapes import head_mask, merge_heads, split_heads
 
-__all__ = ["SelfAttention", "MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
-
-
-class SelfAttention(nn.Module):
-    """Single-head self-attention with trainable query, key and value projections.
-
-    The smallest trainable attention layer (chapter 1): every token is projected to a
-    query, a key and a value of width ``d_out``, and attends to every token.
-
-    Args:
-        d_in: Width of the input vectors.
-        d_out: Width of the queries, keys, values and output.
-        bias: Give the projections a bias.
-        causal: Block attention to future tokens (chapter 2).
-
-    Shapes:
-        x: ``(B, T, d_in)``
-        output: ``(B, T, d_out)``; weights ``(B, T, T)``
-    """
-
-    def __init__(self, d_in: int, d_out: int, *, bias: bool = False, causal: bool = False) -> None:
-        super().__init__()
-        check_int("d_in", d_in)
-        check_int("d_out", d_out)
-        self.d_in, self.d_out, self.causal = d_in, d_out, causal
-        self.q_proj = nn.Linear(d_in, d_out, bias=bias)
-        self.k_proj = nn.Linear(d_in, d_out, bias=bias)
-        self.v_proj = nn.Linear(d_in, d_out, bias=bias)
-
-    def forward(
-        self, x: torch.Tensor, *, mask: torch.Tensor | None = None, return_weights: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attend from every token of ``x`` to every token of ``x``.
-
-        Args:
-            x: Input sequence.
-            mask: Boolean, ``True`` = may attend, broadcastable to ``(B, T, T)``.
-            return_weights: Also return the attention weights.
-
-        Shapes:
-            x: ``(B, T, d_in)``
-            output: ``(B, T, d_out)``
-            weights: ``(B, T, T)``
-        """
-        check_tensor("x", x, ("B", "T", ("d_in", self.d_in)))
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # each (B, T, d_out)
-        return attention(q, k, v, mask=mask, is_causal=self.causal, return_weights=return_weights)
-
-    def extra_repr(self) -> str:
-        return f"d_in={self.d_in}, d_out={self.d_out}, causal={self.causal}"
+__all__ = ["MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
 
 
 class MultiHeadAttention(nn.Module):

@@ -1,4 +1,4 @@
-"""Tests for attn_core.attention: SelfAttention and the one MultiHeadAttention behind MHA, GQA, MQA
+"""Tests for attn_core.attention: the one MultiHeadAttention behind MHA, GQA, MQA
 and cross-attention (chapters 1-6)."""
 
 from __future__ import annotations
@@ -73,27 +73,6 @@ def copy_into_nn_mha(layer: MultiHeadAttention) -> nn.MultiheadAttention:
 
 
 # --------------------------------------------------------------------------- reference equality
-@pytest.mark.parametrize("bias", [False, True])
-def test_self_attention_matches_sdpa(bias):
-    torch.manual_seed(0)
-    layer = SelfAttention(6, 8, bias=bias).double()
-    x = randn(2, 5, 6)
-    want = F.scaled_dot_product_attention(layer.q_proj(x), layer.k_proj(x), layer.v_proj(x))
-    out, w = layer(x, return_weights=True)
-    assert out.shape == (2, 5, 8) and w.shape == (2, 5, 5)
-    assert (out - want).abs().max().item() <= 1e-12
-    assert (layer(x) - want).abs().max().item() <= 1e-12
-
-
-def test_causal_self_attention_matches_sdpa():
-    torch.manual_seed(0)
-    layer = SelfAttention(6, 8, causal=True).double()
-    x = randn(2, 5, 6)
-    want = F.scaled_dot_product_attention(layer.q_proj(x), layer.k_proj(x), layer.v_proj(x), is_causal=True)
-    assert (layer(x, return_weights=True)[0] - want).abs().max().item() <= 1e-12
-    assert (layer(x) - want).abs().max().item() <= 1e-12
-
-
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("masking", ["none", "causal", "padding"])
 def test_mha_matches_nn_multihead_attention(bias, masking):

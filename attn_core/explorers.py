@@ -1,0 +1,379 @@
+"""Explorers of attention maps: one entry point, :func:`explorer`, two modes.
+
+* **kernel-free** (``explorer(weights, tokens)``): the maps are embedded in the page as
+  data and redrawn by JavaScript (``attn_core/explorer.js``), so the controls (layer,
+  head, query, temperature, mask toggles, log scale) respond in Jupyter, in Colab *and* in
+  the static HTML book, which has no kernel. Temperature and masks are recomputed in the
+  browser from the scores. Where scripts cannot run, a static picture is shown instead.
+* **kernel** (``explorer(fn, text=...)``): ipywidgets controls with Python callbacks;
+  ``fn(text)`` is called again when the reader edits the sentence. Works with
+  ipywidgets 7.7 (Colab) and 8.x.
+
+Shape legend:
+    L    layers, H heads
+    T_q  queries (rows), T_k keys (columns)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Callable
+
+import torch
+
+from .plots import LOG_FLOOR, as_tensor, check_labels, check_mask, heatmap, to_4d
+
+__all__ = ["explorer", "AttentionExplorer", "KernelExplorer", "MAX_EMBED_BYTES"]
+
+#: Upper bound on the bytes one kernel-free explorer embeds in a page.
+MAX_EMBED_BYTES = 1_000_000
+_CHAR_PX = 8  # width of a label character at 12 px, for the page's label margins
+# Scores are embedded with this many decimals, and the explorer works from the rounded
+# scores only (the page, weights() and the fallback picture). Rounding to a fixed grid
+# keeps the page identical on every CPU (float32 kernels differ in the last bits) and
+# small; 1e-3 in a score is a 0.1% change of a weight, invisible in a colour map.
+_SCORE_DECIMALS = 3
+
+
+def _explorer_js() -> str:
+    """The page-side code (``attn_core/explorer.js``, shipped as package data)."""
+    from importlib.resources import files
+
+    return files("attn_core").joinpath("explorer.js").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- kernel-free explorer
+def _colormap_lut(name: str = "viridis", n: int = 64) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    cm = plt.get_cmap(name)
+    out = []
+    for i in range(n):
+        r, g, b, _ = cm(i / (n - 1))
+        out.append(f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}")
+    return out
+
+
+def _round_list(values: torch.Tensor, digits: int) -> list:
+    """Round for embedding; ``-inf`` (a blocked score) becomes ``None`` (JSON null)."""
+    out = []
+    for v in values.reshape(-1).tolist():
+        out.append(None if v == -math.inf else round(v, digits))
+    return out
+
+
+def _quantize(values: torch.Tensor, digits: int) -> torch.Tensor:
+    """Round to ``digits`` decimals in float64, keeping ``-inf`` (a blocked score)."""
+    v = values.double()
+    return torch.where(torch.isinf(v), v, torch.round(v, decimals=digits))
+
+
+class AttentionExplorer:
+    """A self-contained, kernel-free attention explorer (build it with :func:`explorer`).
+
+    Displaying it (the last expression of a cell) renders HTML and JavaScript that
+    redraw the map in the browser. ``nbytes`` is the size it embeds in a page; it grows
+    as ``L·H·T_q·T_k`` (about 6 bytes per score) plus one fallback PNG.
+
+    Shapes:
+        scores: ``(L, H, T_q, T_k)``; each mask: ``(T_q, T_k)``
+    """
+
+    def __init__(
+        self,
+        scores: torch.Tensor,
+        q_tokens: list[str],
+        k_tokens: list[str],
+        *,
+        masks: dict[str, torch.Tensor],
+        layer_names: list[str],
+        title: str,
+        temperature: bool,
+        log: bool,
+        query: int,
+        fallback_png: bool = True,
+    ) -> None:
+        scores = _quantize(scores, _SCORE_DECIMALS)  # (L, H, T_q, T_k), on the embedded grid
+        self.scores, self.q_tokens, self.k_tokens = scores, q_tokens, k_tokens
+        self.masks, self.layer_names, self.title = masks, layer_names, title
+        self.temperature, self.log, self.query = temperature, log, query
+        self._payload = {
+            "shape": list(scores.shape),
+            "scores": _round_list(scores, _SCORE_DECIMALS),
+            "q": q_tokens,
+            "k": k_tokens,
+            "masks": {name: [int(b) for b in m.reshape(-1).tolist()] for name, m in masks.items()},
+            "layers": layer_names,
+            "lut": _colormap_lut(),
+            "temperature": temperature,
+            "log": log,
+            "query": query,
+            "title": title,
+            "logFloor": LOG_FLOOR,
+            "charPx": _CHAR_PX,
+        }
+        self._data = json.dumps(self._payload, separators=(",", ":"), ensure_ascii=False)
+        self._uid = "attnx-" + hashlib.sha1(self._data.encode()).hexdigest()[:12]
+        self._fallback = self._fallback_png() if fallback_png else ""
+        self.nbytes = len(self._data.encode()) + len(self._fallback)
+        if self.nbytes > MAX_EMBED_BYTES:
+            raise ValueError(
+                f"this explorer would embed {self.nbytes:,} bytes (limit {MAX_EMBED_BYTES:,}); "
+                f"shape (L, H, T_q, T_k)={tuple(scores.shape)}: pass fewer layers, heads or tokens"
+            )
+
+    def weights(self, layer: int = 0, head: int = 0, temperature: float = 1.0) -> torch.Tensor:
+        """The map the page shows for these controls (all masks on), computed in Python.
+
+        Shapes:
+            output: ``(T_q, T_k)``
+        """
+        s = self.scores[layer, head].double() / temperature
+        for m in self.masks.values():
+            s = s.masked_fill(~m, -math.inf)
+        blocked_row = torch.isinf(s).all(-1, keepdim=True)
+        w = torch.softmax(s.masked_fill(blocked_row, 0.0), -1)
+        return w.masked_fill(blocked_row, 0.0)
+
+    def _fallback_png(self) -> str:
+        import matplotlib.pyplot as plt
+
+        combined = None
+        for m in self.masks.values():
+            combined = m if combined is None else combined & m
+        ax = heatmap(
+            self.weights(0, 0),
+            self.q_tokens,
+            self.k_tokens,
+            mask=combined,
+            log=self.log,
+            title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(),
+            annotate=False,
+        )
+        buf = io.BytesIO()
+        ax.figure.savefig(buf, format="png", dpi=60, bbox_inches="tight")
+        plt.close(ax.figure)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    def __repr__(self) -> str:
+        L, H, T_q, T_k = self.scores.shape
+        return f"AttentionExplorer(L={L}, H={H}, T_q={T_q}, T_k={T_k}, masks={list(self.masks)}, nbytes={self.nbytes})"
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def html(self) -> str:
+        """The HTML (with its script) that renders the explorer."""
+        uid = self._uid
+        data = self._data.replace("</", "<\\/")  # keep "</script>" in a token from closing the tag
+        fallback = (
+            f'<img class="attnx-fallback" alt="attention map (static picture)" '
+            f'src="data:image/png;base64,{self._fallback}" style="max-width:100%">'
+            if self._fallback
+            else ""
+        )
+        return (
+            f'<div class="attn-explorer" id="{uid}" data-state="static">'
+            f'<div class="attnx-title" style="font-weight:600;margin:4px 0">{html.escape(self.title)}</div>'
+            f'<div class="attnx-controls" style="display:none;font:13px sans-serif;margin:4px 0"></div>'
+            f'<div class="attnx-view" style="display:none"></div>{fallback}'
+            f'<script type="application/json" class="attnx-data">{data}</script>'
+            f"<script>{_explorer_js().replace('__UID__', uid)}</script></div>"
+        )
+
+
+# --------------------------------------------------------------------------- kernel explorer
+class KernelExplorer:
+    """An ipywidgets explorer whose callbacks run in Python (build it with :func:`explorer`).
+
+    ``fn(text)`` returns ``(weights, tokens)``; the widgets recompute when the reader edits
+    the text or moves a control. Needs a running kernel (Jupyter, Colab); the static book
+    shows its first picture. Uses only widgets that exist in ipywidgets 7.7 and 8.
+
+    Shapes:
+        fn(text) -> weights ``(L, H, T, T)`` (or ``(H, T, T)``, ``(T, T)``), tokens: ``T`` strings
+    """
+
+    def __init__(self, fn: Callable[[str], tuple], text: str, *, title: str = "", log: bool = False) -> None:
+        import ipywidgets as widgets
+
+        self.fn, self.title = fn, title
+        self.text = widgets.Text(
+            value=text, description="sentence", continuous_update=False, layout=widgets.Layout(width="420px")
+        )
+        self.layer = widgets.IntSlider(description="layer", min=0, max=0)
+        self.head = widgets.IntSlider(description="head", min=0, max=0)
+        self.query = widgets.IntSlider(description="query", min=0, max=0)
+        self.temperature = widgets.FloatLogSlider(
+            description="temperature",
+            value=1.0,
+            base=10,
+            min=-1,
+            max=1,
+            step=0.05,
+            style={"description_width": "initial"},
+        )
+        self.log = widgets.Checkbox(description="log scale", value=log)
+        self.image = widgets.Image(format="png")
+        note = widgets.HTML("<small>Python callbacks: these controls need a running kernel (Jupyter or Colab).</small>")
+        self.widget = widgets.VBox(
+            [
+                note,
+                self.text,
+                widgets.HBox([self.layer, self.head]),
+                widgets.HBox([self.query, self.temperature, self.log]),
+                self.image,
+            ]
+        )
+        self._recompute()
+        self.text.observe(lambda _: self._recompute(), names="value")
+        for control in (self.layer, self.head, self.query, self.temperature, self.log):
+            control.observe(lambda _: self._draw(), names="value")
+
+    def _recompute(self) -> None:
+        weights, tokens = self.fn(self.text.value)
+        self.weights = to_4d("weights", as_tensor("weights", weights)).double()
+        self.tokens = check_labels("tokens", tokens, self.weights.shape[-1])
+        L, H, T_q, _ = self.weights.shape
+        self.layer.max, self.head.max, self.query.max = L - 1, H - 1, T_q - 1
+        self._draw()
+
+    def current(self) -> torch.Tensor:
+        """The map shown: ``softmax(log w / τ)`` = ``w^(1/τ)`` renormalised, zeros kept.
+
+        Shapes:
+            output: ``(T_q, T_k)``
+        """
+        w = self.weights[self.layer.value, self.head.value]
+        sharpened = w.clamp_min(0) ** (1.0 / self.temperature.value)
+        total = sharpened.sum(-1, keepdim=True)
+        return torch.where(total > 0, sharpened / total.clamp_min(1e-300), sharpened)
+
+    def _draw(self) -> None:
+        import matplotlib.pyplot as plt
+
+        w = self.current()
+        fig, (ax_map, ax_bar) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+        heatmap(
+            w,
+            self.tokens,
+            self.tokens if w.shape[0] == w.shape[1] else None,
+            ax=ax_map,
+            log=self.log.value,
+            annotate=False,
+            title=self.title or None,
+        )
+        q = self.query.value
+        ax_map.add_patch(plt.Rectangle((-0.5, q - 0.5), w.shape[1], 1, fill=False, ec="#e4572e", lw=2.5))
+        ax_bar.barh(range(w.shape[1]), w[q].numpy(), color="#3b75af")
+        ax_bar.set_yticks(range(w.shape[1]), self.tokens[: w.shape[1]])
+        ax_bar.invert_yaxis()
+        ax_bar.set_xlim(0, 1)
+        ax_bar.set_title(f"query “{self.tokens[q]}” attends to")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=70)
+        plt.close(fig)
+        self.image.value = buf.getvalue()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        L, H, T_q, T_k = self.weights.shape
+        return f"KernelExplorer(L={L}, H={H}, T_q={T_q}, T_k={T_k})"
+
+
+# --------------------------------------------------------------------------- entry point
+def explorer(
+    source,
+    q_tokens: Sequence[str] | None = None,
+    k_tokens: Sequence[str] | None = None,
+    *,
+    scores=None,
+    masks: dict | None = None,
+    layer_names: Sequence[str] | None = None,
+    title: str = "",
+    temperature: bool = True,
+    log: bool = False,
+    query: int = 0,
+    text: str | None = None,
+) -> AttentionExplorer | KernelExplorer:
+    """Explore attention maps: one call, kernel-free or with Python callbacks.
+
+    Args:
+        source: Either attention **weights** (kernel-free explorer; ``None`` if ``scores``
+            is given) or a **callable** ``fn(text) -> (weights, tokens)`` (kernel explorer,
+            needs ``text``).
+        q_tokens: Labels of the queries (rows).
+        k_tokens: Labels of the keys (columns); default ``q_tokens`` for square maps.
+        scores: Pre-softmax, *unmasked* scores instead of weights. Needed for mask
+            toggles: the page recomputes ``softmax(scores / τ)`` with the masks that are on.
+            From weights alone the page uses ``log w`` as the scores (the same softmax).
+        masks: Named boolean masks (``True`` = may attend), each toggled by a checkbox.
+        layer_names: Names for the layer slider.
+        title: A title above the explorer.
+        temperature: Show a temperature slider (τ from 0.1 to 10).
+        log: Start with a logarithmic colour scale.
+        query: The query row highlighted first.
+        text: The starting sentence of a kernel explorer.
+
+    Returns:
+        An :class:`AttentionExplorer` (display it) or a :class:`KernelExplorer`.
+
+    Shapes:
+        source / scores: ``(T_q, T_k)``, ``(H, T_q, T_k)`` or ``(L, H, T_q, T_k)``
+        each mask: ``(T_q, T_k)``
+
+    Raises:
+        TypeError: Wrong argument types.
+        ValueError: Wrong shapes, labels that do not match, or more than
+            :data:`MAX_EMBED_BYTES` to embed.
+    """
+    if callable(source) and not isinstance(source, torch.Tensor):
+        if text is None:
+            raise ValueError("a kernel explorer needs the starting sentence: explorer(fn, text=...)")
+        return KernelExplorer(source, text, title=title, log=log)
+    if (source is None) == (scores is None):
+        raise ValueError("pass either attention weights (source) or scores=, not both or neither")
+    if scores is not None:
+        s = to_4d("scores", as_tensor("scores", scores)).double()
+    else:
+        w = to_4d("weights", as_tensor("source", source)).double()
+        row_sums = w.sum(-1)
+        if (w < 0).any() or (((row_sums - 1).abs() > 1e-3) & (row_sums.abs() > 1e-6)).any():
+            raise ValueError("weights must be non-negative with rows summing to 1 (or 0); pass raw scores as scores=")
+        s = torch.log(w)  # softmax(log w) = w; zeros become -inf (masked)
+    L, H, T_q, T_k = s.shape
+    if s.numel() * 4 > MAX_EMBED_BYTES:  # every score takes at least 4 bytes of JSON: fail fast
+        raise ValueError(
+            f"this explorer would embed over {s.numel() * 4:,} bytes (limit {MAX_EMBED_BYTES:,}); "
+            f"shape (L, H, T_q, T_k)={tuple(s.shape)}: pass fewer layers, heads or tokens"
+        )
+    q_labels = check_labels("q_tokens", q_tokens, T_q)
+    k_labels = check_labels("k_tokens", k_tokens if k_tokens is not None or T_q != T_k else q_tokens, T_k)
+    names = list(layer_names) if layer_names is not None else [f"layer {i}" for i in range(L)]
+    if len(names) != L:
+        raise ValueError(f"layer_names has {len(names)} names for {L} layers")
+    checked = {str(k): check_mask(f"masks[{k!r}]", m, (T_q, T_k)) for k, m in (masks or {}).items()}
+    if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < T_q:
+        raise ValueError(f"query must be an int in [0, {T_q}), got query={query!r}")
+    return AttentionExplorer(
+        s,
+        q_labels,
+        k_labels,
+        masks=checked,
+        layer_names=names,
+        title=title,
+        temperature=temperature,
+        log=log,
+        query=query,
+    )
