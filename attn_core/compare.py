@@ -153,13 +153,20 @@ def assert_differ(actual: object, expected: object, *, more_than: float, label: 
     return diff
 
 
-def _check_bound(value: object, bound: object) -> tuple[float, float]:
+def _assert_bound(value: object, bound: object, side: str, label: str, quiet: bool) -> float:
+    """The one check behind :func:`assert_above` (``side="above"``) and :func:`assert_below`."""
     for name, x in (("value", value), ("bound", bound)):
         if isinstance(x, bool) or not isinstance(x, (int, float)):
             if isinstance(x, torch.Tensor) and x.numel() == 1:
                 continue
             raise TypeError(f"{name} must be a number, got {type(x).__name__} ({x!r})")
-    return float(value), float(bound)
+    v, b = float(value), float(bound)
+    prefix = f"{label}: " if label else ""
+    if not (v > b if side == "above" else v < b):
+        raise AssertionError(f"{prefix}{v:.4g} is not {side} {b:g}")
+    if not quiet:
+        print(f"{prefix}{side} {b:g}")
+    return v
 
 
 def assert_above(value: object, bound: float, *, label: str = "", quiet: bool = False) -> float:
@@ -175,13 +182,7 @@ def assert_above(value: object, bound: float, *, label: str = "", quiet: bool = 
         AssertionError: ``value`` is not above ``bound`` (the message gives both).
         TypeError: ``value`` or ``bound`` is not a number.
     """
-    v, b = _check_bound(value, bound)
-    prefix = f"{label}: " if label else ""
-    if not v > b:
-        raise AssertionError(f"{prefix}{v:.4g} is not above {b:g}")
-    if not quiet:
-        print(f"{prefix}above {b:g}")
-    return v
+    return _assert_bound(value, bound, "above", label, quiet)
 
 
 def assert_below(value: object, bound: float, *, label: str = "", quiet: bool = False) -> float:
@@ -191,10 +192,4 @@ def assert_below(value: object, bound: float, *, label: str = "", quiet: bool = 
         AssertionError: ``value`` is not below ``bound``.
         TypeError: ``value`` or ``bound`` is not a number.
     """
-    v, b = _check_bound(value, bound)
-    prefix = f"{label}: " if label else ""
-    if not v < b:
-        raise AssertionError(f"{prefix}{v:.4g} is not below {b:g}")
-    if not quiet:
-        print(f"{prefix}below {b:g}")
-    return v
+    return _assert_bound(value, bound, "below", label, quiet)
