@@ -165,6 +165,8 @@ def train(
     betas: tuple[float, float] = (0.9, 0.98),
     loss_fn: Callable[[nn.Module, tuple], torch.Tensor] | None = None,
     progress: bool = False,
+    callback: Callable[[int, nn.Module], object] | None = None,
+    callback_every: int = 1,
 ) -> TrainResult:
     """Train ``model`` on batches from ``batch_fn`` with AdamW and a warm-up; return the loss history.
 
@@ -185,6 +187,14 @@ def train(
         betas: AdamW's betas.
         loss_fn: ``loss_fn(model, batch)`` returns the scalar loss; default :func:`lm_loss`.
         progress: Show a progress bar (off by default, so that outputs reproduce).
+        callback: ``callback(step, model)``, called after every ``callback_every``-th
+            optimisation step (``step`` counts the steps done: ``callback_every, 2·callback_every, ...``)
+            and after the last one, to measure the model *during* training (e.g. its head
+            scores). Its return value is ignored. It runs under ``torch.no_grad()`` with the
+            random state saved and restored, so that it does not change the training: the
+            loss history is the same with or without it. The model is put back in training
+            mode after it.
+        callback_every: Steps between two calls of ``callback``.
 
     Returns:
         A :class:`TrainResult`. The model is left in training mode, trained in place. A
@@ -204,6 +214,9 @@ def train(
     if grad_clip is not None:
         check_number("grad_clip", grad_clip, low=0.0, low_open=True)
     check_choice("schedule", schedule, SCHEDULES)
+    if callback is not None:
+        check_callable("callback", callback)
+    check_int("callback_every", callback_every, minimum=1)
     loss_fn = lm_loss if loss_fn is None else loss_fn
 
     params = [p for p in model.parameters() if p.requires_grad]
@@ -243,6 +256,11 @@ def train(
             tokens += batch[0].numel()
             if bar is not None:
                 bar.update(step, losses[-1])
+            if callback is not None and ((step + 1) % callback_every == 0 or step + 1 == steps):
+                # Measuring must not change the training: no graph, the random state put back.
+                with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                    callback(step + 1, model)
+                model.train()
         seconds = time.perf_counter() - start
     diverged = not math.isfinite(losses[-1])
     tail = losses[-min(20, len(losses)) :]

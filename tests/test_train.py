@@ -140,3 +140,49 @@ def test_bad_model_and_batch_fn():
         train(lambda x: x, BATCHES)
     with pytest.raises(TypeError, match="batch_fn must be callable"):
         train(_tiny(), [1, 2])
+
+
+def test_callback_every_k_steps_and_training_unchanged():
+    calls = []
+
+    def callback(step, model):
+        # It may draw random numbers and switch to eval mode: neither changes the training.
+        calls.append((step, model.training, torch.is_grad_enabled()))
+        model.eval()
+        torch.rand(5)
+        return "ignored"
+
+    plain = train(_tiny(dropout=0.1), BATCHES, steps=10, lr=1e-2, warmup=2, batch_size=8, seed=1)
+    watched = train(
+        _tiny(dropout=0.1),
+        BATCHES,
+        steps=10,
+        lr=1e-2,
+        warmup=2,
+        batch_size=8,
+        seed=1,
+        callback=callback,
+        callback_every=4,
+    )
+    assert [c[0] for c in calls] == [4, 8, 10]  # every 4th step, and the last one
+    assert all(training and not grad for _, training, grad in calls)  # train mode in, no graph
+    assert watched.losses == plain.losses  # bit for bit: measuring does not perturb training
+
+
+def test_callback_sees_the_model_being_trained():
+    model, seen = _tiny(), []
+    train(model, BATCHES, steps=6, batch_size=4, seed=0, callback=lambda step, m: seen.append(m), callback_every=3)
+    assert len(seen) == 2 and all(m is model for m in seen)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        (dict(callback=3), TypeError, "callback must be callable"),
+        (dict(callback=print, callback_every=0), ValueError, "callback_every=0"),
+        (dict(callback_every=1.5), TypeError, "callback_every must be an int"),
+    ],
+)
+def test_callback_bad_input(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        train(_tiny(), BATCHES, steps=2, **kwargs)
