@@ -6,7 +6,10 @@
 compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
 than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), mixture-of-experts layers,
 activations other than SiLU, attention dropout. Sliding windows are
-converted (Mistral's in every layer, Qwen3's per ``layer_types``).
+converted (Mistral's in every layer, Qwen3's per ``layer_types``). The other models of
+Part V (gpt-oss, Qwen3-Next, Gemma 2/3, the MoE models) are refused with what they add
+(:data:`NOT_CONVERTED`); their attention layers convert one at a time with
+:func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -44,10 +47,43 @@ from torch import nn
 from .config import DecoderConfig
 from .model import DecoderLM
 
-__all__ = ["config_from_hf", "from_hf", "copy_attention", "transformers_names", "SUPPORTED_MODEL_TYPES"]
+__all__ = [
+    "config_from_hf",
+    "from_hf",
+    "copy_attention",
+    "transformers_names",
+    "SUPPORTED_MODEL_TYPES",
+    "NOT_CONVERTED",
+    "OFFSET_NORM_TYPES",
+]
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3")
+
+
+#: Model types the chapters discuss that :func:`from_hf` refuses, and why: what each adds
+#: that a :class:`~attn_core.DecoderLM` does not compute. Their attention layers alone
+#: convert with :func:`copy_attention` where it says so.
+NOT_CONVERTED = {
+    "gpt_oss": "its MLPs are a mixture of experts (num_local_experts={num_local_experts}, "
+    "top-{num_experts_per_tok} routing), which DecoderLM does not have; its attention layers (sliding "
+    "window on alternate layers, learned sinks) convert one by one with copy_attention",
+    "qwen3_next": "its layers are mostly Gated DeltaNet (linear attention) and its MLPs a mixture of "
+    "experts, which DecoderLM does not have; its gated full-attention layers convert one by one with "
+    "copy_attention (MultiHeadAttention with qk_norm=True, gate='elementwise')",
+    "gemma2": "its blocks differ from DecoderLM's: embeddings scaled by sqrt(hidden_size), RMSNorm gains "
+    "(1 + weight), a second norm after attention and after the MLP, a GELU-tanh gated MLP and "
+    "soft-capped final logits; its attention layers convert one by one with copy_attention "
+    "(softcap=attn_logit_softcapping, when query_pre_attn_scalar equals head_dim)",
+    "gemma3_text": "its blocks differ from DecoderLM's: embeddings scaled by sqrt(hidden_size), RMSNorm "
+    "gains (1 + weight), a second norm after attention and after the MLP, a GELU-tanh gated MLP, and "
+    "a RoPE base of its own in the sliding layers; its attention layers convert one by one with "
+    "copy_attention (qk_norm=True, when query_pre_attn_scalar equals head_dim)",
+    "qwen3_moe": "its MLPs are a mixture of experts, which DecoderLM does not have",
+    "mixtral": "its MLPs are a mixture of experts, which DecoderLM does not have",
+    "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
+    "at once (attn_core's is per head)",
+}
 
 
 def _rope(hf) -> tuple[float, str]:
@@ -92,10 +128,14 @@ def config_from_hf(hf_config) -> DecoderConfig:
         computes (its ``max_len`` is ``max_position_embeddings``).
 
     Raises:
-        ValueError: A model type other than :data:`SUPPORTED_MODEL_TYPES`, or a feature
-            attn_core does not compute exactly (named in the message).
+        ValueError: A model type other than :data:`SUPPORTED_MODEL_TYPES` (for those in
+            :data:`NOT_CONVERTED`, the message says what they add), or a feature attn_core
+            does not compute exactly (named in the message).
     """
     t = getattr(hf_config, "model_type", None)
+    if t in NOT_CONVERTED:
+        fields = {"num_local_experts": "?", "num_experts_per_tok": "?", **vars(hf_config)}
+        _refuse(t, NOT_CONVERTED[t].format(**fields))
     if t not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_type={t!r} is not supported; from_hf converts {', '.join(SUPPORTED_MODEL_TYPES)}")
     base, kind = _rope(hf_config)
@@ -169,25 +209,84 @@ def _copy(dst: nn.Linear | nn.Module, src: nn.Module | torch.Tensor, *, bias: to
             dst.bias.copy_(src_bias)
 
 
+#: Model types whose RMSNorm multiplies by ``(1 + weight)`` (the weight starts at 0): their
+#: stored gains are one less than attn_core's.
+OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "qwen3_next")
+
+
+def _hf_model_type(hf_attn: nn.Module) -> str | None:
+    return getattr(getattr(hf_attn, "config", None), "model_type", None)
+
+
+def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
+    """Refuse to copy into a layer that would compute something else (a missing sink, cap, window, gate, scale)."""
+    name = type(hf_attn).__name__
+    has_sinks = getattr(hf_attn, "sinks", None) is not None
+    if has_sinks != (attn.sinks is not None):
+        raise ValueError(
+            f"{name} {'has' if has_sinks else 'has no'} learned sinks: build the layer with sinks={has_sinks}"
+        )
+    cap = getattr(hf_attn, "attn_logit_softcapping", None)
+    if cap != attn.softcap:
+        raise ValueError(f"{name} soft-caps its logits at {cap}, the layer at softcap={attn.softcap}")
+    if hasattr(hf_attn, "sliding_window") and hf_attn.sliding_window != attn.window:
+        raise ValueError(f"{name} has sliding_window={hf_attn.sliding_window}, the layer window={attn.window}")
+    scaling = getattr(hf_attn, "scaling", attn.head_dim**-0.5)
+    if abs(scaling - attn.head_dim**-0.5) > 1e-12 * scaling:
+        raise ValueError(
+            f"{name} scales its scores by {scaling:.6g} (query_pre_attn_scalar), attn_core by "
+            f"1/sqrt(head_dim={attn.head_dim}) = {attn.head_dim**-0.5:.6g}"
+        )
+    gated = hf_attn.q_proj.weight.shape[0] == 2 * attn.n_heads * attn.head_dim
+    if gated != (attn.gate_proj is not None) or (gated and attn.gate_proj.out_features != attn.n_heads * attn.head_dim):
+        raise ValueError(
+            f"{name} {'makes an' if gated else 'has no'} output gate per query element: "
+            f"build the layer with gate={'elementwise' if gated else None!r}"
+        )
+
+
 def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     """Copy a Hugging Face attention layer's weights into an attn_core one of the same shape.
 
-    ``LlamaAttention`` / ``MistralAttention`` / ``Qwen3Attention`` into a
-    :class:`~attn_core.MultiHeadAttention` (with ``qk_norm=True`` for Qwen3), or
-    ``DeepseekV3Attention`` into a :class:`~attn_core.MultiHeadLatentAttention`, whose
-    fused projections are split per head (content and RoPE query rows; latent and RoPE-key
-    rows; key and value rows of ``kv_b_proj``).
+    Into a :class:`~attn_core.MultiHeadAttention`: ``LlamaAttention``, ``MistralAttention``,
+    ``Qwen3Attention`` (``qk_norm=True``), ``GptOssAttention`` (``window=`` on its sliding
+    layers, ``sinks=True``: the learned sink logits are copied), ``Gemma2Attention``
+    (``softcap=``) and ``Qwen3NextAttention`` (``qk_norm=True, gate="elementwise"``: its
+    ``q_proj`` makes each head's query and gate together, and are split here). Gemma's and
+    Qwen3-Next's RMSNorm multiply by ``1 + weight``; the gains are copied as ``1 + weight``.
+    RoPE is the layer's own (``rope=``); give it the model's base (Gemma 3's local layers
+    have their own).
+
+    Into a :class:`~attn_core.MultiHeadLatentAttention`: ``DeepseekV3Attention``, whose
+    fused projections are split per head (content and RoPE query rows; latent and
+    RoPE-key rows; key and value rows of ``kv_b_proj``).
 
     Raises:
-        ValueError: The shapes do not match (naming them).
+        ValueError: The shapes do not match, or the layer would compute something else
+            (sinks, soft-capping, window, score scale or gate not as the Hugging Face
+            layer's), naming the difference.
     """
     if not hasattr(attn, "d_latent"):  # multi-head attention and its GQA/MQA forms
-        for name in ("q_proj", "k_proj", "v_proj"):
+        _check_same_attention(attn, hf_attn)
+        q_proj = hf_attn.q_proj
+        if attn.gate_proj is None:
+            _copy(attn.q_proj, q_proj)
+        else:  # Qwen3-Next: per head, D query rows then D gate rows
+            H, D = attn.n_heads, attn.head_dim
+            w = q_proj.weight.view(H, 2, D, -1)  # (H·2D, d) -> (H, 2, D, d)
+            b = None if q_proj.bias is None else q_proj.bias.view(H, 2, D)  # (H·2D,) -> (H, 2, D)
+            _copy(attn.q_proj, w[:, 0].reshape(H * D, -1), bias=None if b is None else b[:, 0].reshape(-1))
+            _copy(attn.gate_proj, w[:, 1].reshape(H * D, -1), bias=None if b is None else b[:, 1].reshape(-1))
+        for name in ("k_proj", "v_proj"):
             _copy(getattr(attn, name), getattr(hf_attn, name))
         _copy(attn.out_proj, hf_attn.o_proj)
         if attn.q_norm is not None:
-            _copy(attn.q_norm, hf_attn.q_norm)
-            _copy(attn.k_norm, hf_attn.k_norm)
+            offset = 1.0 if _hf_model_type(hf_attn) in OFFSET_NORM_TYPES else 0.0
+            _copy(attn.q_norm, hf_attn.q_norm.weight + offset)
+            _copy(attn.k_norm, hf_attn.k_norm.weight + offset)
+        if attn.sinks is not None:
+            with torch.no_grad():
+                attn.sinks.copy_(hf_attn.sinks)
         return
     H, d_h, d_r, d_v, d_c = attn.n_heads, attn.head_dim, attn.rope_dim, attn.v_head_dim, attn.d_latent
     q = hf_attn.q_proj if getattr(hf_attn, "q_proj", None) is not None else hf_attn.q_b_proj

@@ -26,7 +26,13 @@ from transformers import (  # noqa: E402
 )
 
 from attn_core import DecoderLM, parameter_count  # noqa: E402
-from attn_core.convert import SUPPORTED_MODEL_TYPES, config_from_hf, from_hf, transformers_names  # noqa: E402
+from attn_core.convert import (  # noqa: E402
+    NOT_CONVERTED,
+    SUPPORTED_MODEL_TYPES,
+    config_from_hf,
+    from_hf,
+    transformers_names,
+)
 
 IDX = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
 SMALL = dict(
@@ -127,6 +133,26 @@ def test_refuses_other_model_types_and_non_models():
     with pytest.raises(TypeError, match="got dict"):
         from_hf({"config": None})
     assert set(SUPPORTED_MODEL_TYPES) == {"llama", "mistral", "qwen3", "deepseek_v3"}
+
+
+@pytest.mark.parametrize(
+    "config_name,message",
+    [
+        ("GptOssConfig", r"mixture of experts \(num_local_experts=128, top-4 routing\)"),
+        ("Qwen3NextConfig", "mostly Gated DeltaNet"),
+        ("Gemma2Config", "soft-capped final logits"),
+        ("Gemma3TextConfig", "a RoPE base of its own in the sliding layers"),
+        ("Qwen3MoeConfig", "mixture of experts"),
+        ("MixtralConfig", "mixture of experts"),
+        ("Olmo2Config", "QK-norm spans all heads"),
+    ],
+)
+def test_refuses_the_models_of_part_v_saying_what_they_add(config_name, message):
+    """The models chapters 15-16 discuss are refused with the reason, not as an unknown model type."""
+    hf_config = getattr(__import__("transformers"), config_name)()
+    assert hf_config.model_type in NOT_CONVERTED
+    with pytest.raises(ValueError, match=f"cannot convert this {hf_config.model_type} model exactly: .*{message}"):
+        config_from_hf(hf_config)
 
 
 def test_attn_core_does_not_import_transformers():

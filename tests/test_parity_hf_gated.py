@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from attn_core import MultiHeadAttention, RotaryEmbedding
+from attn_core.convert import copy_attention
 from conftest import F64, randn
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.gemma2 import modeling_gemma2  # noqa: E402
+from transformers.models.gemma3 import modeling_gemma3  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 
 D_MODEL, H, H_KV, D, T, B = 32, 4, 2, 16, 7, 2  # H·D = 64 ≠ d_model: a decoupled head width
@@ -34,6 +36,31 @@ def _softmax_keeps_float64(monkeypatch):
         return softmax(x, dim, *args, dtype=dtype, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "softmax", keep)
+
+
+def _gemma3_pair(seed: int = 0):
+    """Gemma 3's attention (QK-norm with gains ``1 + weight``, a sliding layer) and ours with copied weights."""
+    config = modeling_gemma3.Gemma3TextConfig(
+        hidden_size=D_MODEL,
+        num_attention_heads=H,
+        num_key_value_heads=H_KV,
+        head_dim=D,
+        num_hidden_layers=1,
+        layer_types=["sliding_attention"],
+        sliding_window=3,
+        query_pre_attn_scalar=D,
+        attn_implementation="eager",
+    )
+    hf = modeling_gemma3.Gemma3Attention(config, layer_idx=0).to(F64).eval()
+    _randomise(hf, seed)
+    for norm in (hf.q_norm, hf.k_norm):  # its (1 + weight) formula, kept in float64 (see _qwen3_next_pair)
+        norm.forward = lambda x, norm=norm: norm._norm(x) * (1.0 + norm.weight)
+    ours = MultiHeadAttention(
+        D_MODEL, H, n_kv_heads=H_KV, head_dim=D, causal=True, qk_norm=True, norm_eps=config.rms_norm_eps,
+        window=3, rope=RotaryEmbedding(D, base=BASE),
+    ).to(F64)  # fmt: skip
+    copy_attention(ours, hf)
+    return hf, ours
 
 
 def _rope_cos_sin(T: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,18 +114,7 @@ def _qwen3_next_pair(seed: int = 0):
         gate="elementwise",
         rope=RotaryEmbedding(D, base=BASE),
     ).to(F64)
-    with torch.no_grad():
-        # Qwen3-Next's q_proj makes queries and gate logits together, per head: rows
-        # [h·2D, h·2D + D) are head h's query, [h·2D + D, (h+1)·2D) its gate.
-        w = hf.q_proj.weight.view(H, 2 * D, D_MODEL)  # (H·2D, d) -> (H, 2D, d)
-        ours.q_proj.weight.copy_(w[:, :D].reshape(H * D, D_MODEL))
-        ours.gate_proj.weight.copy_(w[:, D:].reshape(H * D, D_MODEL))
-        ours.k_proj.weight.copy_(hf.k_proj.weight)
-        ours.v_proj.weight.copy_(hf.v_proj.weight)
-        ours.out_proj.weight.copy_(hf.o_proj.weight)
-        # Qwen3-Next's RMSNorm gain is (1 + weight), initialised at weight = 0.
-        ours.q_norm.weight.copy_(1.0 + hf.q_norm.weight)
-        ours.k_norm.weight.copy_(1.0 + hf.k_norm.weight)
+    copy_attention(ours, hf)  # splits the fused query/gate rows, copies the norm gains as 1 + weight
     return hf, ours
 
 
@@ -119,9 +135,7 @@ def _gemma2_pair(softcap: float, seed: int = 0):
     ours = MultiHeadAttention(
         D_MODEL, H, n_kv_heads=H_KV, head_dim=D, causal=True, softcap=softcap, rope=RotaryEmbedding(D, base=BASE)
     ).to(F64)
-    with torch.no_grad():
-        for mine, theirs in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj")):
-            getattr(ours, mine).weight.copy_(getattr(hf, theirs).weight)
+    copy_attention(ours, hf)
     return hf, ours
 
 
@@ -178,3 +192,64 @@ def test_gemma2_cap_matters():
         ours.softcap = None
         got = ours(x)
     assert (got - want).abs().max() > 1e-2
+
+
+def _windowed_causal_bias(T: int, window: int) -> torch.Tensor:
+    """Causal, and each query sees itself and the ``window - 1`` keys before it. Shapes: ``(1, 1, T, T)``"""
+    q, k = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (k <= q) & (q - k < window)
+    return torch.zeros(T, T, dtype=F64).masked_fill(~allowed, float("-inf"))[None, None]
+
+
+def test_gemma3_sliding_attention_with_qk_norm_matches_hugging_face():
+    hf, ours = _gemma3_pair()
+    x = randn(B, T, D_MODEL, seed=6)
+    with torch.no_grad():
+        want, want_w = hf(x, _rope_cos_sin(T), _windowed_causal_bias(T, 3))
+        got, got_w = ours(x, return_weights=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_w, want_w, rtol=0, atol=1e-12)
+    assert (got_w[..., 3:, 0] == 0).all()  # the window bites
+
+
+def test_gemma3_norm_gains_are_one_plus_weight():
+    """Copying the stored weight (not 1 + weight) would be off: the gains start at 0 in Hugging Face."""
+    hf, ours = _gemma3_pair()
+    torch.testing.assert_close(ours.q_norm.weight, 1.0 + hf.q_norm.weight, rtol=0, atol=0)
+    torch.testing.assert_close(ours.k_norm.weight, 1.0 + hf.k_norm.weight, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(softcap=None), "soft-caps its logits at 1.5, the layer at softcap=None"),
+        (dict(softcap=1.5, sinks=True), "has no learned sinks: build the layer with sinks=False"),
+        (dict(softcap=1.5, window=4), "has sliding_window=None, the layer window=4"),
+        (dict(softcap=1.5, gate="elementwise"), "has no output gate per query element: build the layer with gate=None"),
+    ],
+)
+def test_copy_attention_refuses_a_layer_that_computes_something_else(kwargs, message):
+    hf, _ = _gemma2_pair(1.5)
+    ours = MultiHeadAttention(D_MODEL, H, n_kv_heads=H_KV, head_dim=D, causal=True, **kwargs).to(F64)
+    with pytest.raises(ValueError, match=message):
+        copy_attention(ours, hf)
+
+
+def test_copy_attention_refuses_another_score_scale():
+    config = modeling_gemma2.Gemma2Config(
+        hidden_size=D_MODEL, num_attention_heads=H, num_key_value_heads=H_KV, head_dim=D, num_hidden_layers=1,
+        layer_types=["full_attention"], query_pre_attn_scalar=2 * D, attn_logit_softcapping=None,
+    )  # fmt: skip
+    hf = modeling_gemma2.Gemma2Attention(config, layer_idx=0)
+    ours = MultiHeadAttention(D_MODEL, H, n_kv_heads=H_KV, head_dim=D, causal=True)
+    with pytest.raises(ValueError, match="scales its scores by 0.176777"):
+        copy_attention(ours, hf)
+
+
+def test_copy_attention_refuses_a_missing_gate():
+    hf, _ = _qwen3_next_pair()
+    ours = MultiHeadAttention(D_MODEL, H, n_kv_heads=H_KV, head_dim=D, causal=True, qk_norm=True).to(F64)
+    with pytest.raises(
+        ValueError, match="makes an output gate per query element: build the layer with gate='elementwise'"
+    ):
+        copy_attention(ours, hf)

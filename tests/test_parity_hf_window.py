@@ -32,6 +32,7 @@ from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: 
 from transformers.models.mistral import modeling_mistral as hf_mistral  # noqa: E402
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RollingKVCache, RotaryEmbedding, generate  # noqa: E402
+from attn_core.convert import copy_attention  # noqa: E402
 
 F64 = torch.float64
 EXACT = 1e-10  # float64 rounding in another summation order
@@ -76,16 +77,6 @@ def seeded(module: torch.nn.Module, seed: int = 0, std: float = 0.3) -> torch.nn
         for name, p in module.named_parameters():
             p.copy_(torch.randn_like(p) * std + (1.0 if "norm" in name or "sinks" in name else 0.0))
     return module.eval()
-
-
-def copy_attention(ours: MultiHeadAttention, hf: torch.nn.Module) -> None:
-    with torch.no_grad():
-        for a, b in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj")):
-            getattr(ours, a).weight.copy_(getattr(hf, b).weight)
-            if getattr(hf, b).bias is not None:
-                getattr(ours, a).bias.copy_(getattr(hf, b).bias)
-        if getattr(hf, "sinks", None) is not None:
-            ours.sinks.copy_(hf.sinks)
 
 
 # --------------------------------------------------------------------------- gpt-oss
