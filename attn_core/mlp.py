@@ -3,7 +3,8 @@
 Attention mixes information *across* positions; the MLP then transforms each position's
 vector on its own, with the same weights at every position.
 
-* :class:`FeedForward`: ``down(gelu(up(x)))``, hidden width ``4·d_model`` by default.
+* :class:`FeedForward`: ``down(gelu(up(x)))``, hidden width ``4·d_model`` by default; the
+  exact GELU (``"gelu"``) or GPT-2's tanh approximation (``"gelu_tanh"``).
 * :class:`SwiGLU`: ``down(silu(gate(x)) * up(x))``, hidden width ``⅔·4·d_model`` rounded
   up (:func:`swiglu_hidden_dim`), so that it costs what the GELU MLP costs.
 * :func:`make_mlp` builds either from its name, as the blocks' ``mlp=`` argument does.
@@ -21,10 +22,22 @@ from torch import nn
 
 from .checks import check_choice, check_int, check_number
 
-__all__ = ["FeedForward", "SwiGLU", "swiglu_hidden_dim", "mlp_hidden_dim", "make_mlp", "MLP_KINDS"]
+__all__ = [
+    "FeedForward",
+    "SwiGLU",
+    "swiglu_hidden_dim",
+    "mlp_hidden_dim",
+    "make_mlp",
+    "MLP_KINDS",
+    "GELU_APPROXIMATIONS",
+]
 
-#: The names :func:`make_mlp` (and the blocks' ``mlp=`` argument) accept.
-MLP_KINDS = ("gelu", "swiglu")
+#: The names :func:`make_mlp` (and the blocks' ``mlp=`` argument) accept. ``"gelu"`` is the
+#: exact GELU, ``x·Φ(x)``; ``"gelu_tanh"`` is the tanh approximation GPT-2 was trained with
+#: (``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``), the same two matrices.
+MLP_KINDS = ("gelu", "swiglu", "gelu_tanh")
+#: :class:`FeedForward`'s ``approximate=`` choices, as ``torch.nn.functional.gelu`` names them.
+GELU_APPROXIMATIONS = ("none", "tanh")
 
 
 class FeedForward(nn.Module):
@@ -38,15 +51,26 @@ class FeedForward(nn.Module):
         d_ff: Hidden width; default ``4 * d_model`` (the original transformer's ratio).
         dropout: Dropout on the output, in training mode.
         bias: Give both linear layers a bias (GPT-2 does).
+        approximate: ``"none"``: the exact GELU ``x·Φ(x)`` (the default); ``"tanh"``: GPT-2's
+            tanh approximation, as ``torch.nn.functional.gelu(approximate="tanh")``.
 
     Shapes:
         x: ``(..., d_model)``; output: ``(..., d_model)``
     """
 
-    def __init__(self, d_model: int, d_ff: int | None = None, *, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int | None = None,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        approximate: str = "none",
+    ) -> None:
         super().__init__()
         check_int("d_model", d_model)
         d_ff = mlp_hidden_dim("gelu", d_model, d_ff)
+        self.approximate = check_choice("approximate", approximate, GELU_APPROXIMATIONS)
         self.d_model, self.d_ff = d_model, d_ff
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
@@ -54,10 +78,11 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
-        return self.dropout(self.down_proj(F.gelu(self.up_proj(x))))
+        return self.dropout(self.down_proj(F.gelu(self.up_proj(x), approximate=self.approximate)))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, d_ff={self.d_ff}"
+        gelu = "" if self.approximate == "none" else f", approximate={self.approximate!r}"
+        return f"d_model={self.d_model}, d_ff={self.d_ff}{gelu}"
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 8) -> int:
@@ -114,21 +139,23 @@ class SwiGLU(nn.Module):
 
 
 def make_mlp(kind: str, d_model: int, d_ff: int | None, *, bias: bool, dropout: float = 0.0) -> nn.Module:
-    """``"gelu"`` -> :class:`FeedForward`, ``"swiglu"`` -> :class:`SwiGLU`."""
+    """``"gelu"`` -> :class:`FeedForward`, ``"gelu_tanh"`` -> the same with GPT-2's tanh GELU,
+    ``"swiglu"`` -> :class:`SwiGLU`."""
     check_choice("mlp", kind, MLP_KINDS)
-    if kind == "gelu":
-        return FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
+    if kind in ("gelu", "gelu_tanh"):
+        approximate = "tanh" if kind == "gelu_tanh" else "none"
+        return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, approximate=approximate)
     return SwiGLU(d_model, d_ff, dropout=dropout, bias=bias)
 
 
 def mlp_hidden_dim(kind: str, d_model: int, d_ff: int | None = None) -> int:
     """The hidden width an MLP of ``kind`` gets: ``d_ff`` if given, else the kind's default.
 
-    The defaults are those of :class:`FeedForward` (``4·d_model``) and :class:`SwiGLU`
+    The defaults are those of :class:`FeedForward` (``4·d_model``, both GELUs) and :class:`SwiGLU`
     (:func:`swiglu_hidden_dim`); :class:`~attn_core.DecoderConfig` and the parameter
     formulas read them from here.
     """
     check_choice("mlp", kind, MLP_KINDS)
     if d_ff is not None:
         return check_int("d_ff", d_ff)
-    return 4 * check_int("d_model", d_model) if kind == "gelu" else swiglu_hidden_dim(d_model)
+    return 4 * check_int("d_model", d_model) if kind in ("gelu", "gelu_tanh") else swiglu_hidden_dim(d_model)

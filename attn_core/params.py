@@ -27,7 +27,7 @@ def _norm_params(kind: str, d: int) -> int:
 
 
 def _mlp_params(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
-    if kind == "gelu":  # up (d -> f) and down (f -> d)
+    if kind in ("gelu", "gelu_tanh"):  # up (d -> f) and down (f -> d)
         return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
     return 3 * d_model * d_ff + ((2 * d_ff + d_model) if bias else 0)  # gate, up, down
 

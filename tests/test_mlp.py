@@ -49,3 +49,54 @@ def test_swiglu_matches_formula_and_width():
 def test_mlp_bad_input(cls, kwargs, message):
     with pytest.raises(ValueError, match=message):
         cls(**kwargs)
+
+
+# --------------------------------------------------------------------------- GPT-2's tanh GELU
+def test_feedforward_tanh_gelu_matches_torch():
+    torch.manual_seed(0)
+    ff = FeedForward(8, approximate="tanh")
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    ff = ff.double()
+    up = F.linear(x, ff.up_proj.weight, ff.up_proj.bias)
+    expected = F.linear(F.gelu(up, approximate="tanh"), ff.down_proj.weight, ff.down_proj.bias)
+    assert torch.allclose(ff(x), expected, atol=1e-12)
+    # GPT-2's formula, written out: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+    z = torch.linspace(-6, 6, 101, dtype=torch.float64)
+    formula = 0.5 * z * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (z + 0.044715 * z**3)))
+    assert torch.allclose(F.gelu(z, approximate="tanh"), formula, atol=1e-12)
+    # ... and it is not the exact GELU (the two differ in the third decimal near |x| = 2).
+    assert not torch.allclose(FeedForward(8)(x.float()), FeedForward(8, approximate="tanh")(x.float()))
+    assert "approximate='tanh'" in repr(ff) and "approximate" not in repr(FeedForward(8))
+
+
+def test_default_feedforward_is_exact_gelu():
+    torch.manual_seed(0)
+    ff = FeedForward(8)
+    assert ff.approximate == "none"
+    x = torch.randn(4, 8, dtype=torch.float64)
+    ff = ff.double()
+    exact = 0.5 * ff.up_proj(x) * (1 + torch.erf(ff.up_proj(x) / 2**0.5))  # x·Φ(x)
+    assert torch.allclose(ff(x), ff.down_proj(exact), atol=1e-12)
+
+
+def test_make_mlp_gelu_tanh_and_config():
+    from attn_core import DecoderConfig, DecoderLM, parameter_count
+    from attn_core.mlp import MLP_KINDS, make_mlp, mlp_hidden_dim
+
+    assert "gelu_tanh" in MLP_KINDS
+    m = make_mlp("gelu_tanh", 8, None, bias=True)
+    assert isinstance(m, FeedForward) and m.approximate == "tanh" and m.d_ff == 32 == mlp_hidden_dim("gelu_tanh", 8)
+    assert make_mlp("gelu", 8, None, bias=True).approximate == "none"
+    config = DecoderConfig.gpt2_like(mlp="gelu_tanh")
+    model = DecoderLM(config)
+    assert all(block.mlp.approximate == "tanh" for block in model.blocks)
+    # Same matrices as the exact-GELU preset: the same count, by module and by formula.
+    assert model.num_parameters() == parameter_count(config) == parameter_count(DecoderConfig.gpt2_like())
+    # The presets are unchanged: exact GELU.
+    assert all(block.mlp.approximate == "none" for block in DecoderLM(DecoderConfig.gpt2_like()).blocks)
+
+
+@pytest.mark.parametrize("approximate", ["tanh ", "erf", None])
+def test_feedforward_bad_approximate(approximate):
+    with pytest.raises(ValueError, match=f"approximate={approximate!r}"):
+        FeedForward(8, approximate=approximate)
