@@ -33,7 +33,7 @@ from .positional import ROPE_LAYOUTS
 
 __all__ = ["DecoderConfig"]
 
-POSITIONAL_KINDS = ("learned", "rope", "none")
+POSITIONAL_KINDS = ("learned", "rope", "none", "sinusoidal", "alibi")
 ATTENTION_KINDS = ("mha", "mla")
 BLOCK_KINDS = ("standard", "sas", "sas-p")
 LAYER_TYPES = ("full", "sliding")
@@ -55,8 +55,14 @@ class DecoderConfig:
         d_ff: MLP hidden width; ``None`` = ``4·d_model`` (GELU) or ``⅔·4·d_model`` rounded (SwiGLU).
         max_len: Longest sequence (learned positions have one vector per position; caches
             are sized by it).
-        positional: ``"learned"`` (added to the token embeddings), ``"rope"`` (queries and
-            keys rotated in every layer) or ``"none"`` (causal attention alone).
+        positional: ``"learned"`` (a trained vector per position added to the token
+            embeddings; none past ``max_len``), ``"sinusoidal"`` (the fixed sine/cosine
+            vectors of :class:`~attn_core.SinusoidalPositionalEncoding` added instead, to
+            token embeddings scaled by ``√d_model`` as in the paper; needs an even
+            ``d_model``), ``"rope"`` (queries and keys rotated in every layer), ``"alibi"``
+            (:class:`~attn_core.ALiBi`'s per-head distance penalty added to every layer's
+            scores; standard multi-head attention without sliding layers or shared
+            keys/values) or ``"none"`` (causal attention alone, NoPE).
         mlp: ``"gelu"`` or ``"swiglu"``.
         norm: ``"layernorm"`` or ``"rmsnorm"``.
         norm_position: ``"pre"`` or ``"post"``.
@@ -153,6 +159,7 @@ class DecoderConfig:
         self._check_parity_fields()
         self._check_layer_pattern()
         self._check_gate_and_softcap()
+        self._check_positional()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -229,6 +236,28 @@ class DecoderConfig:
                     raise ValueError(
                         f"{name}={getattr(self, name)!r} needs positional='rope', got positional={self.positional!r}"
                     )
+
+    def _check_positional(self) -> None:
+        """Sinusoidal positions need sine/cosine pairs; ALiBi's bias goes into the standard blocks' attention."""
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(
+                f"positional='sinusoidal' needs an even d_model (sine/cosine pairs), got d_model={self.d_model}"
+            )
+        if self.positional != "alibi":
+            return
+        if self.attention != "mha" or self.block != "standard":
+            raise ValueError(
+                f"positional='alibi' adds its bias to the standard blocks' multi-head attention; "
+                f"got attention={self.attention!r}, block={self.block!r}"
+            )
+        # A rolling cache's keys are ring slots and a layer that shares keys takes its
+        # source's mask: neither can take the bias, so refuse instead of ignoring it.
+        for name, used in (("sliding_window", self.sliding_window is not None), ("kv_share", self.kv_share)):
+            if used:
+                raise ValueError(
+                    f"positional='alibi' is not supported with {name}={getattr(self, name)!r} "
+                    f"(sliding layers and shared keys/values take no score bias)"
+                )
 
     def _check_gate_and_softcap(self) -> None:
         """Check the attention's output gate and logit soft-cap (chapter 16): built-in attention only."""

@@ -26,7 +26,7 @@ from .checks import check_instance, check_int, check_tensor
 from .config import DecoderConfig
 from .mla import MultiHeadLatentAttention
 from .norms import make_norm
-from .positional import LearnedPositionalEmbedding, RotaryEmbedding
+from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
 
 __all__ = ["DecoderLM"]
@@ -46,8 +46,13 @@ class DecoderLM(nn.Module):
 
     Attributes:
         tok_emb: ``nn.Embedding(V, d_model)``.
-        pos_emb: :class:`~attn_core.LearnedPositionalEmbedding` or None.
+        pos_emb: :class:`~attn_core.LearnedPositionalEmbedding`,
+            :class:`~attn_core.SinusoidalPositionalEncoding` or None.
+        embed_scale: What the token embeddings are multiplied by before positions are
+            added: ``√d_model`` with sinusoidal positions (Vaswani et al. 2017, §3.4; the
+            encodings have entries of size 1, the embeddings start at 0.02), else 1.
         rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers, or None.
+        alibi: The :class:`~attn_core.ALiBi` whose bias every layer adds to its scores, or None.
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock` or
             :class:`~attn_core.SimplifiedBlock`.
         embed_norm: Normalisation of the embeddings for post-norm models (as in BERT),
@@ -70,7 +75,15 @@ class DecoderLM(nn.Module):
         # GPT-2's initialisation: with tied weights the same matrix makes the logits, and
         # N(0, 1) entries would start them at a scale of √d_model.
         nn.init.normal_(self.tok_emb.weight, std=0.02)
-        self.pos_emb = LearnedPositionalEmbedding(c.max_len, c.d_model) if c.positional == "learned" else None
+        self.pos_emb = None
+        if c.positional == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(c.max_len, c.d_model)
+        elif c.positional == "sinusoidal":
+            self.pos_emb = SinusoidalPositionalEncoding(c.d_model)
+        # The Transformer's recipe with fixed sinusoids: scale the embeddings up by √d_model,
+        # or the ±1 encodings drown the 0.02-scale token vectors (the same matrix makes the logits).
+        self.embed_scale = c.d_model**0.5 if c.positional == "sinusoidal" else 1.0
+        self.alibi = ALiBi(c.n_heads) if c.positional == "alibi" else None
         self.rope = None
         if c.positional == "rope" and c.attention == "mha":
             self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout)
@@ -223,17 +236,23 @@ class DecoderLM(nn.Module):
         """
         offset = self._check_inputs(idx, caches)
         x = self.tok_emb(idx.long())  # (B, T, d_model)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         if self.pos_emb is not None:
             x = self.pos_emb(x, offset)  # positions continue after the cached ones
         x = self.drop(self.embed_norm(x))
+        bias = None
+        if self.alibi is not None:  # the same (H, T, past + T) bias in every layer, queries the last T positions
+            T = idx.shape[1]
+            bias = self.alibi.bias(T, offset + T, device=x.device)[None]  # (1, H, T, past + T)
         all_weights = []
         for i, block in enumerate(self.blocks):
             cache = None if caches is None else caches[i]
             if return_weights:
-                x, w = block(x, kv_cache=cache, return_weights=True)
+                x, w = block(x, mask=bias, kv_cache=cache, return_weights=True)
                 all_weights.append(w)
             else:
-                x = block(x, kv_cache=cache)
+                x = block(x, mask=bias, kv_cache=cache)
         logits = self.lm_head(self.final_norm(x))  # (B, T, V)
         return (logits, all_weights) if return_weights else logits
 

@@ -44,7 +44,15 @@ def test_config_is_frozen_and_presets():
     [
         (dict(d_model=30, n_heads=4), "d_model=30 is not divisible by n_heads=4"),
         (dict(n_kv_heads=3), "n_heads=4 is not divisible by n_kv_heads=3"),
-        (dict(positional="alibi"), "positional='alibi'"),
+        (dict(positional="xpos"), "positional='xpos'"),
+        (
+            dict(positional="sinusoidal", d_model=27, n_heads=3),
+            "needs an even d_model (sine/cosine pairs), got d_model=27",
+        ),
+        (dict(positional="alibi", attention="mla", d_latent=8), "got attention='mla', block='standard'"),
+        (dict(positional="alibi", block="sas"), "got attention='mha', block='sas'"),
+        (dict(positional="alibi", sliding_window=4), "positional='alibi' is not supported with sliding_window=4"),
+        (dict(positional="alibi", kv_share=(0, 0)), "positional='alibi' is not supported with kv_share=(0, 0)"),
         (dict(mlp="relu"), "mlp='relu'"),
         (dict(norm="batchnorm"), "norm='batchnorm'"),
         (dict(norm_position="sandwich"), "norm_position='sandwich'"),

@@ -8,19 +8,30 @@ import pytest
 import torch
 
 from attn_core import (
+    ALiBi,
     DecoderConfig,
     DecoderLM,
     KVCache,
     LatentKVCache,
+    SinusoidalPositionalEncoding,
+    causal_mask,
     parameter_count,
 )
 from conftest import PRESETS, decoder
 
+# The presets, and the positional kinds that no preset uses (chapter 8's experiment).
+CONFIGS = {
+    **PRESETS,
+    "gpt2_sinusoidal": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, positional="sinusoidal"),
+    "gpt2_alibi": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, positional="alibi"),
+    "llama_alibi": DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, positional="alibi"),
+}
+
 
 # --------------------------------------------------------------------------- the language model
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_decoder_is_causal(name):
-    model = decoder(PRESETS[name]).eval()
+    model = decoder(CONFIGS[name]).eval()
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, V, (2, 10), generator=g)
@@ -33,9 +44,9 @@ def test_decoder_is_causal(name):
         assert not torch.allclose(logits[:, t + 1 :], other[:, t + 1 :], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_incremental_decoding_equals_full_sequence(name):
-    model = decoder(PRESETS[name]).eval()
+    model = decoder(CONFIGS[name]).eval()
     idx = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
     full, full_w = model(idx, return_weights=True)
     caches = model.make_caches(2, 12)
@@ -68,6 +79,58 @@ def test_learned_positions_offset_by_cache():
     alone = model(idx[:, 5:])  # the same token at position 0 instead of 5
     assert torch.allclose(last, model(idx)[:, 5:], atol=1e-5)
     assert not torch.allclose(last, alone, atol=1e-4)
+
+
+def _without_positions(config: DecoderConfig) -> DecoderLM:
+    """The same weights (same seed) with ``positional="none"``: positions added by hand below."""
+    return decoder(dataclasses.replace(config, positional="none")).double().eval()
+
+
+def test_sinusoidal_positions_are_the_table_added_to_the_embeddings():
+    config = CONFIGS["gpt2_sinusoidal"]
+    model, plain = decoder(config).double().eval(), _without_positions(config)
+    assert isinstance(model.pos_emb, SinusoidalPositionalEncoding) and model.alibi is None
+    assert model.num_parameters() == plain.num_parameters() == parameter_count(config)  # no parameters
+    idx = torch.randint(0, 24, (2, 40), generator=torch.Generator().manual_seed(4))
+    # Vaswani et al.: embeddings scaled by √d_model, then the encodings added.
+    x = plain.tok_emb(idx) * 32**0.5 + SinusoidalPositionalEncoding(32).encodings(40, dtype=torch.float64)  # (B, T, d)
+    for block in plain.blocks:
+        x = block(x)
+    expected = plain.lm_head(plain.final_norm(x))  # (B, T, V)
+    assert (model(idx) - expected).abs().max() < 1e-12
+    # No table, so no maximum length: a sequence longer than max_len runs (learned positions raise).
+    long_config = dataclasses.replace(config, max_len=8)
+    assert decoder(long_config)(idx[:, :20]).shape == (2, 20, 24)
+    with pytest.raises(ValueError, match="exceed max_len=8"):
+        decoder(dataclasses.replace(long_config, positional="learned"))(idx[:, :20])
+
+
+@pytest.mark.parametrize("name", ["gpt2_alibi", "llama_alibi"])
+def test_alibi_weights_equal_the_manual_computation(name):
+    """Every layer's weights are softmax(q·k/√D - m_h·(i - j)) over the keys j <= i; no parameters added."""
+    config = CONFIGS[name]
+    model, plain = decoder(config).double().eval(), _without_positions(config)
+    assert model.pos_emb is None and model.rope is None and isinstance(model.alibi, ALiBi)
+    assert model.num_parameters() == plain.num_parameters() == parameter_count(config)
+    T, H, D = 7, config.n_heads, config.d_model // config.n_heads
+    idx = torch.randint(0, 24, (2, T), generator=torch.Generator().manual_seed(5))
+    logits, weights = model(idx, return_weights=True)
+    x = plain.tok_emb(idx)  # (B, T, d)
+    slopes = torch.tensor(ALiBi.slopes_for(H), dtype=torch.float64)  # (H,)
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).double()  # (T, T): i - j
+    for block, w in zip(plain.blocks, weights, strict=True):
+        attn = block.attn
+        h = block.attn_norm(x)
+        q = attn.q_proj(h).view(2, T, H, D).transpose(1, 2)  # (B, T, H·D) -> (B, H, T, D)
+        kv_rep = H // attn.n_kv_heads  # GQA: each key/value head serves kv_rep query heads
+        k = attn.k_proj(h).view(2, T, attn.n_kv_heads, D).transpose(1, 2).repeat_interleave(kv_rep, dim=1)
+        scores = q @ k.transpose(-2, -1) / D**0.5 - slopes[:, None, None] * distance  # (B, H, T, T)
+        expected = scores.masked_fill(~causal_mask(T), float("-inf")).softmax(-1)
+        assert (w - expected).abs().max() < 1e-12
+        x = block(x, mask=-(slopes[:, None, None] * distance.abs())[None])  # (1, H, T, T): the bias by hand
+    assert (logits - plain.lm_head(plain.final_norm(x))).abs().max() < 1e-12
+    # The bias changes what the model computes: without it the weights differ.
+    assert (plain(idx, return_weights=True)[1][0] - weights[0]).abs().max() > 1e-3
 
 
 def test_dropout_only_in_training():
