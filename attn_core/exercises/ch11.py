@@ -58,26 +58,93 @@ def check_shaped_attention(fn: Callable[..., torch.Tensor]) -> bool:
     return compare("11.2 shaped attention", got, _reference_shaped(q, k, v, alpha, beta, gamma), atol=1e-8)
 
 
+def _shaped_variant(
+    *, future_from: int | None, causal_c: bool, scale_power: float = 0.5
+) -> Callable[..., torch.Tensor]:
+    """A written-out shaped attention with the softmax mask and ``C`` chosen (right or wrong).
+
+    ``future_from``: the masked scores are ``triu(future_from)`` (1 is right, 2 lets each
+    position see one step ahead, None discards the mask); ``causal_c``: the causal ``C``
+    (right) or the uniform one over all positions; ``scale_power``: scores divided by
+    ``D ** scale_power`` (any value keeps the result causal).
+    """
+
+    def impl(q, k, v, alpha, beta, gamma):
+        T = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** scale_power  # (B, H, T, T)
+        if future_from is not None:
+            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(future_from)  # (T, T)
+            scores = scores.masked_fill(future, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        C = centring_matrix(T, causal=causal_c, dtype=q.dtype, device=q.device)  # (T, T)
+        eye = torch.eye(T, dtype=q.dtype, device=q.device)
+        a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
+        return (a * eye + b * probs - g * C) @ v  # (B, H, T, D)
+
+    return impl
+
+
+def _neutral(impl: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """Wrap ``impl`` so that every candidate looks the same from outside (name, code, signature)."""
+
+    def shaped(q, k, v, alpha, beta, gamma):
+        return impl(q, k, v, alpha, beta, gamma)
+
+    return shaped
+
+
+def _causality_candidates() -> list[tuple[Callable[..., torch.Tensor], bool, str]]:
+    """The functions exercise 11.3's test is run on: ``(fn, leaks, what it is)``, mixed order."""
+
+    def leaky_both(q, k, v, alpha, beta, gamma):
+        return leaky_shaped_attention(q, k, v, alpha, beta, gamma)[0]
+
+    cases = [
+        (_reference_shaped, False, "is correct shaped attention"),
+        (leaky_both, True, "discards the mask and uses the full C (the chapter's leaky version)"),
+        (
+            _shaped_variant(future_from=1, causal_c=True, scale_power=1.0),
+            False,
+            "is causal, with another score scale: a causality test must not compare with a reference output",
+        ),
+        (_shaped_variant(future_from=None, causal_c=True), True, "discards the mask (causal C)"),
+        (
+            _shaped_variant(future_from=1, causal_c=False),
+            True,
+            "masks the softmax but uses the full C: it leaks through the values",
+        ),
+        (_shaped_variant(future_from=2, causal_c=True), True, "lets each position see one step ahead"),
+        (_shaped_variant(future_from=1, causal_c=True), False, "is correct, written out with an explicit matrix"),
+    ]
+    return [(_neutral(fn), leaks, what) for fn, leaks, what in cases]
+
+
 def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -> bool:
     """Exercise 11.3: ``leaks(fn)`` returns True if ``fn(q, k, v, alpha, beta, gamma)`` lets a position see its future.
 
-    It is run on the leaky implementation (must return True) and on the correct one
-    (must return False). Feed random queries and unequal gains: with ``q = 0`` and
-    ``β = γ`` (the initialisation) the two bugs cancel and no test can see them.
+    It is run on seven implementations that all look alike from outside (the same name,
+    code and signature, in a mixed order): four leak (the chapter's leaky version, a
+    discarded mask alone, a full ``C`` alone, a mask one step too far) and three do not
+    (the reference, the same written out, and a causal version with another score scale,
+    which a test comparing outputs with a reference would wrongly flag). Only a real
+    causality test gets all seven right: feed random queries and unequal gains (with
+    ``q = 0`` and ``β = γ`` the two bugs of the leaky version cancel), perturb the later
+    positions of ``q``, ``k`` *and* ``v``, and check that no earlier output moves.
+
+    Shapes:
+        the inputs ``leaks`` passes to ``fn``: q, k, v ``(B, H, T, D)``; alpha, beta, gamma ``(H,)``
     """
-
-    def correct(q, k, v, alpha, beta, gamma):
-        return _reference_shaped(q, k, v, alpha, beta, gamma)
-
-    def leaky(q, k, v, alpha, beta, gamma):
-        return leaky_shaped_attention(q, k, v, alpha, beta, gamma)[0]
-
-    cases = (("leaky", leaky, True), ("correct", correct, False))
-    for name, fn, expected in cases:
+    candidates = _causality_candidates()
+    for i, (fn, expected, what) in enumerate(candidates, start=1):
         try:
             got = leaks(fn)
-        except Exception as e:
+        except Exception as e:  # a learner's bug should print, not stop the notebook
             return report("11.3 causality test", False, f"{type(e).__name__}: {e}")
         if bool(got) != expected:
-            return report("11.3 causality test", False, f"leaks({name}) returned {got!r}, expected {expected}")
-    return report("11.3 causality test", True, "catches the leak and passes the correct version")
+            return report(
+                "11.3 causality test",
+                False,
+                f"leaks(candidate {i} of {len(candidates)}) returned {got!r}, expected {expected}: "
+                f"that candidate {what}",
+            )
+    return report("11.3 causality test", True, f"right on all {len(candidates)} candidates (4 leak, 3 do not)")
