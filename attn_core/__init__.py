@@ -30,6 +30,7 @@ concept; see each module's docstring for its shape legend:
     window      sliding windows in a stack: receptive field, layer patterns, cache bytes (chapter 15)
     gating      the output gate of gated attention (chapter 16)
     outliers    attention logits, first-token mass, largest activations (chapter 16)
+    linear_attention  linear attention, the (gated) delta rule, GatedDeltaNet (chapter 17)
     viz         heatmaps and the explorer widgets (plots + explorers)
     exercises   check functions for the chapters' exercises
 """
@@ -71,6 +72,20 @@ from .train import TrainResult, accuracy, train
 from .window import kv_cache_bytes, layer_pattern, published_attention, receptive_field, receptive_field_width, windowed
 
 __version__ = "0.1.0"
+
+# --- chapter 17: linear attention, the delta rule, Gated DeltaNet ---
+from . import linear_attention  # noqa: E402
+from .linear_attention import (  # noqa: E402
+    GatedDeltaNet,
+    delta_rule_chunked,
+    delta_rule_matrix,
+    delta_rule_parallel,
+    delta_rule_recurrent,
+    linear_attention_chunked,
+    linear_attention_matrix,
+    linear_attention_parallel,
+    linear_attention_recurrent,
+)
 
 __all__ = [
     "assert_close",
@@ -150,6 +165,17 @@ __all__ = [
     "max_attention_logit",
     "first_token_mass",
     "max_activation",
+    # --- chapter 17 names ---
+    "linear_attention",
+    "GatedDeltaNet",
+    "linear_attention_matrix",
+    "linear_attention_parallel",
+    "linear_attention_recurrent",
+    "linear_attention_chunked",
+    "delta_rule_matrix",
+    "delta_rule_parallel",
+    "delta_rule_recurrent",
+    "delta_rule_chunked",
 ]
 
 # --- chapter 16: gated attention, QK-norm, soft-capping ---

@@ -1,0 +1,333 @@
+"""Tests for attn_core.linear_attention: linear attention, the (gated) delta rule, GatedDeltaNet.
+
+The three forms of each rule (parallel matrix, recurrent, chunked) are one computation:
+they agree in float64 to 1e-10 (measured: about 1e-14) for lengths that are and are not
+multiples of the chunk size. Parity with Hugging Face is in ``tests/test_parity_hf_linear.py``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attn_core import linear_attention as la
+from conftest import F64, randn
+
+B, H, D_K, D_V = 2, 3, 5, 4
+TOL = {"rtol": 0, "atol": 1e-10}
+MAPS = ["elu+1", "relu", "identity"]
+
+
+def _qkv(T: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries and keys ``(B, H, T, D_K)``, values ``(B, H, T, D_V)``, float64."""
+    return randn(B, H, T, D_K, seed=seed), randn(B, H, T, D_K, seed=seed + 1), randn(B, H, T, D_V, seed=seed + 2)
+
+
+def _delta_inputs(T: int, seed: int = 0, gated: bool = True):
+    """L2-normalised q, k (the stable regime), values, β ∈ (0, 1) and log-decays g ∈ (-1, 0) (or None)."""
+    q, k, v = _qkv(T, seed)
+    gen = torch.Generator().manual_seed(seed + 3)
+    beta = torch.rand(B, H, T, generator=gen, dtype=F64)
+    g = -torch.rand(B, H, T, generator=gen, dtype=F64) if gated else None
+    return la.l2_normalize(q), la.l2_normalize(k), v, beta, g
+
+
+# ---------------------------------------------------------------- linear attention
+
+
+@pytest.mark.parametrize("phi", MAPS)
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("T, chunk_size", [(1, 4), (7, 3), (8, 4), (13, 4), (13, 1), (13, 64)])
+def test_linear_attention_three_forms_agree(phi, normalize, T, chunk_size):
+    q, k, v = _qkv(T)
+    if phi == "identity" and normalize:
+        q, k = q.abs(), k.abs()  # keep the normaliser away from 0: a sign-free φ·φ can cancel to ~0
+    kw = {"feature_map": phi, "normalize": normalize}
+    parallel = la.linear_attention_parallel(q, k, v, **kw)
+    recurrent, (S_r, z_r) = la.linear_attention_recurrent(q, k, v, **kw)
+    chunked, (S_c, z_c) = la.linear_attention_chunked(q, k, v, chunk_size=chunk_size, **kw)
+    torch.testing.assert_close(recurrent, parallel, **TOL)
+    torch.testing.assert_close(chunked, parallel, **TOL)
+    torch.testing.assert_close(S_c, S_r, **TOL)
+    torch.testing.assert_close(z_c, z_r, **TOL)
+    f = la.get_feature_map(phi)
+    torch.testing.assert_close(S_r, f(k).transpose(-1, -2) @ v, **TOL)  # the state is Σ φ(k_s) v_sᵀ
+    torch.testing.assert_close(z_r, f(k).sum(dim=2), **TOL)
+
+
+def test_linear_attention_identity_is_masked_matmul():
+    q, k, v = _qkv(9)
+    want = torch.tril(q @ k.transpose(-1, -2)) @ v  # attention without softmax, future zeroed
+    got = la.linear_attention_parallel(q, k, v, feature_map="identity", normalize=False)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    out, _ = la.linear_attention_recurrent(q, k, v, feature_map="identity", normalize=False)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+
+
+def test_linear_attention_matrix_rows():
+    q, k, _ = _qkv(6)
+    m = la.linear_attention_matrix(q, k, eps=0.0)
+    assert m.shape == (B, H, 6, 6)
+    assert (m.triu(1) == 0).all()  # causal
+    assert (
+        m[..., torch.ones(6, 6, dtype=torch.bool).tril()] > 0
+    ).all()  # elu+1 is positive: every past token gets a positive weight
+    torch.testing.assert_close(m.sum(dim=-1), torch.ones(B, H, 6, dtype=F64), rtol=0, atol=1e-12)
+    # a callable feature map is used as given
+    torch.testing.assert_close(
+        la.linear_attention_matrix(q, k, feature_map=torch.exp, normalize=False),
+        torch.tril(torch.exp(q) @ torch.exp(k).transpose(-1, -2)),
+        rtol=0,
+        atol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_linear_attention_continues_from_state(form):
+    q, k, v = _qkv(11)
+    run = getattr(la, f"linear_attention_{form}")
+    kw = {"chunk_size": 4} if form == "chunked" else {}
+    full, (S, z) = run(q, k, v, **kw)
+    first, state = run(q[:, :, :6], k[:, :, :6], v[:, :, :6], **kw)
+    second, (S2, z2) = run(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], initial_state=state, **kw)
+    torch.testing.assert_close(torch.cat([first, second], dim=2), full, **TOL)
+    torch.testing.assert_close(S2, S, **TOL)
+    torch.testing.assert_close(z2, z, **TOL)
+
+
+# ---------------------------------------------------------------- the (gated) delta rule
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("T, chunk_size", [(1, 4), (7, 3), (8, 4), (13, 4), (13, 1), (13, 64), (20, 7)])
+def test_delta_rule_three_forms_agree(gated, T, chunk_size):
+    q, k, v, beta, g = _delta_inputs(T, gated=gated)
+    recurrent, S_r = la.delta_rule_recurrent(q, k, v, beta, g)
+    chunked, S_c = la.delta_rule_chunked(q, k, v, beta, g, chunk_size=chunk_size)
+    parallel = la.delta_rule_parallel(q, k, v, beta, g)
+    torch.testing.assert_close(chunked, recurrent, **TOL)
+    torch.testing.assert_close(parallel, recurrent, **TOL)
+    torch.testing.assert_close(S_c, S_r, **TOL)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_rule_matrix_is_recurrence_on_one_hot_values(gated):
+    T = 9
+    q, k, _, beta, g = _delta_inputs(T, gated=gated)
+    one_hot = torch.eye(T, dtype=F64).expand(B, H, T, T)  # value s is the s-th unit vector
+    want, _ = la.delta_rule_recurrent(q, k, one_hot, beta, g)  # row t: the weight of each value in o_t
+    m = la.delta_rule_matrix(q, k, beta, g)
+    torch.testing.assert_close(m, want, **TOL)
+    assert (m.triu(1) == 0).all()
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_delta_rule_continues_from_state(form):
+    q, k, v, beta, g = _delta_inputs(11)
+    run = getattr(la, f"delta_rule_{form}")
+    kw = {"chunk_size": 4} if form == "chunked" else {}
+    full, S = run(q, k, v, beta, g, **kw)
+    first, S1 = run(q[:, :, :6], k[:, :, :6], v[:, :, :6], beta[:, :, :6], g[:, :, :6], **kw)
+    second, S2 = run(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], beta[:, :, 6:], g[:, :, 6:], initial_state=S1, **kw)
+    torch.testing.assert_close(torch.cat([first, second], dim=2), full, **TOL)
+    torch.testing.assert_close(S2, S, **TOL)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_delta_rule_beta_zero_leaves_state_unchanged(form):
+    q, k, v, _, _ = _delta_inputs(7)
+    S0 = randn(B, H, D_K, D_V, seed=9)
+    run = getattr(la, f"delta_rule_{form}")
+    out, S = run(q, k, v, torch.zeros(B, H, 7, dtype=F64), initial_state=S0)
+    torch.testing.assert_close(S, S0, rtol=0, atol=1e-14)
+    torch.testing.assert_close(out, q @ S0 / D_K**0.5, rtol=0, atol=1e-14)  # the output only reads S0
+
+
+def test_delta_rule_beta_one_overwrites_what_the_key_recalls():
+    # Linear attention adds v to whatever k already recalled; the delta rule with β = 1 and |k| = 1
+    # replaces it: afterwards the state recalls exactly v for k.
+    q, k, v, _, _ = _delta_inputs(1)
+    k = k / k.norm(dim=-1, keepdim=True)  # exactly unit length (l2_normalize's eps shortens it by ~1e-6)
+    S0 = randn(B, H, D_K, D_V, seed=9)
+    _, S = la.delta_rule_recurrent(q, k, v, torch.ones(B, H, 1, dtype=F64), initial_state=S0)
+    recalled = (k[:, :, 0, None, :] @ S).squeeze(-2)  # (B, H, D_V)
+    torch.testing.assert_close(recalled, v[:, :, 0], rtol=0, atol=1e-12)
+
+
+def test_delta_rule_decay_forgets():
+    q, k, v, beta, _ = _delta_inputs(5)
+    S0 = randn(B, H, D_K, D_V, seed=9)
+    g = torch.full((B, H, 5), -0.5, dtype=F64)
+    _, S = la.delta_rule_recurrent(q, k, v, torch.zeros_like(beta), g, initial_state=S0)
+    torch.testing.assert_close(S, S0 * torch.exp(torch.tensor(-2.5, dtype=F64)), rtol=0, atol=1e-14)
+
+
+def test_causality_of_every_form():
+    T, t0 = 10, 6
+    q, k, v, beta, g = _delta_inputs(T)
+    later = [x.clone() for x in (q, k, v, beta, g)]
+    for x in later:
+        x[:, :, t0:] = x[:, :, t0:] + 1.0  # change every future token
+    forms = {
+        "linear parallel": lambda q, k, v, b, g: la.linear_attention_parallel(q, k, v),
+        "linear recurrent": lambda q, k, v, b, g: la.linear_attention_recurrent(q, k, v)[0],
+        "linear chunked": lambda q, k, v, b, g: la.linear_attention_chunked(q, k, v, chunk_size=4)[0],
+        "delta parallel": lambda q, k, v, b, g: la.delta_rule_parallel(q, k, v, b, g),
+        "delta recurrent": lambda q, k, v, b, g: la.delta_rule_recurrent(q, k, v, b, g)[0],
+        "delta chunked": lambda q, k, v, b, g: la.delta_rule_chunked(q, k, v, b, g, chunk_size=4)[0],
+    }
+    for name, run in forms.items():
+        before, after = run(q, k, v, beta, g), run(*later)
+        torch.testing.assert_close(after[:, :, :t0], before[:, :, :t0], rtol=0, atol=1e-12, msg=name)
+        assert (after[:, :, t0:] - before[:, :, t0:]).abs().max() > 1e-3, name
+
+
+def test_gradcheck_float64():
+    # fast_mode checks random projections of the Jacobian: the same bugs, a fraction of the time.
+    q, k, v = (x[:1, :1, :5, :3].clone().requires_grad_() for x in _qkv(5))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: la.linear_attention_chunked(q, k, v, chunk_size=2)[0], (q, k, v), fast_mode=True
+    )
+    qd, kd, vd, beta, g = (x[:1, :1, :5].clone().requires_grad_() for x in _delta_inputs(5))
+    fn = lambda q, k, v, b, g: la.delta_rule_chunked(q, k, v, b, g, chunk_size=2)
+    assert torch.autograd.gradcheck(fn, (qd, kd, vd, beta, g), fast_mode=True)
+    assert torch.autograd.gradcheck(la.delta_rule_matrix, (qd, kd, beta, g), fast_mode=True)
+
+
+def test_l2_normalize():
+    x = randn(3, 7, seed=4)
+    torch.testing.assert_close(la.l2_normalize(x, eps=0.0), x / x.norm(dim=-1, keepdim=True), rtol=0, atol=1e-15)
+    assert la.l2_normalize(torch.zeros(2, 3, dtype=F64)).abs().max() == 0  # eps keeps a zero vector finite
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_names_the_value():
+    q, k, v, beta, g = _delta_inputs(6)
+    with pytest.raises(ValueError, match=r"q must have shape \(B, H, T, D_k\), got \(3, 6, 5\)"):
+        la.linear_attention_parallel(q[0], k[0], v[0])
+    with pytest.raises(ValueError, match=r"q and k must have the same shape.*got q \(2, 3, 6, 5\), k \(2, 3, 5, 5\)"):
+        la.linear_attention_recurrent(q, k[:, :, :5], v)
+    with pytest.raises(ValueError, match=r"v must have shape .*got \(2, 3, 5, 4\)"):
+        la.delta_rule_recurrent(q, k, v[:, :, :5], beta)
+    with pytest.raises(TypeError, match="k must be a floating-point tensor, got dtype=torch.int64"):
+        la.linear_attention_matrix(q, k.long())
+    with pytest.raises(TypeError, match="q must be a torch.Tensor, got list"):
+        la.delta_rule_matrix([1.0], k, beta)
+    for chunk_size in (0, -2):
+        with pytest.raises(ValueError, match=f"chunk_size must be >= 1, got chunk_size={chunk_size}"):
+            la.linear_attention_chunked(q, k, v, chunk_size=chunk_size)
+        with pytest.raises(ValueError, match=f"chunk_size={chunk_size}"):
+            la.delta_rule_chunked(q, k, v, beta, chunk_size=chunk_size)
+    with pytest.raises(TypeError, match=r"chunk_size must be an int, got float \(2.0\)"):
+        la.delta_rule_chunked(q, k, v, beta, chunk_size=2.0)
+    with pytest.raises(ValueError, match=r"beta must have shape \(B, H, T\) = \(2, 3, 6\), got \(2, 3, 5\)"):
+        la.delta_rule_chunked(q, k, v, beta[:, :, :5])
+    with pytest.raises(ValueError, match=r"beta must have shape \(B, H, T\), got \(2, 3, 6, 1\)"):
+        la.delta_rule_recurrent(q, k, v, beta[..., None])
+    with pytest.raises(ValueError, match=r"g must have shape \(B, H, T\) = \(2, 3, 6\), got \(2, 1, 6\)"):
+        la.delta_rule_matrix(q, k, beta, g[:, :1])
+    with pytest.raises(ValueError, match=r"initial_state must have shape \(2, 3, 5, 4\), got \(2, 3, 4, 4\)"):
+        la.delta_rule_recurrent(q, k, v, beta, initial_state=torch.zeros(2, 3, 4, 4, dtype=F64))
+    with pytest.raises(ValueError, match=r"initial_state must be a pair \(S, z\), got 1 tensors"):
+        la.linear_attention_chunked(q, k, v, initial_state=(torch.zeros(2, 3, 5, 4, dtype=F64),))
+    with pytest.raises(ValueError, match=r"initial_state\[1\] \(z\) must have shape \(2, 3, 5\), got \(2, 3\)"):
+        la.linear_attention_recurrent(q, k, v, initial_state=(torch.zeros(2, 3, 5, 4), torch.zeros(2, 3)))
+    with pytest.raises(ValueError, match="feature_map must be one of .*got feature_map='softmax'"):
+        la.linear_attention_matrix(q, k, feature_map="softmax")
+    with pytest.raises(TypeError, match="feature_map must be callable, got int"):
+        la.linear_attention_matrix(q, k, feature_map=3)
+    with pytest.raises(TypeError, match="scale must be a number"):
+        la.delta_rule_recurrent(q, k, v, beta, scale="1")
+
+
+# ---------------------------------------------------------------- GatedDeltaNet
+
+
+def _layer(seed: int = 0, **kw) -> la.GatedDeltaNet:
+    torch.manual_seed(seed)
+    kw = {"n_value_heads": 4, "value_head_dim": 6, "chunk_size": 4} | kw
+    return la.GatedDeltaNet(16, 2, 8, **kw).to(F64)
+
+
+@pytest.mark.parametrize("conv_size", [4, 1])
+def test_gated_deltanet_decode_equals_full_forward(conv_size):
+    layer, x = _layer(conv_size=conv_size), randn(2, 11, 16, seed=5)
+    with torch.no_grad():
+        full = layer(x)
+        cache = layer.make_cache(2, 64)
+        steps = torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(11)], dim=1)
+        torch.testing.assert_close(steps, full, rtol=0, atol=1e-12)
+        assert cache.size == 11
+        cache.reset()
+        parts = [layer(x[:, a:b], kv_cache=cache) for a, b in [(0, 5), (5, 6), (6, 11)]]  # prefill, then mixed
+        torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-12)
+
+
+def test_gated_deltanet_forward_structure():
+    layer, x = _layer(), randn(2, 9, 16, seed=5)
+    out, weights = layer(x, return_weights=True)
+    assert out.shape == (2, 9, 16) and weights.shape == (2, 4, 9, 9)
+    assert (weights.triu(1) == 0).all()
+    # the weights' contract: the delta rule's output (what the gated norm receives) is weights @ values
+    seen = {}
+    layer.norm.register_forward_pre_hook(lambda module, args: seen.update(core=args[0]))
+    layer(x)
+    w_v = layer.conv.weight[2 * 2 * 8 :]  # (H_v·D_v, 1, K): the value channels come after q and k
+    v = F.silu(F.conv1d(F.pad(layer.v_proj(x).transpose(1, 2), (3, 0)), w_v, groups=w_v.shape[0]))  # (B, 24, T)
+    v = v.transpose(1, 2).reshape(2, 9, 4, 6).transpose(1, 2)  # (B, H_v, T, D_v)
+    torch.testing.assert_close(seen["core"], weights @ v, rtol=0, atol=1e-12)
+    later = x.clone()
+    later[:, 5:] += 1.0
+    torch.testing.assert_close(layer(later)[:, :5], out[:, :5], rtol=0, atol=1e-12)  # causal
+    # the chunk size changes how, not what
+    other = _layer(chunk_size=64)
+    torch.testing.assert_close(other(x), out, rtol=0, atol=1e-12)
+    # float32 in, float32 out; the cache takes the weights' dtype
+    layer32 = la.GatedDeltaNet(16, 2, 8)
+    assert layer32(x.float()).dtype == torch.float32
+    assert layer32.make_cache(1).state.dtype == torch.float32
+    assert layer32.make_cache(1).state.shape == (1, 2, 8, 8)
+
+
+def test_gated_deltanet_gradcheck():
+    layer = la.GatedDeltaNet(4, 1, 2, n_value_heads=2, conv_size=2, chunk_size=2).to(F64)
+    x = randn(1, 3, 4, seed=6).requires_grad_()
+    names = [n for n, _ in layer.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
+    fn = lambda x, *ps: torch.func.functional_call(layer, dict(zip(names, ps)), (x,))
+    assert torch.autograd.gradcheck(fn, (x, *params), fast_mode=True)  # the input and every parameter
+
+
+def test_gated_deltanet_bad_input():
+    layer, x = _layer(), randn(2, 5, 16, seed=5)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, d_model=16\), got \(2, 5, 8\)"):
+        layer(x[..., :8])
+    with pytest.raises(ValueError, match="takes no mask"):
+        layer(x, mask=torch.ones(2, 5, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="kv_cache must be an attn_core.GatedDeltaNetCache or None, got dict"):
+        layer(x, kv_cache={})
+    with pytest.raises(ValueError, match="return_weights=True needs a whole sequence"):
+        layer(x, kv_cache=layer.make_cache(2), return_weights=True)
+    with pytest.raises(ValueError, match="kv_cache was made for batch_size=1, got x with B=2"):
+        layer(x, kv_cache=layer.make_cache(1))
+    with pytest.raises(ValueError, match="n_value_heads=3 is not a multiple of n_heads=2"):
+        la.GatedDeltaNet(16, 2, 8, n_value_heads=3)
+    with pytest.raises(ValueError, match="conv_size must be >= 1, got conv_size=0"):
+        la.GatedDeltaNet(16, 2, 8, conv_size=0)
+    with pytest.raises(TypeError, match="head_dim must be an int"):
+        la.GatedDeltaNet(16, 2, 8.0)
+
+
+def test_copy_gated_deltanet_refuses_other_sizes():
+    fake = types.SimpleNamespace(
+        hidden_size=16, num_k_heads=2, head_k_dim=8, num_v_heads=2, head_v_dim=6, conv_kernel_size=4
+    )
+    with pytest.raises(ValueError, match="n_value_heads differs: ours has n_value_heads=4, the Hugging Face layer 2"):
+        la.copy_gated_deltanet(_layer(), fake)
+    with pytest.raises(TypeError, match="ours must be an attn_core.GatedDeltaNet"):
+        la.copy_gated_deltanet(torch.nn.Linear(2, 2), fake)
