@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import attention
+from attn_core import KVCache, attention
 from attn_core.efficient import tiled_attention
 from attn_core.measure import (
+    Traffic,
     aten_ops,
     attention_score_bytes,
+    memory_traffic,
     peak_tensor_memory,
+    saved_tensor_bytes,
 )
 from conftest import qkv
 
@@ -54,3 +57,46 @@ def test_aten_ops_names_the_kernels():
     assert any("scaled_dot_product" in op for op in aten_ops(attention, q, q, q))
     with pytest.raises(TypeError, match="fn must be callable"):
         aten_ops(None)
+
+
+def test_memory_traffic_counts_inputs_and_outputs_of_each_operator():
+    x, y = torch.zeros(100), torch.zeros(100)  # 400 bytes each
+
+    def work():
+        z = x + y  # reads 800, writes 400
+        return (z * 2).sum()  # mul reads 400 (+ the scalar), writes 400; sum reads 400, writes 4
+
+    traffic = memory_traffic(work)
+    assert isinstance(traffic, Traffic)
+    assert traffic.written == 400 + 400 + 4
+    assert 800 + 400 + 400 <= traffic.read <= 800 + 400 + 400 + 8  # a wrapped Python scalar is 0-dim
+    assert traffic.total == traffic.read + traffic.written
+    assert memory_traffic(lambda: x.view(10, 10).t().narrow(0, 2, 3)) == (0, 0), "views move nothing"
+
+
+def test_memory_traffic_of_a_cache_append_versus_cat():
+    """KVCache.update writes one position (copy_ into a slot: written, not read); torch.cat copies all."""
+    cache = KVCache(batch_size=1, n_kv_heads=2, head_dim=4, max_len=16)
+    cache.update(torch.randn(1, 2, 9, 4), torch.randn(1, 2, 9, 4))
+    k_new = torch.randn(1, 2, 1, 4)  # 32 bytes
+    assert memory_traffic(cache.update, k_new, k_new) == (64, 64)
+    history = torch.randn(1, 2, 10, 4)
+    assert memory_traffic(torch.cat, [history, k_new], dim=2) == (11 * 32, 11 * 32)
+
+
+def test_saved_tensor_bytes_sees_what_the_backward_keeps():
+    q, k, v = (t.requires_grad_() for t in qkv(B=1, H=2, T_q=128, D=16, seed=3))
+    flash = saved_tensor_bytes(torch.nn.functional.scaled_dot_product_attention, q, k, v, is_causal=True)
+    assert flash == q.numel() * 4 + 2 * 128 * 4  # the output and one float32 log-sum-exp per query
+    explicit = saved_tensor_bytes(lambda q, k, v: attention(q, k, v, return_weights=True)[0], q, k, v)
+    assert explicit >= attention_score_bytes(1, 2, 128), "the explicit path keeps the weights"
+    x = torch.randn(10, requires_grad=True)
+    assert saved_tensor_bytes(lambda x: x * 2, x) == 0  # a constant factor: nothing saved
+    assert saved_tensor_bytes(torch.exp, x) == 40  # exp keeps its output
+    assert saved_tensor_bytes(torch.sin, x) == 0  # sin keeps its input, the argument: not counted
+
+
+def test_measuring_tools_reject_a_non_callable():
+    for tool in (memory_traffic, saved_tensor_bytes):
+        with pytest.raises(TypeError, match="fn must be callable"):
+            tool(42)

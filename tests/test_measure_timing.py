@@ -7,7 +7,14 @@ import time
 import pytest
 
 from attn_core.measure import timing
-from attn_core.measure.timing import Timing, matmul_throughput, paired_ratio, time_interleaved
+from attn_core.measure.timing import (
+    Timing,
+    matmul_throughput,
+    paired_ratio,
+    paired_ratios,
+    ratio_summary,
+    time_interleaved,
+)
 
 
 def test_rounds_are_interleaved_and_rotated():
@@ -64,3 +71,41 @@ def test_bad_arguments(kwargs, error, match):
         time_interleaved({"a": lambda: None}, **kwargs)
     with pytest.raises(ValueError, match="different lengths"):
         paired_ratio(Timing("a", [1.0]), Timing("b", [1.0, 2.0]))
+
+
+def test_cpu_clock_ignores_sleeping():
+    """clock="cpu" counts this process's CPU seconds: a sleep (the machine busy elsewhere) costs none."""
+
+    def spin():  # 10 ms of this process's CPU time, however long the wall clock takes
+        end = time.process_time() + 0.01
+        while time.process_time() < end:
+            pass
+
+    t = time_interleaved({"sleep": lambda: time.sleep(0.02), "spin": spin}, rounds=3, warmup=0, clock="cpu")
+    assert t["sleep"].median < 0.005 and t["spin"].median >= 0.01
+    wall = time_interleaved({"sleep": lambda: time.sleep(0.02)}, rounds=2, warmup=0)
+    assert wall["sleep"].median >= 0.02
+
+
+def test_ratio_summary_quartiles_and_verdict():
+    a = Timing("a", [2.0, 2.2, 1.8, 2.1, 2.0])
+    b = Timing("b", [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert paired_ratios(a, b) == [2.0, 2.2, 1.8, 2.1, 2.0]
+    s = ratio_summary(a, b)
+    assert (s.median, s.rounds) == (2.0, 5)
+    assert s.low == pytest.approx(1.9) and s.high == pytest.approx(2.15)  # quartiles of the 5 ratios
+    assert s.verdict == "slower" and ratio_summary(b, a).verdict == "faster"
+    noisy = ratio_summary(Timing("c", [0.8, 1.3, 0.9, 1.2]), Timing("d", [1.0] * 4))
+    assert noisy.verdict == "indistinguishable"  # 1 lies between the quartiles
+    few = ratio_summary(Timing("e", [1.5, 3.0]), Timing("f", [1.0, 1.0]))
+    assert (few.low, few.high) == (1.5, 3.0)  # fewer than 4 rounds: the range
+    assert str(s) == "2.00 [1.90-2.15]"
+    with pytest.raises(ValueError, match="different lengths"):
+        ratio_summary(Timing("a", [1.0]), Timing("b", [1.0, 2.0]))
+
+
+def test_clock_argument_is_checked():
+    with pytest.raises(ValueError, match="clock must be one of"):
+        time_interleaved({"a": lambda: None}, rounds=1, clock="gpu")
+    with pytest.raises(ValueError, match="clock='cpu' times CPU work only"):
+        time_interleaved({"a": lambda: None}, rounds=1, clock="cpu", device="meta")

@@ -5,28 +5,45 @@ part of a model.
 
 * :mod:`~attn_core.measure.timing`: interleaved rounds, medians and paired ratios that
   hold up on a shared, noisy machine.
-* :mod:`~attn_core.measure.dispatch`: :func:`peak_tensor_memory` and :func:`aten_ops`,
-  which watch what PyTorch runs inside a function.
-* :mod:`~attn_core.measure.formulas`: :func:`attention_score_bytes` and
-  :func:`attention_layer_flops`, by formula.
+* :mod:`~attn_core.measure.dispatch`: :func:`peak_tensor_memory`, :func:`aten_ops`,
+  :func:`memory_traffic` and :func:`saved_tensor_bytes`, which watch what PyTorch runs
+  inside a function.
+* :mod:`~attn_core.measure.formulas`: :func:`attention_score_bytes`,
+  :func:`attention_layer_flops` and :func:`attention_hbm_bytes`, by formula.
 * :mod:`~attn_core.measure.implementations`: :func:`attention_implementations`, the
   subjects of chapter 13's speed comparison.
 """
 
-from .dispatch import aten_ops, peak_tensor_memory
-from .formulas import attention_layer_flops, attention_score_bytes
+from .dispatch import Traffic, aten_ops, memory_traffic, peak_tensor_memory, saved_tensor_bytes
+from .formulas import attention_hbm_bytes, attention_layer_flops, attention_score_bytes
 from .implementations import attention_implementations
-from .timing import Timing, matmul_throughput, paired_ratio, sync, time_interleaved
+from .timing import (
+    RatioSummary,
+    Timing,
+    matmul_throughput,
+    paired_ratio,
+    paired_ratios,
+    ratio_summary,
+    sync,
+    time_interleaved,
+)
 
 __all__ = [
     "Timing",
     "time_interleaved",
     "paired_ratio",
+    "paired_ratios",
+    "RatioSummary",
+    "ratio_summary",
     "matmul_throughput",
     "sync",
     "peak_tensor_memory",
     "aten_ops",
+    "Traffic",
+    "memory_traffic",
+    "saved_tensor_bytes",
     "attention_score_bytes",
     "attention_layer_flops",
+    "attention_hbm_bytes",
     "attention_implementations",
 ]

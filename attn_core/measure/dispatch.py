@@ -1,4 +1,5 @@
-"""What PyTorch runs inside a function: the peak memory of its tensors, and its ATen operators.
+"""What PyTorch runs inside a function: the peak memory of its tensors, its ATen operators,
+the bytes its operators read and write, and what autograd saves for the backward pass.
 
 Both tools watch every operator call through a ``TorchDispatchMode``. That API, and the
 pytree helper used to walk operator outputs, live in private PyTorch modules
@@ -9,7 +10,7 @@ place in ``attn_core`` that imports them, so that a PyTorch change breaks one mo
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -17,7 +18,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..checks import check_callable
 
-__all__ = ["peak_tensor_memory", "aten_ops"]
+__all__ = ["peak_tensor_memory", "aten_ops", "Traffic", "memory_traffic", "saved_tensor_bytes"]
 
 
 class _LiveTensorBytes(TorchDispatchMode):
@@ -128,3 +129,112 @@ def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
     with _OpRecorder() as recorder:
         fn(*args, **kwargs)
     return recorder.names
+
+
+class Traffic(NamedTuple):
+    """Bytes that operators read from and wrote to memory (see :func:`memory_traffic`)."""
+
+    read: int
+    written: int
+
+    @property
+    def total(self) -> int:
+        """Bytes read plus bytes written."""
+        return self.read + self.written
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    # The elements an operator touches; a broadcast (stride-0) view is read from a storage
+    # no larger than itself, so count no more than the storage holds.
+    return min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
+
+
+class _TrafficCounter(TorchDispatchMode):
+    """Adds up the bytes each non-view operator reads (its tensor inputs) and writes (its outputs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = self.written = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.is_view:  # a view moves no data
+            return out
+        # Arguments the operator writes into (copy_'s destination, an out= tensor): written, not read.
+        mutated = {a.name for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+        names = [a.name for a in func._schema.arguments]
+        for i, arg in enumerate(args):
+            if not (i < len(names) and names[i] in mutated):
+                self.read += sum(_tensor_bytes(t) for t in tree_flatten(arg)[0] if isinstance(t, torch.Tensor))
+        for name, arg in kwargs.items():
+            if name not in mutated:
+                self.read += sum(_tensor_bytes(t) for t in tree_flatten(arg)[0] if isinstance(t, torch.Tensor))
+        self.written += sum(_tensor_bytes(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        return out
+
+
+def memory_traffic(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traffic:
+    """Bytes that the operators of ``fn(*args, **kwargs)`` read and write, operator by operator.
+
+    Every ATen operator that PyTorch runs eagerly is one pass over memory: it reads its
+    tensor inputs and writes its outputs (on a GPU: from and to HBM; the fast on-chip
+    memory, SRAM, only lives *inside* one kernel). The count is that model: per
+    operator, the bytes of its tensor inputs (read) and of its outputs (written); views
+    (``view``, ``narrow``, ``transpose``...) move nothing and count nothing; an in-place
+    operator's destination (``copy_``'s ``self``) counts as written, not read. What a fused
+    kernel does inside itself is invisible: for it, the count is its inputs and outputs.
+    Works on ``"meta"`` tensors, so large shapes cost nothing to count.
+
+    Args:
+        fn: The computation to count.
+        *args: Positional arguments for ``fn``.
+        **kwargs: Keyword arguments for ``fn``.
+
+    Returns:
+        :class:`Traffic` ``(read, written)`` in bytes.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    check_callable("fn", fn)
+    with _TrafficCounter() as counter:
+        fn(*args, **kwargs)
+    return Traffic(counter.read, counter.written)
+
+
+def saved_tensor_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Bytes that autograd keeps for the backward pass of ``fn(*args, **kwargs)``, beyond its inputs.
+
+    Every operator that needs its inputs or outputs to compute gradients saves them on the
+    graph (``torch.autograd.graph.saved_tensors_hooks`` sees each one). The count adds
+    each saved storage once and leaves out the storages of the arguments (they exist
+    anyway). The explicit attention path saves its ``(T_q, T_k)`` weights; a
+    FlashAttention-style kernel saves only its output and one softmax statistic per query
+    (the log-sum-exp), and recomputes the scores in the backward pass.
+
+    Args:
+        fn: The forward computation (its inputs should require gradients).
+        *args: Positional arguments for ``fn``.
+        **kwargs: Keyword arguments for ``fn``.
+
+    Returns:
+        Bytes saved for the backward pass, an int.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    check_callable("fn", fn)
+    given = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage._cdata not in given:
+            seen[storage._cdata] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = fn(*args, **kwargs)
+    del result
+    return sum(seen.values())

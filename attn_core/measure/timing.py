@@ -10,6 +10,11 @@ Used by chapters 12-14 and by the ``benchmarks`` package (which also import it a
 * **Ratios** to a baseline twice: from the medians, and as the median of the per-round
   ratios (each round's functions ran within moments of each other). They agree on a
   quiet machine; the second is the more robust on a busy one.
+* **Noise** is stated, not hidden: :func:`ratio_summary` gives the quartiles of the
+  per-round ratios, and calls a difference only when they all lie on one side of 1.
+* On a machine shared with other programs, ``clock="cpu"`` counts the CPU seconds of
+  this process (``time.process_time``) instead of wall seconds: other programs' work
+  does not inflate it (with several threads it sums them: it measures work, not latency).
 * On CUDA, ``torch.cuda.synchronize()`` brackets every timed call: kernels run
   asynchronously, and without it one would time the launch, not the work.
 
@@ -26,9 +31,21 @@ from typing import Callable
 
 import torch
 
-from ..checks import check_int
+from ..checks import check_choice, check_int
 
-__all__ = ["Timing", "time_interleaved", "paired_ratio", "matmul_throughput", "sync"]
+__all__ = [
+    "Timing",
+    "time_interleaved",
+    "paired_ratio",
+    "paired_ratios",
+    "RatioSummary",
+    "ratio_summary",
+    "matmul_throughput",
+    "sync",
+    "CLOCKS",
+]
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # clock= of time_interleaved
 
 
 def sync(device: torch.device | str) -> None:
@@ -70,6 +87,7 @@ def time_interleaved(
     warmup: int = 1,
     min_seconds: float = 0.0,
     device: torch.device | str = "cpu",
+    clock: str = "wall",
 ) -> dict[str, Timing]:
     """Time every function of ``fns`` in interleaved rounds.
 
@@ -81,16 +99,24 @@ def time_interleaved(
         min_seconds: Repeat a short call within a round until about this much time has
             passed, so that timer resolution and call overhead do not dominate.
         device: Where the work runs (CUDA work is synchronised around each timing).
+        clock: ``"wall"`` (``time.perf_counter``) or ``"cpu"`` (``time.process_time``: the
+            CPU seconds of this process, which other programs on a busy machine do not
+            inflate; CPU work only).
 
     Returns:
         Name -> :class:`Timing`.
 
     Raises:
         TypeError: ``rounds`` or ``warmup`` is not an int.
-        ValueError: ``rounds < 1`` or ``warmup < 0``.
+        ValueError: ``rounds < 1``, ``warmup < 0``, an unknown ``clock``, or
+            ``clock="cpu"`` with a CUDA device.
     """
     check_int("rounds", rounds)
     check_int("warmup", warmup, minimum=0)
+    check_choice("clock", clock, CLOCKS)
+    if clock == "cpu" and torch.device(device).type != "cpu":
+        raise ValueError(f"clock='cpu' times CPU work only, got device={str(device)!r}")
+    now = CLOCKS[clock]
     names = list(fns)
     for name in names:
         for _ in range(warmup):
@@ -98,21 +124,21 @@ def time_interleaved(
         sync(device)
     inner = {name: 1 for name in names}  # calls per timed sample
     for name in names if min_seconds > 0 else []:
-        t0 = time.perf_counter()
+        t0 = now()
         fns[name]()
         sync(device)
-        inner[name] = max(1, int(min_seconds / max(time.perf_counter() - t0, 1e-9)))
+        inner[name] = max(1, int(min_seconds / max(now() - t0, 1e-9)))
     timings = {name: Timing(name) for name in names}
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
         for name in order:
             fn, n = fns[name], inner[name]
             sync(device)
-            t0 = time.perf_counter()
+            t0 = now()
             for _ in range(n):
                 fn()
             sync(device)
-            timings[name].seconds.append((time.perf_counter() - t0) / n)
+            timings[name].seconds.append((now() - t0) / n)
     return timings
 
 
@@ -120,7 +146,61 @@ def paired_ratio(a: Timing, b: Timing) -> float:
     """Median over rounds of ``a``'s time divided by ``b``'s time in the same round."""
     if len(a.seconds) != len(b.seconds):
         raise ValueError(f"timings of different lengths: {len(a.seconds)} and {len(b.seconds)} rounds")
-    return statistics.median(x / y for x, y in zip(a.seconds, b.seconds))
+    return statistics.median(paired_ratios(a, b))
+
+
+def paired_ratios(a: Timing, b: Timing) -> list[float]:
+    """``a``'s time divided by ``b``'s time in the same round, one ratio per round."""
+    if len(a.seconds) != len(b.seconds):
+        raise ValueError(f"timings of different lengths: {len(a.seconds)} and {len(b.seconds)} rounds")
+    return [x / y for x, y in zip(a.seconds, b.seconds)]
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """The per-round ratios of two timings: their median and the spread around it.
+
+    Attributes:
+        median: Median of the per-round ratios.
+        low: Their lower quartile (the minimum for fewer than 4 rounds).
+        high: Their upper quartile (the maximum for fewer than 4 rounds).
+        rounds: The number of rounds.
+    """
+
+    median: float
+    low: float
+    high: float
+    rounds: int
+
+    @property
+    def verdict(self) -> str:
+        """``"slower"`` if even the lower quartile is above 1, ``"faster"`` if even the upper
+        one is below 1, ``"indistinguishable"`` when 1 lies within the spread (the noise)."""
+        if self.low > 1:
+            return "slower"
+        if self.high < 1:
+            return "faster"
+        return "indistinguishable"
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f} [{self.low:.2f}-{self.high:.2f}]"
+
+
+def ratio_summary(a: Timing, b: Timing) -> RatioSummary:
+    """Median and quartiles of ``a``'s time over ``b``'s, round by round.
+
+    The quartiles are the noise of the comparison: the difference between ``a`` and
+    ``b`` is real only when both lie on the same side of 1 (:attr:`RatioSummary.verdict`).
+
+    Raises:
+        ValueError: The timings have different numbers of rounds.
+    """
+    ratios = paired_ratios(a, b)
+    if len(ratios) < 4:
+        low, high = min(ratios), max(ratios)
+    else:
+        low, _, high = statistics.quantiles(ratios, n=4)
+    return RatioSummary(statistics.median(ratios), low, high, len(ratios))
 
 
 def matmul_throughput(
