@@ -30,14 +30,15 @@ concept; see each module's docstring for its shape legend:
     window      sliding windows in a stack: receptive field, layer patterns, cache bytes (chapter 15)
     gating      the output gate of gated attention (chapter 16)
     outliers    attention logits, first-token mass, largest activations (chapter 16)
-    linear_attention  linear attention, the (gated) delta rule, GatedDeltaNet (chapter 17)
+    linear_attention  linear attention and the (gated) delta rule in three forms (chapter 17)
+    gated_deltanet    GatedDeltaNet, Qwen3-Next's linear-attention layer, and its cache (chapter 17)
     viz         heatmaps and the explorer widgets (plots + explorers)
     exercises   check functions for the chapters' exercises
 """
 
 # --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 # --- efficient, measure (and its old name timing) (chapters 12-14) ---
-from . import convert, heads, measure, tasks, timing
+from . import convert, heads, linear_attention, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention
 from .blocks import TransformerBlock
 from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
@@ -46,8 +47,19 @@ from .config import DecoderConfig
 from .convert import from_hf
 from .core import attention
 from .efficient import online_softmax, tiled_attention
+from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
 from .generate import generate
 from .heads import ablate_heads, score_heads
+from .linear_attention import (
+    delta_rule_chunked,
+    delta_rule_matrix,
+    delta_rule_parallel,
+    delta_rule_recurrent,
+    linear_attention_chunked,
+    linear_attention_matrix,
+    linear_attention_parallel,
+    linear_attention_recurrent,
+)
 from .masks import causal_mask, padding_mask, position_mask
 from .measure import peak_tensor_memory
 
@@ -72,20 +84,6 @@ from .train import TrainResult, accuracy, train
 from .window import kv_cache_bytes, layer_pattern, published_attention, receptive_field, receptive_field_width, windowed
 
 __version__ = "0.1.0"
-
-# --- chapter 17: linear attention, the delta rule, Gated DeltaNet ---
-from . import linear_attention  # noqa: E402
-from .linear_attention import (  # noqa: E402
-    GatedDeltaNet,
-    delta_rule_chunked,
-    delta_rule_matrix,
-    delta_rule_parallel,
-    delta_rule_recurrent,
-    linear_attention_chunked,
-    linear_attention_matrix,
-    linear_attention_parallel,
-    linear_attention_recurrent,
-)
 
 __all__ = [
     "assert_close",
@@ -168,6 +166,7 @@ __all__ = [
     # --- chapter 17 names ---
     "linear_attention",
     "GatedDeltaNet",
+    "GatedDeltaNetCache",
     "linear_attention_matrix",
     "linear_attention_parallel",
     "linear_attention_recurrent",

@@ -44,13 +44,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .checks import check_instance
 from .config import DecoderConfig
+from .gated_deltanet import GatedDeltaNet
 from .model import DecoderLM
 
 __all__ = [
     "config_from_hf",
     "from_hf",
     "copy_attention",
+    "copy_gated_deltanet",
     "transformers_names",
     "SUPPORTED_MODEL_TYPES",
     "NOT_CONVERTED",
@@ -367,3 +370,42 @@ def transformers_names(*names: str, module: str = "transformers") -> tuple | Non
         print(f"skipped: transformers {version} has no {', '.join(missing)} in {module}; a newer release has")
         return None
     return tuple(getattr(mod, n) for n in names)
+
+
+def copy_gated_deltanet(ours: GatedDeltaNet, hf: nn.Module) -> GatedDeltaNet:
+    """Copy the weights of Hugging Face's ``Qwen3NextGatedDeltaNet`` into ``ours`` (never imports transformers).
+
+    Hugging Face fuses the projections per query/key head: ``in_proj_qkvz`` rows are, for
+    each of the ``H_k`` heads, ``[q (D_k), k (D_k), v (r·D_v), z (r·D_v)]``, and
+    ``in_proj_ba`` rows ``[b (r), a (r)]``; they are unfused here into our six projections.
+    The convolution, ``A_log``, ``dt_bias``, the norm's gain and ``out_proj`` copy as they are.
+
+    Raises:
+        TypeError: ``ours`` is not a :class:`GatedDeltaNet`.
+        ValueError: The two layers' sizes differ (the message names both).
+    """
+    check_instance("ours", ours, GatedDeltaNet)
+    sizes = {
+        "d_model": (ours.d_model, hf.hidden_size), "n_heads": (ours.n_heads, hf.num_k_heads),
+        "head_dim": (ours.head_dim, hf.head_k_dim), "n_value_heads": (ours.n_value_heads, hf.num_v_heads),
+        "value_head_dim": (ours.value_head_dim, hf.head_v_dim), "conv_size": (ours.conv_size, hf.conv_kernel_size),
+    }  # fmt: skip
+    for name, (mine, theirs) in sizes.items():
+        if mine != theirs:
+            raise ValueError(f"{name} differs: ours has {name}={mine}, the Hugging Face layer {theirs}")
+    H_k, D_k, D_v = ours.n_heads, ours.head_dim, ours.value_head_dim
+    r = ours.n_value_heads // H_k
+    with torch.no_grad():
+        fused = hf.in_proj_qkvz.weight.reshape(H_k, 2 * D_k + 2 * r * D_v, ours.d_model)  # rows grouped per k-head
+        q, k, v, z = fused.split([D_k, D_k, r * D_v, r * D_v], dim=1)
+        for proj, w in ((ours.q_proj, q), (ours.k_proj, k), (ours.v_proj, v), (ours.gate_proj, z)):
+            proj.weight.copy_(w.reshape(-1, ours.d_model))  # (H·width, d_model), heads in order
+        b, a = hf.in_proj_ba.weight.reshape(H_k, 2 * r, ours.d_model).split([r, r], dim=1)
+        ours.beta_proj.weight.copy_(b.reshape(-1, ours.d_model))  # (H_v, d_model)
+        ours.decay_proj.weight.copy_(a.reshape(-1, ours.d_model))
+        ours.conv.weight.copy_(hf.conv1d.weight)  # (C_conv, 1, K), channels [q | k | v] in both
+        ours.A_log.copy_(hf.A_log)
+        ours.dt_bias.copy_(hf.dt_bias)
+        ours.norm.weight.copy_(hf.norm.weight)
+        ours.out_proj.weight.copy_(hf.out_proj.weight)
+    return ours

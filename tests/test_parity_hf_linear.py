@@ -16,7 +16,9 @@ import types
 import pytest
 import torch
 
+from attn_core import GatedDeltaNet
 from attn_core import linear_attention as la
+from attn_core.convert import copy_gated_deltanet
 from conftest import F64, randn
 
 transformers = pytest.importorskip("transformers")
@@ -100,10 +102,10 @@ def _pair(seed: int = 0):
         for p in hf.parameters():
             p.copy_(0.3 * torch.randn_like(p))
         hf.A_log.copy_(torch.rand(4, dtype=F64).log())  # decays α = exp(-A·softplus(·)) not all ≈ 0
-    ours = la.GatedDeltaNet(
+    ours = GatedDeltaNet(
         32, 2, 8, n_value_heads=4, value_head_dim=6, conv_size=4, chunk_size=5, norm_eps=config.rms_norm_eps
     ).to(F64)
-    return config, hf, la.copy_gated_deltanet(ours, hf)
+    return config, hf, copy_gated_deltanet(ours, hf)
 
 
 def test_gated_deltanet_matches_hugging_face():
