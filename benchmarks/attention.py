@@ -25,7 +25,7 @@ import torch
 from attn_core import MultiHeadAttention
 from attn_core.measure import attention_implementations, attention_layer_flops
 
-from .common import paired_ratio, time_interleaved
+from .common import paired_ratio, ratio_summary, time_interleaved
 
 BASELINE = "fused QKV + SDPA"
 FAST = "attn_core fast path"
@@ -81,6 +81,7 @@ def _measure(
     base = timings[BASELINE]
     for name, t in timings.items():
         gflops = flops / t.median / 1e9
+        vs_base = ratio_summary(t, base)  # the per-round ratios' quartiles: the noise of the comparison
         rows.append(
             dict(
                 suite="attention",
@@ -97,6 +98,9 @@ def _measure(
                 baseline=BASELINE,
                 ratio_to_baseline=t.median / base.median,
                 paired_ratio_to_baseline=paired_ratio(t, base),
+                paired_ratio_low=vs_base.low,
+                paired_ratio_high=vs_base.high,
+                verdict="baseline" if name == BASELINE else vs_base.verdict,
                 gflops=gflops,
                 fraction_of_matmul=gflops / matmul_gflops,
                 max_abs_diff=diffs[name],

@@ -11,9 +11,18 @@ import platform
 
 import torch
 
-from attn_core.measure.timing import Timing, matmul_throughput, paired_ratio, sync, time_interleaved
+from attn_core.measure.timing import Timing, matmul_throughput, paired_ratio, ratio_summary, sync, time_interleaved
 
-__all__ = ["Timing", "time_interleaved", "paired_ratio", "machine_info", "matmul_throughput", "sync", "format_table"]
+__all__ = [
+    "Timing",
+    "time_interleaved",
+    "paired_ratio",
+    "ratio_summary",
+    "machine_info",
+    "matmul_throughput",
+    "sync",
+    "format_table",
+]
 
 
 def machine_info(device: torch.device | str = "cpu") -> dict:
