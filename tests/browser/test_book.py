@@ -226,3 +226,23 @@ def test_chapter_one_shows_widget_math_and_explorer(browser, server):
     visit.page.close()
     widgets, math, cells, badge, launch = counts
     assert widgets > 0 and math > 0 and cells == 36 and badge == 1 and launch >= 2, counts
+
+
+def test_chapter_17_compares_four_trained_maps(browser, server):
+    """Chapter 17's explorer: four layers (softmax, linear, DeltaNet, Gated DeltaNet), no temperature slider."""
+    path = "book/17_linear_attention.html"
+    _require(SITE.joinpath(path).exists(), f"{path} is not built: run `make book`")
+    visit = Visit(browser, server, path)
+    page = visit.page
+    explorer = page.locator(".attn-explorer").first
+    explorer.scroll_into_view_if_needed()
+    assert explorer.locator('input[data-control="tau"]').count() == 0  # |M| of the delta rule is not a softmax
+    layer = explorer.locator('input[data-control="layer"]')
+    assert layer.get_attribute("max") == "3", "expected 4 layers: softmax, linear, DeltaNet, Gated DeltaNet"
+    layer.focus()
+    for i in range(3):
+        before = _picture(explorer)
+        page.keyboard.press("ArrowRight")
+        assert _picture(explorer) != before, f"{path}: moving to map {i + 1} changed nothing"
+    page.close()
+    assert not visit.problems, "\n".join(visit.problems)
