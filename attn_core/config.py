@@ -63,7 +63,7 @@ class DecoderConfig:
             (:class:`~attn_core.ALiBi`'s per-head distance penalty added to every layer's
             scores; standard multi-head attention without sliding layers or shared
             keys/values) or ``"none"`` (causal attention alone, NoPE).
-        mlp: ``"gelu"`` or ``"swiglu"``.
+        mlp: ``"gelu"`` (exact GELU), ``"gelu_tanh"`` (GPT-2's tanh approximation) or ``"swiglu"``.
         norm: ``"layernorm"`` or ``"rmsnorm"``.
         norm_position: ``"pre"`` or ``"post"``.
         tie_weights: The output projection reuses the token embedding matrix.
@@ -90,6 +90,19 @@ class DecoderConfig:
             ``head_dim=128`` (its ``qk_nope_head_dim``) and ``v_head_dim=128``, DeepSeek-V2-Lite too.
         rope_layout: Which dimensions RoPE pairs: ``"half"`` (Hugging Face's LLaMA/Qwen3
             checkpoints) or ``"interleaved"`` (Meta's LLaMA code, DeepSeek's MLA checkpoints).
+        layer_types: ``"full"`` or ``"sliding"`` per layer (chapter 15; Gemma 3's five
+            sliding layers per full one, gpt-oss's alternation; see
+            :func:`~attn_core.layer_pattern`). ``None``: every layer sliding when
+            ``sliding_window`` is set, else every layer full.
+        sliding_window: The window of the sliding layers: a query sees itself and the
+            ``sliding_window - 1`` positions before it; they decode from a
+            :class:`~attn_core.RollingKVCache` of that many slots.
+        attention_sinks: gpt-oss's learned sink logit per head in every layer's softmax
+            denominator (``MultiHeadAttention(sinks=True)``).
+        kv_share: Cross-layer KV sharing (chapter 15; Brandon et al. 2024): for each layer,
+            the index of the layer whose keys and values it reuses (itself: it computes its
+            own). A source must be an earlier layer of the same type that computes its own;
+            ``None``: no sharing.
         attention_gate: The attention's output gate (chapter 16; Qwen3-Next):
             ``"elementwise"``, ``"headwise"`` or ``None``.
         attention_softcap: The attention-logit soft-cap (chapter 16; Gemma 2: 50.0) or ``None``.
