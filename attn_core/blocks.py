@@ -2,7 +2,8 @@
 
 The residual stream runs through the whole model; each sub-layer reads it and adds
 something back, with the normalisation before (pre-norm: GPT-2, LLaMA) or after
-(post-norm: the original transformer, BERT) the residual addition. The decoder-only
+(post-norm: the original transformer, BERT) the residual addition, or on both sides of
+the sub-layer inside the residual branch (sandwich: Gemma 2/3). The decoder-only
 model that stacks these blocks is :class:`attn_core.model.DecoderLM`.
 
 Shape legend:
@@ -26,7 +27,7 @@ from .core import split_result
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, NORM_POSITIONS, make_norm
 
-__all__ = ["TransformerBlock"]
+__all__ = ["TransformerBlock", "SandwichBlock"]
 
 
 # Names that lived here before the split, by their module now; the old paths keep working.
@@ -61,15 +62,24 @@ class TransformerBlock(nn.Module):
       *sum* is normalised, so the block's output has unit scale; every block's gradient
       passes through a normalisation, which makes deep stacks hard to train without
       learning-rate warm-up.
+    * ``norm_position="sandwich"`` (Gemma 2/3): ``x + post_norm(f(norm(x)))``, a second
+      norm on each sub-layer's output before it joins the stream (``attn_post_norm``,
+      ``mlp_post_norm``; Hugging Face's ``post_attention_layernorm`` and
+      ``post_feedforward_layernorm``). The stream stays un-normalised as in pre-norm, and
+      what each sub-layer adds has a learned, bounded scale. ``TransformerBlock(...,
+      norm_position="sandwich")`` builds a :class:`SandwichBlock`, the subclass whose
+      ``forward`` adds the two post-norms (this class's ``forward``, shown in chapter 9,
+      is the pre/post one).
 
     Args:
         d_model: Width of the residual stream.
         n_heads: Query heads.
         n_kv_heads: Key/value heads (GQA/MQA); default ``n_heads``.
         d_ff: Hidden width of the MLP; default ``4·d_model`` (GELU) or ``⅔·4·d_model`` (SwiGLU).
-        mlp: ``"gelu"`` (:class:`FeedForward`) or ``"swiglu"`` (:class:`SwiGLU`).
+        mlp: ``"gelu"``, ``"gelu_tanh"`` (:class:`FeedForward`), ``"swiglu"`` or
+            ``"geglu_tanh"`` (:class:`SwiGLU`).
         norm: ``"layernorm"`` or ``"rmsnorm"``.
-        norm_position: ``"pre"`` or ``"post"``.
+        norm_position: ``"pre"``, ``"post"`` or ``"sandwich"``.
         rope: A :class:`~attn_core.RotaryEmbedding` for the queries and keys, or None.
         dropout: Dropout on the attention weights and on each sub-layer's output (with
             ``attention=``, on the sub-layers' outputs only: the module has its own).
@@ -98,6 +108,12 @@ class TransformerBlock(nn.Module):
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
     """
+
+    def __new__(cls, *args, **kwargs):
+        # norm_position="sandwich" builds the subclass with the post-norms in its forward.
+        if cls is TransformerBlock and kwargs.get("norm_position") == "sandwich":
+            cls = SandwichBlock
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -160,10 +176,15 @@ class TransformerBlock(nn.Module):
                 )
             if getattr(attention, "n_heads", n_heads) != n_heads:
                 raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
+        sandwich = norm_position == "sandwich"
         self.attn_norm = make_norm(norm, d_model, norm_eps)
         self.attn = attention
+        if sandwich:  # only then: the other blocks' modules (and state dicts) stay as they were
+            self.attn_post_norm = make_norm(norm, d_model, norm_eps)
         self.mlp_norm = make_norm(norm, d_model, norm_eps)
         self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
+        if sandwich:
+            self.mlp_post_norm = make_norm(norm, d_model, norm_eps)
         self.resid_dropout = nn.Dropout(self.dropout_p)
 
     def make_cache(
@@ -207,3 +228,48 @@ class TransformerBlock(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, norm_position={self.norm_position!r}"
+
+
+class SandwichBlock(TransformerBlock):
+    """A :class:`TransformerBlock` with sandwich norms (Gemma 2/3): a norm before *and* after each sub-layer.
+
+    ``h = x + attn_post_norm(attn(attn_norm(x)))``, then
+    ``out = h + mlp_post_norm(mlp(mlp_norm(h)))``: both norms sit inside the residual
+    branch, so the stream is never normalised (as in pre-norm) and each sub-layer's
+    contribution is rescaled by a learned gain before it is added. What
+    ``TransformerBlock(..., norm_position="sandwich")`` builds; the arguments are
+    :class:`TransformerBlock`'s.
+
+    Attributes:
+        attn_post_norm: The norm of the attention's output (Hugging Face's ``post_attention_layernorm``).
+        mlp_post_norm: The norm of the MLP's output (``post_feedforward_layernorm``); ``mlp_norm``
+            is Gemma's ``pre_feedforward_layernorm``.
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, norm_position: str = "sandwich", **kwargs) -> None:
+        if norm_position != "sandwich":
+            raise ValueError(f"SandwichBlock has norm_position='sandwich', got norm_position={norm_position!r}")
+        super().__init__(d_model, n_heads, norm_position=norm_position, **kwargs)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        kv_cache: KVCache | LatentKVCache | None = None,
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Apply the attention and MLP sub-layers, each between its two norms (as :meth:`TransformerBlock.forward`).
+
+        Shapes:
+            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
+        """
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        result = self.attn(self.attn_norm(x), mask=mask, kv_cache=kv_cache, return_weights=return_weights)
+        a, weights = split_result(result, return_weights)
+        x = x + self.resid_dropout(self.attn_post_norm(a))  # x + norm₂(f(norm₁(x)))
+        x = x + self.resid_dropout(self.mlp_post_norm(self.mlp(self.mlp_norm(x))))
+        return (x, weights) if return_weights else x

@@ -63,9 +63,11 @@ class DecoderConfig:
             (:class:`~attn_core.ALiBi`'s per-head distance penalty added to every layer's
             scores; standard multi-head attention without sliding layers or shared
             keys/values) or ``"none"`` (causal attention alone, NoPE).
-        mlp: ``"gelu"`` (exact GELU), ``"gelu_tanh"`` (GPT-2's tanh approximation) or ``"swiglu"``.
+        mlp: ``"gelu"`` (exact GELU), ``"gelu_tanh"`` (GPT-2's tanh approximation), ``"swiglu"``
+            or ``"geglu_tanh"`` (the gated MLP with a tanh-GELU gate, Gemma 2/3).
         norm: ``"layernorm"`` or ``"rmsnorm"``.
-        norm_position: ``"pre"`` or ``"post"``.
+        norm_position: ``"pre"``, ``"post"`` or ``"sandwich"`` (a second norm on each
+            sub-layer's output, Gemma 2/3; see :class:`~attn_core.TransformerBlock`).
         tie_weights: The output projection reuses the token embedding matrix.
         attention: ``"mha"`` (MHA/GQA/MQA) or ``"mla"`` (multi-head latent attention).
         d_latent: MLA's key/value latent width ``d_c`` (required for ``"mla"``).
@@ -106,6 +108,12 @@ class DecoderConfig:
         attention_gate: The attention's output gate (chapter 16; Qwen3-Next):
             ``"elementwise"``, ``"headwise"`` or ``None``.
         attention_softcap: The attention-logit soft-cap (chapter 16; Gemma 2: 50.0) or ``None``.
+        scale_embeddings: Multiply the token embeddings by ``√d_model`` before the first
+            block (Gemma's scaled word embeddings; :attr:`DecoderLM.embed_scale`). Sinusoidal
+            positions already scale them, so ``True`` is refused there.
+        sliding_rope_base: The RoPE base of the ``"sliding"`` layers (Gemma 3: 10000 locally,
+            ``rope_base`` = 1e6 in the full layers); ``None``: ``rope_base`` everywhere. Needs
+            ``positional="rope"``, multi-head attention and at least one sliding layer.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -143,6 +151,8 @@ class DecoderConfig:
     kv_share: tuple[int, ...] | None = field(default=None, repr=False)
     attention_gate: str | None = field(default=None, repr=False)
     attention_softcap: float | None = field(default=None, repr=False)
+    scale_embeddings: bool = field(default=False, repr=False)
+    sliding_rope_base: float | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -173,6 +183,7 @@ class DecoderConfig:
         self._check_layer_pattern()
         self._check_gate_and_softcap()
         self._check_positional()
+        self._check_gemma_fields()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -271,6 +282,29 @@ class DecoderConfig:
                     f"positional='alibi' is not supported with {name}={getattr(self, name)!r} "
                     f"(sliding layers and shared keys/values take no score bias)"
                 )
+
+    def _check_gemma_fields(self) -> None:
+        """Check the embedding scale and the sliding layers' own RoPE base (Gemma 3)."""
+        check_bool("scale_embeddings", self.scale_embeddings)
+        if self.scale_embeddings and self.positional == "sinusoidal":
+            raise ValueError(
+                "scale_embeddings=True with positional='sinusoidal': sinusoidal positions already scale the "
+                "embeddings by sqrt(d_model); leave scale_embeddings=False"
+            )
+        if self.sliding_rope_base is None:
+            return
+        check_number("sliding_rope_base", self.sliding_rope_base, low=1.0, low_open=True)
+        if self.positional != "rope" or self.attention != "mha" or self.block != "standard":
+            raise ValueError(
+                f"sliding_rope_base={self.sliding_rope_base} needs positional='rope' with attention='mha' and "
+                f"block='standard', got positional={self.positional!r}, attention={self.attention!r}, "
+                f"block={self.block!r}"
+            )
+        if "sliding" not in self.resolved_layer_types:
+            raise ValueError(
+                f"sliding_rope_base={self.sliding_rope_base} but no layer is 'sliding' (layer_types="
+                f"{self.layer_types!r}, sliding_window={self.sliding_window!r})"
+            )
 
     def _check_gate_and_softcap(self) -> None:
         """Check the attention's output gate and logit soft-cap (chapter 16): built-in attention only."""

@@ -1,4 +1,4 @@
-"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies a LLaMA, Qwen3, Mistral or DeepSeek-V3.
+"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies a LLaMA, Qwen3, Mistral, DeepSeek-V3 or Gemma 3.
 
 :func:`config_from_hf` reads a Hugging Face model configuration into a
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
@@ -6,10 +6,22 @@
 compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
 than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), mixture-of-experts layers,
 activations other than SiLU, attention dropout. Sliding windows are
-converted (Mistral's in every layer, Qwen3's per ``layer_types``). The other models of
-Part V (gpt-oss, Qwen3-Next, Gemma 2/3, the MoE models) are refused with what they add
-(:data:`NOT_CONVERTED`); their attention layers convert one at a time with
-:func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
+converted (Mistral's in every layer, Qwen3's and Gemma 3's per ``layer_types``).
+
+Gemma 3's text model (``Gemma3ForCausalLM``, ``model_type="gemma3_text"``) converts into
+a :class:`~attn_core.DecoderLM` with Gemma's options: embeddings scaled by
+``√hidden_size`` (``scale_embeddings=True``), sandwich norms (``norm_position="sandwich"``:
+``input_layernorm`` / ``post_attention_layernorm`` around the attention,
+``pre_feedforward_layernorm`` / ``post_feedforward_layernorm`` around the MLP), a GeGLU MLP
+with the tanh GELU (``mlp="geglu_tanh"``), QK-norm, and the sliding layers' own RoPE base
+(``sliding_rope_base``). Its RMSNorms multiply by ``1 + weight``: every gain (the four
+per block, the QK-norms and the final norm) is copied as ``1 + weight``. Refused: a
+``query_pre_attn_scalar`` other than ``head_dim`` (attn_core scales by ``1/√head_dim``),
+soft-capping (attention or final logits), bidirectional attention, rope scaling.
+
+The other models of Part V (gpt-oss, Qwen3-Next, Gemma 2, the MoE models) are refused
+with what they add (:data:`NOT_CONVERTED`); their attention layers convert one at a time
+with :func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -23,6 +35,10 @@ Hugging Face                                 attn_core
 ``model.embed_tokens`` / ``lm_head``        ``tok_emb`` / ``lm_head``
 ``model.norm``                              ``final_norm``
 ``L.input_layernorm`` / ``L.post_attention_layernorm``  ``B.attn_norm`` / ``B.mlp_norm``
+Gemma 3 ``L.input_layernorm``                ``B.attn_norm`` (gain ``1 + weight``, as all Gemma's)
+Gemma 3 ``L.post_attention_layernorm``       ``B.attn_post_norm``
+Gemma 3 ``L.pre_feedforward_layernorm``      ``B.mlp_norm``
+Gemma 3 ``L.post_feedforward_layernorm``     ``B.mlp_post_norm``
 ``L.self_attn.{q,k,v}_proj``, ``o_proj``    ``B.attn.{q,k,v}_proj``, ``out_proj``
 ``L.self_attn.q_norm`` / ``k_norm`` (Qwen3)  ``B.attn.q_norm`` / ``k_norm``
 ``L.mlp.{gate,up,down}_proj``               ``B.mlp.{gate,up,down}_proj``
@@ -61,7 +77,7 @@ __all__ = [
 ]
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3", "gemma3_text")
 
 
 #: Model types the chapters discuss that :func:`from_hf` refuses, and why: what each adds
@@ -74,14 +90,10 @@ NOT_CONVERTED = {
     "qwen3_next": "its layers are mostly Gated DeltaNet (linear attention) and its MLPs a mixture of "
     "experts, which DecoderLM does not have; its gated full-attention layers convert one by one with "
     "copy_attention (MultiHeadAttention with qk_norm=True, gate='elementwise')",
-    "gemma2": "its blocks differ from DecoderLM's: embeddings scaled by sqrt(hidden_size), RMSNorm gains "
-    "(1 + weight), a second norm after attention and after the MLP, a GELU-tanh gated MLP and "
-    "soft-capped final logits; its attention layers convert one by one with copy_attention "
+    "gemma2": "its final logits are soft-capped (final_logit_softcapping={final_logit_softcapping}), which "
+    "DecoderLM does not do (its scaled embeddings, 1 + weight norm gains, sandwich norms and GELU-tanh gated "
+    "MLP are Gemma 3's, which from_hf converts); its attention layers convert one by one with copy_attention "
     "(softcap=attn_logit_softcapping, when query_pre_attn_scalar equals head_dim)",
-    "gemma3_text": "its blocks differ from DecoderLM's: embeddings scaled by sqrt(hidden_size), RMSNorm "
-    "gains (1 + weight), a second norm after attention and after the MLP, a GELU-tanh gated MLP, and "
-    "a RoPE base of its own in the sliding layers; its attention layers convert one by one with "
-    "copy_attention (qk_norm=True, when query_pre_attn_scalar equals head_dim)",
     "qwen3_moe": "its MLPs are a mixture of experts, which DecoderLM does not have",
     "mixtral": "its MLPs are a mixture of experts, which DecoderLM does not have",
     "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
@@ -121,7 +133,7 @@ def _windows(model_type: str, hf) -> dict:
 
 
 def config_from_hf(hf_config) -> DecoderConfig:
-    """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 config.
+    """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma 3 config.
 
     Args:
         hf_config: ``model.config`` of a Hugging Face causal LM (any object with its attributes).
@@ -137,19 +149,22 @@ def config_from_hf(hf_config) -> DecoderConfig:
     """
     t = getattr(hf_config, "model_type", None)
     if t in NOT_CONVERTED:
-        fields = {"num_local_experts": "?", "num_experts_per_tok": "?", **vars(hf_config)}
-        _refuse(t, NOT_CONVERTED[t].format(**fields))
+        fields = {"num_local_experts": "?", "num_experts_per_tok": "?", "final_logit_softcapping": "?"}
+        _refuse(t, NOT_CONVERTED[t].format(**{**fields, **vars(hf_config)}))
     if t not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_type={t!r} is not supported; from_hf converts {', '.join(SUPPORTED_MODEL_TYPES)}")
-    base, kind = _rope(hf_config)
-    if kind != "default":
-        _refuse(t, f"rope scaling {kind!r} is not implemented (only plain RoPE, rope_type='default')")
-    act = getattr(hf_config, "hidden_act", "silu")
-    if act != "silu":
-        _refuse(t, f"hidden_act={act!r} (attn_core's SwiGLU uses SiLU)")
+    if t == "gemma3_text":
+        rope, windows, style = _gemma3(hf_config)
+    else:
+        base, kind = _rope(hf_config)
+        if kind != "default":
+            _refuse(t, f"rope scaling {kind!r} is not implemented (only plain RoPE, rope_type='default')")
+        act = getattr(hf_config, "hidden_act", "silu")
+        if act != "silu":
+            _refuse(t, f"hidden_act={act!r} (attn_core's SwiGLU uses SiLU)")
+        rope, windows, style = dict(rope_base=base), _windows(t, hf_config), dict(mlp="swiglu", norm_position="pre")
     if getattr(hf_config, "attention_dropout", 0.0):
         _refuse(t, f"attention_dropout={hf_config.attention_dropout} (attn_core's dropout also drops residuals)")
-    windows = _windows(t, hf_config)
     d, H = hf_config.hidden_size, hf_config.num_attention_heads
     common = dict(
         vocab_size=hf_config.vocab_size,
@@ -159,11 +174,10 @@ def config_from_hf(hf_config) -> DecoderConfig:
         d_ff=hf_config.intermediate_size,
         max_len=hf_config.max_position_embeddings,
         positional="rope",
-        mlp="swiglu",
         norm="rmsnorm",
-        norm_position="pre",
+        **style,
         tie_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
-        rope_base=base,
+        **rope,
         norm_eps=float(hf_config.rms_norm_eps),
         # One bias switch in attn_core: the projections HF leaves without a bias get zeros.
         bias=bool(getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)),
@@ -193,8 +207,49 @@ def config_from_hf(hf_config) -> DecoderConfig:
         **windows,
         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or H,
         head_dim=None if head_dim * H == d else head_dim,
-        qk_norm=(t == "qwen3"),
+        qk_norm=t in ("qwen3", "gemma3_text"),
     )
+
+
+def _gemma3(hf) -> tuple[dict, dict, dict]:
+    """Gemma 3's RoPE bases, sliding layers and block style, after refusing what attn_core does not compute."""
+    t = "gemma3_text"
+    act = getattr(hf, "hidden_activation", None)
+    if act != "gelu_pytorch_tanh":
+        _refuse(t, f"hidden_activation={act!r} (attn_core's geglu_tanh MLP is 'gelu_pytorch_tanh')")
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    scalar = getattr(hf, "query_pre_attn_scalar", head_dim)
+    if scalar != head_dim:
+        _refuse(
+            t,
+            f"query_pre_attn_scalar={scalar} scales the scores by 1/sqrt({scalar}); attn_core scales them by "
+            f"1/sqrt(head_dim={head_dim})",
+        )
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(hf, name, None) is not None:
+            _refuse(t, f"{name}={getattr(hf, name)} (soft-capping is not converted)")
+    if getattr(hf, "use_bidirectional_attention", False):
+        _refuse(t, "use_bidirectional_attention=True (DecoderLM is causal)")
+    names = {"full_attention": "full", "sliding_attention": "sliding"}
+    kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
+    if set(kinds) - set(names):
+        _refuse(t, f"layer_types {sorted(set(kinds) - set(names))}")
+    params = dict(getattr(hf, "rope_parameters", None) or {})
+    bases, defaults = {}, getattr(hf, "default_theta", {"global": 1e6, "local": 1e4})  # Gemma 3's own defaults
+    for kind in sorted(set(kinds)):
+        p = dict(params.get(kind) or {})
+        if p.get("rope_type", "default") != "default":
+            _refuse(
+                t, f"rope scaling {p['rope_type']!r} in the {kind} layers is not implemented (only rope_type='default')"
+            )
+        bases[kind] = float(p.get("rope_theta", defaults["global" if kind == "full_attention" else "local"]))
+    rope = dict(rope_base=bases.get("full_attention", bases.get("sliding_attention")))
+    windows = {}
+    if "sliding_attention" in kinds:
+        windows = dict(sliding_window=hf.sliding_window, layer_types=tuple(names[k] for k in kinds))
+        rope["sliding_rope_base"] = bases["sliding_attention"]
+    style = dict(mlp="geglu_tanh", norm_position="sandwich", scale_embeddings=True)
+    return rope, windows, style
 
 
 @torch.no_grad()
@@ -210,6 +265,12 @@ def _copy(dst: nn.Linear | nn.Module, src: nn.Module | torch.Tensor, *, bias: to
             dst.bias.zero_()
         else:
             dst.bias.copy_(src_bias)
+
+
+@torch.no_grad()
+def _copy_norm(dst: nn.Module, src: nn.Module, offset: float) -> None:
+    """Copy a norm's gain: its stored weight, plus ``offset`` (1 for Gemma's ``(1 + weight)`` RMSNorms)."""
+    _copy(dst, src.weight + offset if offset else src.weight)
 
 
 #: Model types whose RMSNorm multiplies by ``(1 + weight)`` (the weight starts at 0): their
@@ -313,10 +374,11 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
 def from_hf(model: nn.Module) -> DecoderLM:
     """A :class:`~attn_core.DecoderLM` with the weights of a Hugging Face causal LM.
 
-    Works with ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM`` and
-    ``DeepseekV3ForCausalLM`` objects (random-initialised or from ``from_pretrained``);
-    the result has the model's dtype and device and is in eval mode. Its logits equal
-    the Hugging Face model's up to rounding (float64: ~1e-10, see ``tests/test_parity_hf.py``).
+    Works with ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM``,
+    ``DeepseekV3ForCausalLM`` and ``Gemma3ForCausalLM`` objects (random-initialised or from
+    ``from_pretrained``); the result has the model's dtype and device and is in eval mode.
+    Its logits equal the Hugging Face model's up to rounding (float64: ~1e-10, see
+    ``tests/test_parity_hf.py`` and ``tests/test_convert.py``).
 
     Args:
         model: The Hugging Face model (``transformers`` itself is not imported here).
@@ -333,13 +395,19 @@ def from_hf(model: nn.Module) -> DecoderLM:
     weight = model.get_input_embeddings().weight
     ours = DecoderLM(c).to(dtype=weight.dtype, device=weight.device)
     core = model.model
+    offset = 1.0 if model.config.model_type in OFFSET_NORM_TYPES else 0.0  # Gemma's gains are 1 + weight
     _copy(ours.tok_emb, core.embed_tokens)
-    _copy(ours.final_norm, core.norm)
+    _copy_norm(ours.final_norm, core.norm, offset)
     if not c.tie_weights:
         _copy(ours.lm_head, model.lm_head)
     for block, layer in zip(ours.blocks, core.layers, strict=True):
-        _copy(block.attn_norm, layer.input_layernorm)
-        _copy(block.mlp_norm, layer.post_attention_layernorm)
+        _copy_norm(block.attn_norm, layer.input_layernorm, offset)
+        if c.norm_position == "sandwich":  # Gemma 3: a norm on each side of each sub-layer
+            _copy_norm(block.attn_post_norm, layer.post_attention_layernorm, offset)
+            _copy_norm(block.mlp_norm, layer.pre_feedforward_layernorm, offset)
+            _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
+        else:
+            _copy_norm(block.mlp_norm, layer.post_attention_layernorm, offset)
         for name in ("gate_proj", "up_proj", "down_proj"):
             _copy(getattr(block.mlp, name), getattr(layer.mlp, name))
         copy_attention(block.attn, layer.self_attn)

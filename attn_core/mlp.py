@@ -1,4 +1,4 @@
-"""Position-wise MLPs: the GELU feed-forward of GPT-2 and the gated SwiGLU of PaLM and LLaMA.
+"""Position-wise MLPs: the GELU feed-forward of GPT-2 and the gated SwiGLU of PaLM and LLaMA (GeGLU: Gemma).
 
 Attention mixes information *across* positions; the MLP then transforms each position's
 vector on its own, with the same weights at every position.
@@ -6,7 +6,9 @@ vector on its own, with the same weights at every position.
 * :class:`FeedForward`: ``down(gelu(up(x)))``, hidden width ``4·d_model`` by default; the
   exact GELU (``"gelu"``) or GPT-2's tanh approximation (``"gelu_tanh"``).
 * :class:`SwiGLU`: ``down(silu(gate(x)) * up(x))``, hidden width ``⅔·4·d_model`` rounded
-  up (:func:`swiglu_hidden_dim`), so that it costs what the GELU MLP costs.
+  up (:func:`swiglu_hidden_dim`), so that it costs what the GELU MLP costs. With
+  ``activation="gelu_tanh"`` the gate is the tanh GELU instead: Gemma's GeGLU
+  (``"geglu_tanh"``), the same three matrices.
 * :func:`make_mlp` builds either from its name, as the blocks' ``mlp=`` argument does.
 
 Shape legend:
@@ -30,14 +32,19 @@ __all__ = [
     "make_mlp",
     "MLP_KINDS",
     "GELU_APPROXIMATIONS",
+    "GLU_ACTIVATIONS",
 ]
 
 #: The names :func:`make_mlp` (and the blocks' ``mlp=`` argument) accept. ``"gelu"`` is the
 #: exact GELU, ``x·Φ(x)``; ``"gelu_tanh"`` is the tanh approximation GPT-2 was trained with
-#: (``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``), the same two matrices.
-MLP_KINDS = ("gelu", "swiglu", "gelu_tanh")
+#: (``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``), the same two matrices. ``"geglu_tanh"`` is
+#: the gated MLP with that GELU as its gate (Gemma 2/3), SwiGLU's three matrices.
+MLP_KINDS = ("gelu", "swiglu", "gelu_tanh", "geglu_tanh")
 #: :class:`FeedForward`'s ``approximate=`` choices, as ``torch.nn.functional.gelu`` names them.
 GELU_APPROXIMATIONS = ("none", "tanh")
+#: :class:`SwiGLU`'s ``activation=`` choices: the gate's nonlinearity.
+GLU_ACTIVATIONS = ("silu", "gelu_tanh")
+_GLU_GATES = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class FeedForward(nn.Module):
@@ -113,16 +120,27 @@ class SwiGLU(nn.Module):
         multiple_of: Rounding of the default hidden width.
         dropout: Dropout on the output, in training mode.
         bias: Give the linear layers biases (LLaMA does not).
+        activation: The gate's nonlinearity: ``"silu"`` (SwiGLU, the default) or
+            ``"gelu_tanh"`` (GeGLU with the tanh GELU, Gemma 2/3:
+            ``down(gelu_tanh(gate(x)) * up(x))``).
 
     Shapes:
         x: ``(..., d_model)``; output: ``(..., d_model)``
     """
 
     def __init__(
-        self, d_model: int, d_ff: int | None = None, *, multiple_of: int = 8, dropout: float = 0.0, bias: bool = False
+        self,
+        d_model: int,
+        d_ff: int | None = None,
+        *,
+        multiple_of: int = 8,
+        dropout: float = 0.0,
+        bias: bool = False,
+        activation: str = "silu",
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
+        self.activation = check_choice("activation", activation, GLU_ACTIVATIONS)
         d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else check_int("d_ff", d_ff)
         self.d_model, self.d_ff = d_model, d_ff
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
@@ -132,27 +150,30 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
-        return self.dropout(self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x)))
+        gate = _GLU_GATES[self.activation](self.gate_proj(x))  # (..., d_ff)
+        return self.dropout(self.down_proj(gate * self.up_proj(x)))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, d_ff={self.d_ff}"
+        act = "" if self.activation == "silu" else f", activation={self.activation!r}"
+        return f"d_model={self.d_model}, d_ff={self.d_ff}{act}"
 
 
 def make_mlp(kind: str, d_model: int, d_ff: int | None, *, bias: bool, dropout: float = 0.0) -> nn.Module:
     """``"gelu"`` -> :class:`FeedForward`, ``"gelu_tanh"`` -> the same with GPT-2's tanh GELU,
-    ``"swiglu"`` -> :class:`SwiGLU`."""
+    ``"swiglu"`` -> :class:`SwiGLU`, ``"geglu_tanh"`` -> the same with the tanh GELU as its gate."""
     check_choice("mlp", kind, MLP_KINDS)
     if kind in ("gelu", "gelu_tanh"):
         approximate = "tanh" if kind == "gelu_tanh" else "none"
         return FeedForward(d_model, d_ff, dropout=dropout, bias=bias, approximate=approximate)
-    return SwiGLU(d_model, d_ff, dropout=dropout, bias=bias)
+    activation = "gelu_tanh" if kind == "geglu_tanh" else "silu"
+    return SwiGLU(d_model, d_ff, dropout=dropout, bias=bias, activation=activation)
 
 
 def mlp_hidden_dim(kind: str, d_model: int, d_ff: int | None = None) -> int:
     """The hidden width an MLP of ``kind`` gets: ``d_ff`` if given, else the kind's default.
 
     The defaults are those of :class:`FeedForward` (``4·d_model``, both GELUs) and :class:`SwiGLU`
-    (:func:`swiglu_hidden_dim`); :class:`~attn_core.DecoderConfig` and the parameter
+    (:func:`swiglu_hidden_dim`, both gates); :class:`~attn_core.DecoderConfig` and the parameter
     formulas read them from here.
     """
     check_choice("mlp", kind, MLP_KINDS)

@@ -50,8 +50,11 @@ class DecoderLM(nn.Module):
             :class:`~attn_core.SinusoidalPositionalEncoding` or None.
         embed_scale: What the token embeddings are multiplied by before positions are
             added: ``√d_model`` with sinusoidal positions (Vaswani et al. 2017, §3.4; the
-            encodings have entries of size 1, the embeddings start at 0.02), else 1.
+            encodings have entries of size 1, the embeddings start at 0.02) or with
+            ``config.scale_embeddings`` (Gemma), else 1.
         rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers, or None.
+        sliding_rope: The one shared by the ``"sliding"`` layers when
+            ``config.sliding_rope_base`` gives them a base of their own (Gemma 3), else None.
         alibi: The :class:`~attn_core.ALiBi` whose bias every layer adds to its scores, or None.
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock` or
             :class:`~attn_core.SimplifiedBlock`.
@@ -82,11 +85,15 @@ class DecoderLM(nn.Module):
             self.pos_emb = SinusoidalPositionalEncoding(c.d_model)
         # The Transformer's recipe with fixed sinusoids: scale the embeddings up by √d_model,
         # or the ±1 encodings drown the 0.02-scale token vectors (the same matrix makes the logits).
-        self.embed_scale = c.d_model**0.5 if c.positional == "sinusoidal" else 1.0
+        # Gemma scales its embeddings the same way (scale_embeddings), with no positions added.
+        self.embed_scale = c.d_model**0.5 if c.positional == "sinusoidal" or c.scale_embeddings else 1.0
         self.alibi = ALiBi(c.n_heads) if c.positional == "alibi" else None
         self.rope = None
         if c.positional == "rope" and c.attention == "mha":
             self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout)
+        self.sliding_rope = None
+        if c.sliding_rope_base is not None:  # the config checked: RoPE, MHA, some sliding layers
+            self.sliding_rope = RotaryEmbedding(c.resolved_head_dim, base=c.sliding_rope_base, layout=c.rope_layout)
         self.drop = nn.Dropout(c.dropout)
         # Post-norm blocks feed the raw stream to their first attention: normalise the
         # embeddings first (as BERT does), or the first layer attends with vectors of
@@ -101,6 +108,12 @@ class DecoderLM(nn.Module):
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
+
+    def _layer_rope(self, i: int) -> nn.Module | None:
+        """The RoPE of layer ``i``: the sliding layers' own when ``config.sliding_rope_base`` is set."""
+        if self.sliding_rope is not None and self.config.resolved_layer_types[i] == "sliding":
+            return self.sliding_rope
+        return self.rope
 
     def _make_block(self, i: int) -> nn.Module:
         c = self.config
@@ -152,7 +165,7 @@ class DecoderLM(nn.Module):
                 causal=True,
                 bias=c.bias,
                 dropout=c.dropout,
-                rope=self.rope,
+                rope=self._layer_rope(i),
                 head_dim=c.head_dim,
                 qk_norm=c.qk_norm,
                 **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
@@ -167,7 +180,7 @@ class DecoderLM(nn.Module):
             c.d_model,
             c.n_heads,
             n_kv_heads=c.resolved_n_kv_heads,
-            rope=self.rope,
+            rope=self._layer_rope(i),
             head_dim=c.head_dim,
             qk_norm=c.qk_norm,
             window=c.layer_window(i),

@@ -30,8 +30,10 @@ __all__ = ["LayerNorm", "RMSNorm", "make_norm", "NORM_KINDS", "NORM_POSITIONS"]
 #: The names :func:`make_norm` (and the blocks' ``norm=`` argument) accept.
 NORM_KINDS = ("layernorm", "rmsnorm")
 #: Where a transformer block puts its normalisation (``norm_position=``): before the
-#: sub-layer (``x + f(norm(x))``) or after the residual addition (``norm(x + f(x))``).
-NORM_POSITIONS = ("pre", "post")
+#: sub-layer (``x + f(norm(x))``), after the residual addition (``norm(x + f(x))``), or
+#: both before and after the sub-layer, inside the residual branch (``"sandwich"``,
+#: Gemma 2/3: ``x + norm₂(f(norm₁(x)))``).
+NORM_POSITIONS = ("pre", "post", "sandwich")
 
 
 def _check_input(x: object, d: int) -> torch.Tensor:

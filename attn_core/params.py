@@ -29,7 +29,7 @@ def _norm_params(kind: str, d: int) -> int:
 def _mlp_params(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
     if kind in ("gelu", "gelu_tanh"):  # up (d -> f) and down (f -> d)
         return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
-    return 3 * d_model * d_ff + ((2 * d_ff + d_model) if bias else 0)  # gate, up, down
+    return 3 * d_model * d_ff + ((2 * d_ff + d_model) if bias else 0)  # gate, up, down (swiglu, geglu_tanh)
 
 
 def _mla_attention_params(c: DecoderConfig) -> int:
@@ -82,7 +82,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
                 attention -= readers * (2 * d * kv * D + (2 * kv * D if c.bias else 0) + (D if c.qk_norm else 0))
         else:
             attention = L * _mla_attention_params(c)
-        norms_per_layer, gains = 2, 0
+        norms_per_layer, gains = (4 if c.norm_position == "sandwich" else 2), 0  # sandwich: + a norm after each
     else:
         attention = sum(_shaped_attention_params(c, first=(i == 0)) for i in range(L))
         norms_per_layer = 2 if c.block == "sas" else 1  # SAS-P shares one norm for both branches

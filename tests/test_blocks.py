@@ -1,6 +1,8 @@
-"""attn_core.blocks: the transformer block's pre-/post-norm wiring, gradients, its attention protocol, bad input."""
+"""attn_core.blocks: the transformer block's pre-/post-/sandwich-norm wiring, gradients, attention protocol, errors."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from attn_core import (
     RotaryEmbedding,
     TransformerBlock,
 )
+from attn_core.blocks import SandwichBlock
 
 
 # --------------------------------------------------------------------------- the block
@@ -19,7 +22,8 @@ def _block(norm_position, norm="layernorm", mlp="gelu", seed=0):
     torch.manual_seed(seed)
     block = TransformerBlock(16, 4, norm=norm, mlp=mlp, norm_position=norm_position)
     with torch.no_grad():  # non-trivial gains and biases, so a swapped wiring shows
-        for n in (block.attn_norm, block.mlp_norm):
+        norms = ("attn_norm", "attn_post_norm", "mlp_norm", "mlp_post_norm")
+        for n in (getattr(block, name) for name in norms if hasattr(block, name)):
             n.weight.uniform_(0.5, 1.5)
             if getattr(n, "bias", None) is not None:
                 n.bias.normal_(0.0, 0.1)
@@ -56,7 +60,35 @@ def test_post_norm_wiring_and_output_is_normalised(norm, mlp):
     assert not torch.allclose(pre_out.pow(2).mean(-1), torch.ones(2, 5), atol=0.1)
 
 
-@pytest.mark.parametrize("norm_position", ["pre", "post"])
+@pytest.mark.parametrize("norm,mlp", [("layernorm", "gelu"), ("rmsnorm", "swiglu"), ("rmsnorm", "geglu_tanh")])
+def test_sandwich_norm_wiring(norm, mlp):
+    """Gemma 2/3: a norm before and after each sub-layer, inside the residual branch."""
+    block = _block("sandwich", norm, mlp)
+    x = torch.randn(2, 5, 16) * 3
+    h = x + block.attn_post_norm(block.attn(block.attn_norm(x)))
+    expected = h + block.mlp_post_norm(block.mlp(block.mlp_norm(h)))
+    assert torch.allclose(block(x), expected, atol=1e-6)
+    # The post norms matter (a pre-norm block with the same weights computes something else) ...
+    pre = _block("pre", norm, mlp)
+    with torch.no_grad():
+        for name in ("attn_norm", "mlp_norm"):
+            getattr(pre, name).load_state_dict(getattr(block, name).state_dict())
+    pre.attn.load_state_dict(block.attn.state_dict())
+    pre.mlp.load_state_dict(block.mlp.state_dict())
+    assert not torch.allclose(pre(x), block(x), atol=1e-3)
+    # TransformerBlock(norm_position="sandwich") builds the subclass; it refuses another position.
+    assert type(block) is SandwichBlock and isinstance(block, TransformerBlock) and type(pre) is TransformerBlock
+    assert type(copy.deepcopy(block)) is SandwichBlock and block.norm_position == "sandwich"
+    with pytest.raises(ValueError, match="SandwichBlock has norm_position='sandwich', got norm_position='pre'"):
+        SandwichBlock(16, 4, norm_position="pre")
+    # ... and only sandwich blocks have the post norms: the other blocks' modules are unchanged.
+    assert not hasattr(pre, "attn_post_norm") and not hasattr(_block("post"), "mlp_post_norm")
+    assert sum(p.numel() for p in block.parameters()) - sum(p.numel() for p in pre.parameters()) == sum(
+        p.numel() for p in (*block.attn_post_norm.parameters(), *block.mlp_post_norm.parameters())
+    )
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post", "sandwich"])
 @pytest.mark.parametrize("norm,mlp", [("layernorm", "gelu"), ("rmsnorm", "swiglu")])
 def test_block_gradcheck(norm_position, norm, mlp):
     torch.manual_seed(0)

@@ -55,7 +55,15 @@ def test_config_is_frozen_and_presets():
         (dict(positional="alibi", kv_share=(0, 0)), "positional='alibi' is not supported with kv_share=(0, 0)"),
         (dict(mlp="relu"), "mlp='relu'"),
         (dict(norm="batchnorm"), "norm='batchnorm'"),
-        (dict(norm_position="sandwich"), "norm_position='sandwich'"),
+        (dict(norm_position="middle"), "norm_position='middle'"),
+        (dict(block="sas", norm_position="sandwich"), "block='sas' is a pre-norm block; got norm_position='sandwich'"),
+        (dict(positional="sinusoidal", scale_embeddings=True), "scale_embeddings=True with positional='sinusoidal'"),
+        (dict(positional="rope", sliding_rope_base=500.0), "sliding_rope_base=500.0 but no layer is 'sliding'"),
+        (dict(sliding_window=4, sliding_rope_base=500.0), "sliding_rope_base=500.0 needs positional='rope'"),
+        (
+            dict(positional="rope", sliding_window=4, sliding_rope_base=1.0),
+            "sliding_rope_base must be a finite number > 1, got sliding_rope_base=1.0",
+        ),
         (dict(attention="linear"), "attention='linear'"),
         (dict(block="resnet"), "block='resnet'"),
         (dict(vocab_size=0), "vocab_size=0"),
@@ -92,6 +100,8 @@ def test_config_type_errors():
         DecoderConfig.gpt2_like(tie_weights=1)
     with pytest.raises(TypeError, match="qk_norm must be a bool"):
         DecoderConfig.llama_like(qk_norm=1)
+    with pytest.raises(TypeError, match="scale_embeddings must be a bool"):
+        DecoderConfig.llama_like(scale_embeddings=1)
 
 
 def test_mla_rope_dim_has_one_default():
@@ -174,6 +184,8 @@ FIELD_BASES = {
     "mla": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16),
     "sas": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas"),
     "sas-p": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas-p"),
+    # A sliding and a full layer (window 2 < the probe's 6 tokens): sliding_rope_base acts here.
+    "mha-sliding": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("sliding", "full"), sliding_window=2),
 }
 FIELD_CHANGES = {
     "vocab_size": dict(vocab_size=20),
@@ -202,12 +214,14 @@ FIELD_CHANGES = {
     "qk_norm": dict(qk_norm=True),
     "v_head_dim": dict(v_head_dim=12),
     "rope_layout": dict(rope_layout="interleaved"),
-    "layer_types": dict(layer_types=("sliding", "full"), sliding_window=2),
-    "sliding_window": dict(sliding_window=2),
+    "layer_types": [dict(layer_types=("sliding", "full"), sliding_window=2), dict(layer_types=("full", "sliding"))],
+    "sliding_window": [dict(sliding_window=2), dict(sliding_window=3)],
     "attention_sinks": dict(attention_sinks=True),
     "kv_share": dict(kv_share=(0, 0)),
     "attention_gate": dict(attention_gate="headwise"),
     "attention_softcap": dict(attention_softcap=1.0),
+    "scale_embeddings": dict(scale_embeddings=True),
+    "sliding_rope_base": dict(sliding_rope_base=500.0),  # raises without sliding layers, acts with them
 }
 
 

@@ -1,8 +1,9 @@
-"""attn_core.convert: Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 objects into DecoderLM, or a clear refusal.
+"""attn_core.convert: Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma 3 objects into DecoderLM, or a refusal.
 
 Random-initialised models built from configs; nothing is downloaded. The exact (float64,
 1e-10) comparisons use :func:`test_parity_hf.exact_hf`, which lifts Hugging Face's
-deliberate float32 round trips (see that module).
+deliberate float32 round trips (see that module), and :func:`exact_gemma3`, which lifts
+Gemma 3's own (its RMSNorm, its per-layer-type RoPE tables, its float32 embedding scale).
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ pytest.importorskip("transformers", minversion="5.0")
 from test_parity_hf import EXACT, deepseek_config, exact_hf, llama_config, max_diff, seeded  # noqa: E402, F401
 from transformers import (  # noqa: E402
     DeepseekV3ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.models.gemma3 import modeling_gemma3 as hf_gemma3  # noqa: E402
 
-from attn_core import DecoderLM, parameter_count  # noqa: E402
+from attn_core import DecoderLM, generate, parameter_count  # noqa: E402
 from attn_core.convert import (  # noqa: E402
     NOT_CONVERTED,
     SUPPORTED_MODEL_TYPES,
@@ -61,6 +65,53 @@ MODELS = {
 }
 
 
+def gemma3_config(**kw) -> Gemma3TextConfig:
+    """A tiny Gemma 3: a sliding layer (window 3 < the 9 tokens of IDX), a full one, a sliding one; heads of
+    width 16 ≠ 32/4; RoPE bases 10000 (sliding) and 1e6 (full); query_pre_attn_scalar = head_dim."""
+    base = dict(
+        SMALL, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, rms_norm_eps=1e-6, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie_word_embeddings=True,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    return Gemma3TextConfig(**{**base, **kw})
+
+
+def _gemma3_rmsnorm_float64(self, x):
+    """Gemma 3's RMSNorm, ``(1 + weight) · x / rms(x)``, without its float32 cast (``x.float()``)."""
+    return self._norm(x) * (1.0 + self.weight)
+
+
+def _gemma3_rope_float64(self, x, position_ids, layer_type):
+    """Gemma 3's plain RoPE tables for ``layer_type`` (its own base), the angles in float64 as attn_core's."""
+    params = self.config.rope_parameters[layer_type]
+    assert params["rope_type"] == "default", params
+    dim = self.config.head_dim
+    inv_freq = params["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, D): the "half" layout
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+@pytest.fixture
+def exact_gemma3(monkeypatch):
+    """Lift Gemma 3's float32 round trips: its RMSNorm's ``x.float()`` and its RoPE tables (as exact_hf does)."""
+    monkeypatch.setattr(hf_gemma3.Gemma3RMSNorm, "forward", _gemma3_rmsnorm_float64)
+    monkeypatch.setattr(hf_gemma3.Gemma3RotaryEmbedding, "forward", _gemma3_rope_float64)
+
+
+def tiny_gemma3(seed: int = 3, **kw) -> Gemma3ForCausalLM:
+    """Random float64 weights, norm gains included (``seeded``); the embedding scale √d in float64.
+
+    Hugging Face keeps ``embed_scale`` in a buffer made in float32 (``torch.tensor(√d)``), so
+    ``.to(float64)`` carries √32 rounded to float32 (off by ~1e-8 relative); set it exactly.
+    """
+    hf = seeded(Gemma3ForCausalLM(gemma3_config(**kw)), seed=seed)
+    hf.model.embed_tokens.embed_scale.fill_(hf.config.hidden_size**0.5)
+    return hf
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_from_hf_gives_the_same_logits(exact_hf, name):  # noqa: F811
     hf = seeded(MODELS[name](), seed=3)
@@ -68,6 +119,74 @@ def test_from_hf_gives_the_same_logits(exact_hf, name):  # noqa: F811
     assert isinstance(ours, DecoderLM) and not ours.training
     assert next(ours.parameters()).dtype == torch.float64
     assert max_diff(ours(IDX), hf(IDX).logits) < EXACT
+
+
+# --------------------------------------------------------------------------- Gemma 3
+@pytest.mark.parametrize("tied", [True, False])
+def test_gemma3_gives_the_same_logits(exact_gemma3, tied):
+    hf = tiny_gemma3(tie_word_embeddings=tied, attention_bias=not tied)
+    ours = from_hf(hf)
+    c = ours.config
+    assert (c.norm_position, c.mlp, c.scale_embeddings, c.qk_norm, c.tie_weights) == (
+        "sandwich", "geglu_tanh", True, True, tied,
+    )  # fmt: skip
+    assert (c.layer_types, c.sliding_window, c.rope_base, c.sliding_rope_base) == (
+        ("sliding", "full", "sliding"), 3, 1e6, 1e4,
+    )  # fmt: skip
+    assert [b.attn.rope.base for b in ours.blocks] == [1e4, 1e6, 1e4]
+    assert max_diff(ours(IDX), hf(IDX).logits) < EXACT
+
+
+def test_gemma3_every_gain_is_one_plus_weight():
+    """Gemma's stored gains start at 0: each of the four block norms, the QK-norms and the final norm is 1 + weight."""
+    hf = tiny_gemma3()
+    ours = from_hf(hf)
+    pairs = [(ours.final_norm, hf.model.norm)]
+    for b, layer in zip(ours.blocks, hf.model.layers, strict=True):
+        pairs += [
+            (b.attn_norm, layer.input_layernorm), (b.attn_post_norm, layer.post_attention_layernorm),
+            (b.mlp_norm, layer.pre_feedforward_layernorm), (b.mlp_post_norm, layer.post_feedforward_layernorm),
+            (b.attn.q_norm, layer.self_attn.q_norm), (b.attn.k_norm, layer.self_attn.k_norm),
+        ]  # fmt: skip
+    for mine, theirs in pairs:
+        torch.testing.assert_close(mine.weight, 1.0 + theirs.weight, rtol=0, atol=0)
+    assert ours.num_parameters() == sum(p.numel() for p in hf.parameters()) == parameter_count(ours.config)
+
+
+def test_gemma3_without_the_lifts_differs_by_float32_rounding_only():
+    """Without :func:`exact_gemma3` and the float64 embedding scale: ~1e-5 apart on logits of size ~10, never 1e-4."""
+    hf = seeded(Gemma3ForCausalLM(gemma3_config()), seed=3)
+    diff = max_diff(from_hf(hf)(IDX), hf(IDX).logits)
+    assert EXACT < diff < 1e-4
+
+
+def test_gemma3_greedy_generation_with_caches(exact_gemma3):
+    """The same tokens as ``generate(do_sample=False)``, past the window (rolling caches in the sliding layers)."""
+    hf = tiny_gemma3(seed=4)
+    idx = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+    expected = hf.generate(idx, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(idx))
+    ours = from_hf(hf)
+    tokens, logits = generate(ours, idx, 12, temperature=0.0, return_logits=True)
+    assert torch.equal(tokens, expected)
+    assert max_diff(logits, hf(tokens[:, :-1]).logits) < EXACT
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(query_pre_attn_scalar=32), r"query_pre_attn_scalar=32 scales the scores by 1/sqrt\(32\)"),
+        (dict(final_logit_softcapping=30.0), "final_logit_softcapping=30.0"),
+        (dict(attn_logit_softcapping=50.0), "attn_logit_softcapping=50.0"),
+        (dict(hidden_activation="gelu"), "hidden_activation='gelu'"),
+        (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
+        (dict(rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                               "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}}),
+         "rope scaling 'linear' in the full_attention layers"),
+    ],
+)  # fmt: skip
+def test_gemma3_refusals(kw, message):
+    with pytest.raises(ValueError, match=f"cannot convert this gemma3_text model exactly: {message}"):
+        config_from_hf(gemma3_config(**kw))
 
 
 def test_from_hf_counts():
@@ -132,7 +251,7 @@ def test_refuses_other_model_types_and_non_models():
         config_from_hf(types.SimpleNamespace(model_type="gpt2"))
     with pytest.raises(TypeError, match="got dict"):
         from_hf({"config": None})
-    assert set(SUPPORTED_MODEL_TYPES) == {"llama", "mistral", "qwen3", "deepseek_v3"}
+    assert set(SUPPORTED_MODEL_TYPES) == {"llama", "mistral", "qwen3", "deepseek_v3", "gemma3_text"}
 
 
 @pytest.mark.parametrize(
@@ -140,15 +259,18 @@ def test_refuses_other_model_types_and_non_models():
     [
         ("GptOssConfig", r"mixture of experts \(num_local_experts=128, top-4 routing\)"),
         ("Qwen3NextConfig", "mostly Gated DeltaNet"),
-        ("Gemma2Config", "soft-capped final logits"),
-        ("Gemma3TextConfig", "a RoPE base of its own in the sliding layers"),
+        ("Gemma2Config", r"final logits are soft-capped \(final_logit_softcapping=30.0\)"),
         ("Qwen3MoeConfig", "mixture of experts"),
         ("MixtralConfig", "mixture of experts"),
         ("Olmo2Config", "QK-norm spans all heads"),
     ],
 )
 def test_refuses_the_models_of_part_v_saying_what_they_add(config_name, message):
-    """The models chapters 15-16 discuss are refused with the reason, not as an unknown model type."""
+    """The models chapters 15-16 discuss are refused with the reason, not as an unknown model type.
+
+    Gemma 3 (``gemma3_text``) is converted (its tests are above), so it is not refused.
+    """
+    assert "gemma3_text" not in NOT_CONVERTED and "gemma3_text" in SUPPORTED_MODEL_TYPES
     hf_config = getattr(__import__("transformers"), config_name)()
     assert hf_config.model_type in NOT_CONVERTED
     with pytest.raises(ValueError, match=f"cannot convert this {hf_config.model_type} model exactly: .*{message}"):

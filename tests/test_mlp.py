@@ -1,4 +1,4 @@
-"""attn_core.mlp: FeedForward and SwiGLU against their formulas, the hidden-width defaults, bad input."""
+"""attn_core.mlp: FeedForward, SwiGLU and its GeGLU form against their formulas, hidden-width defaults, bad input."""
 
 from __future__ import annotations
 
@@ -94,6 +94,44 @@ def test_make_mlp_gelu_tanh_and_config():
     assert model.num_parameters() == parameter_count(config) == parameter_count(DecoderConfig.gpt2_like())
     # The presets are unchanged: exact GELU.
     assert all(block.mlp.approximate == "none" for block in DecoderLM(DecoderConfig.gpt2_like()).blocks)
+
+
+# --------------------------------------------------------------------------- Gemma's GeGLU (tanh GELU gate)
+def test_geglu_tanh_matches_formula():
+    from attn_core.mlp import MLP_KINDS, make_mlp, mlp_hidden_dim
+
+    torch.manual_seed(0)
+    m = make_mlp("geglu_tanh", 8, 24, bias=True).double()
+    assert "geglu_tanh" in MLP_KINDS and isinstance(m, SwiGLU) and m.activation == "gelu_tanh"
+    x = torch.randn(2, 3, 8, dtype=torch.float64) * 2
+    gate = F.linear(x, m.gate_proj.weight, m.gate_proj.bias)
+    expected = m.down_proj(F.gelu(gate, approximate="tanh") * m.up_proj(x))
+    assert torch.allclose(m(x), expected, atol=1e-12)
+    # The same three matrices as SwiGLU; only the gate's nonlinearity differs.
+    swiglu = make_mlp("swiglu", 8, 24, bias=True).double()
+    swiglu.load_state_dict(m.state_dict())
+    assert swiglu.activation == "silu" and not torch.allclose(swiglu(x), m(x), atol=1e-3)
+    assert (
+        mlp_hidden_dim("geglu_tanh", 48)
+        == mlp_hidden_dim("swiglu", 48)
+        == make_mlp("geglu_tanh", 48, None, bias=False).d_ff
+    )
+    assert "activation='gelu_tanh'" in repr(m) and "activation" not in repr(swiglu)
+
+
+def test_geglu_tanh_in_the_config_counts_as_swiglu():
+    from attn_core import DecoderConfig, DecoderLM, parameter_count
+
+    config = DecoderConfig.llama_like(mlp="geglu_tanh")
+    model = DecoderLM(config)
+    assert all(block.mlp.activation == "gelu_tanh" for block in model.blocks)
+    assert model.num_parameters() == parameter_count(config) == parameter_count(DecoderConfig.llama_like())
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu", None])
+def test_swiglu_bad_activation(activation):
+    with pytest.raises(ValueError, match=f"activation={activation!r}"):
+        SwiGLU(8, activation=activation)
 
 
 @pytest.mark.parametrize("approximate", ["tanh ", "erf", None])

@@ -105,6 +105,62 @@ def test_sinusoidal_positions_are_the_table_added_to_the_embeddings():
         decoder(dataclasses.replace(long_config, positional="learned"))(idx[:, :20])
 
 
+_LLAMA_SMALL = dict(d_model=32, n_heads=4, vocab_size=24)
+
+
+def test_scale_embeddings_multiplies_the_token_embeddings_by_sqrt_d_model():
+    """Gemma: the blocks read ``√d_model · tok_emb(idx)`` (no positions added; RoPE acts inside the layers)."""
+    config = DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, scale_embeddings=True)
+    model, plain = decoder(config).double().eval(), decoder(DecoderConfig.llama_like(**_LLAMA_SMALL)).double().eval()
+    assert model.embed_scale == 32**0.5 and plain.embed_scale == 1.0
+    assert model.num_parameters() == plain.num_parameters() == parameter_count(config)  # no parameters
+    idx = torch.randint(0, 24, (2, 7), generator=torch.Generator().manual_seed(5))
+    x = plain.tok_emb(idx) * 32**0.5  # (B, T, d)
+    for block in plain.blocks:
+        x = block(x)
+    assert (model(idx) - plain.lm_head(plain.final_norm(x))).abs().max() < 1e-12
+    assert (model(idx) - plain(idx)).abs().max() > 1e-3  # the scale matters
+
+
+def test_sliding_rope_base_gives_the_sliding_layers_their_own_rope():
+    """Gemma 3: local layers rotate with base 10000, global ones with rope_base (1e6)."""
+    config = DecoderConfig.llama_like(
+        **_LLAMA_SMALL, n_layers=3, layer_types=("sliding", "full", "sliding"), sliding_window=3, rope_base=1e6,
+        sliding_rope_base=1e4,
+    )  # fmt: skip
+    model = decoder(config)
+    assert [b.attn.rope.base for b in model.blocks] == [1e4, 1e6, 1e4]
+    assert model.blocks[0].attn.rope is model.blocks[2].attn.rope is model.sliding_rope
+    assert model.blocks[1].attn.rope is model.rope and model.rope.base == 1e6
+    assert model.num_parameters() == parameter_count(config)
+    # Without it every layer has rope_base; the outputs differ, and decoding with caches still equals the full run.
+    same = decoder(dataclasses.replace(config, sliding_rope_base=None))
+    assert same.sliding_rope is None and all(b.attn.rope is same.rope for b in same.blocks)
+    idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(6))
+    model, same = model.double().eval(), same.double().eval()
+    assert (model(idx) - same(idx)).abs().max() > 1e-3
+    caches = model.make_caches(2, 16)
+    steps = [model(idx[:, :4], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(4, 9)]
+    assert (torch.cat(steps, dim=1) - model(idx)).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(sliding_rope_base=1e4), "sliding_rope_base=10000.0 but no layer is 'sliding'"),
+        (dict(sliding_rope_base=1e4, sliding_window=3, positional="none"), "needs positional='rope'"),
+        (
+            dict(sliding_rope_base=1e4, sliding_window=3, attention="mla", d_latent=8, n_kv_heads=None),
+            "need attention='mha'",
+        ),
+        (dict(sliding_rope_base=0.5, sliding_window=3), "sliding_rope_base=0.5"),
+    ],
+)
+def test_sliding_rope_base_bad_combinations(kw, message):
+    with pytest.raises(ValueError, match=message):
+        DecoderConfig.llama_like(**_LLAMA_SMALL, **kw)
+
+
 @pytest.mark.parametrize("name", ["gpt2_alibi", "llama_alibi"])
 def test_alibi_weights_equal_the_manual_computation(name):
     """Every layer's weights are softmax(q·k/√D - m_h·(i - j)) over the keys j <= i; no parameters added."""

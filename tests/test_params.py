@@ -26,6 +26,9 @@ def test_parameter_count_equals_formula(name):
         dict(n_kv_heads=2, norm="rmsnorm"),
         dict(n_layers=3, block="sas", bias=True),
         dict(n_layers=1, block="sas-p"),
+        dict(norm_position="sandwich"),
+        dict(norm_position="sandwich", norm="rmsnorm", mlp="geglu_tanh", bias=False),
+        dict(mlp="geglu_tanh", d_ff=40),
     ],
 )
 def test_parameter_count_equals_formula_variants(overrides):
