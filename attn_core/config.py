@@ -114,6 +114,9 @@ class DecoderConfig:
         sliding_rope_base: The RoPE base of the ``"sliding"`` layers (Gemma 3: 10000 locally,
             ``rope_base`` = 1e6 in the full layers); ``None``: ``rope_base`` everywhere. Needs
             ``positional="rope"``, multi-head attention and at least one sliding layer.
+        final_softcap: The final-logit soft-cap (Gemma 2: 30.0): :class:`DecoderLM` returns
+            ``cap · tanh(logits / cap)`` (every logit inside ``(-cap, cap)``); ``None``: the
+            ``lm_head`` logits as they are. Must be > 0.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -153,6 +156,7 @@ class DecoderConfig:
     attention_softcap: float | None = field(default=None, repr=False)
     scale_embeddings: bool = field(default=False, repr=False)
     sliding_rope_base: float | None = field(default=None, repr=False)
+    final_softcap: float | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -312,6 +316,8 @@ class DecoderConfig:
             check_choice("attention_gate", self.attention_gate, GATE_KINDS)
         if self.attention_softcap is not None:
             check_number("attention_softcap", self.attention_softcap, low=0.0, low_open=True)
+        if self.final_softcap is not None:  # on the logits, so any attention or block kind
+            check_number("final_softcap", self.final_softcap, low=0.0, low_open=True)
         for name in ("attention_gate", "attention_softcap"):
             if getattr(self, name) is not None and (self.attention != "mha" or self.block != "standard"):
                 raise ValueError(

@@ -1,4 +1,4 @@
-"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies a LLaMA, Qwen3, Mistral, DeepSeek-V3 or Gemma 3.
+"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies a LLaMA, Qwen3, Mistral, DeepSeek-V3, Gemma 2 or 3.
 
 :func:`config_from_hf` reads a Hugging Face model configuration into a
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
@@ -6,7 +6,7 @@
 compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
 than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), mixture-of-experts layers,
 activations other than SiLU, attention dropout. Sliding windows are
-converted (Mistral's in every layer, Qwen3's and Gemma 3's per ``layer_types``).
+converted (Mistral's in every layer, Qwen3's and Gemma's per ``layer_types``).
 
 Gemma 3's text model (``Gemma3ForCausalLM``, ``model_type="gemma3_text"``) converts into
 a :class:`~attn_core.DecoderLM` with Gemma's options: embeddings scaled by
@@ -19,7 +19,15 @@ per block, the QK-norms and the final norm) is copied as ``1 + weight``. Refused
 ``query_pre_attn_scalar`` other than ``head_dim`` (attn_core scales by ``1/√head_dim``),
 soft-capping (attention or final logits), bidirectional attention, rope scaling.
 
-The other models of Part V (gpt-oss, Qwen3-Next, Gemma 2, the MoE models) are refused
+Gemma 2 (``Gemma2ForCausalLM``, ``model_type="gemma2"``) converts with the same block (scaled
+embeddings, ``1 + weight`` gains, sandwich norms, ``geglu_tanh``) but no QK-norm and one RoPE
+base in every layer, plus its soft-caps: the attention logits' (``attn_logit_softcapping`` into
+``attention_softcap``) and the final logits' (``final_logit_softcapping`` into
+``final_softcap``: ``cap · tanh(logits / cap)``). Refused as for Gemma 3: a
+``query_pre_attn_scalar`` other than ``head_dim`` (Gemma 2 27B's), bidirectional attention,
+rope scaling.
+
+The other models of Part V (gpt-oss, Qwen3-Next, the MoE models) are refused
 with what they add (:data:`NOT_CONVERTED`); their attention layers convert one at a time
 with :func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
 
@@ -35,10 +43,10 @@ Hugging Face                                 attn_core
 ``model.embed_tokens`` / ``lm_head``        ``tok_emb`` / ``lm_head``
 ``model.norm``                              ``final_norm``
 ``L.input_layernorm`` / ``L.post_attention_layernorm``  ``B.attn_norm`` / ``B.mlp_norm``
-Gemma 3 ``L.input_layernorm``                ``B.attn_norm`` (gain ``1 + weight``, as all Gemma's)
-Gemma 3 ``L.post_attention_layernorm``       ``B.attn_post_norm``
-Gemma 3 ``L.pre_feedforward_layernorm``      ``B.mlp_norm``
-Gemma 3 ``L.post_feedforward_layernorm``     ``B.mlp_post_norm``
+Gemma ``L.input_layernorm``                  ``B.attn_norm`` (gain ``1 + weight``, as all Gemma's)
+Gemma ``L.post_attention_layernorm``         ``B.attn_post_norm``
+Gemma ``L.pre_feedforward_layernorm``        ``B.mlp_norm``
+Gemma ``L.post_feedforward_layernorm``       ``B.mlp_post_norm``
 ``L.self_attn.{q,k,v}_proj``, ``o_proj``    ``B.attn.{q,k,v}_proj``, ``out_proj``
 ``L.self_attn.q_norm`` / ``k_norm`` (Qwen3)  ``B.attn.q_norm`` / ``k_norm``
 ``L.mlp.{gate,up,down}_proj``               ``B.mlp.{gate,up,down}_proj``
@@ -77,7 +85,7 @@ __all__ = [
 ]
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3", "gemma3_text")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text")
 
 
 #: Model types the chapters discuss that :func:`from_hf` refuses, and why: what each adds
@@ -90,10 +98,6 @@ NOT_CONVERTED = {
     "qwen3_next": "its layers are mostly Gated DeltaNet (linear attention) and its MLPs a mixture of "
     "experts, which DecoderLM does not have; its gated full-attention layers convert one by one with "
     "copy_attention (MultiHeadAttention with qk_norm=True, gate='elementwise')",
-    "gemma2": "its final logits are soft-capped (final_logit_softcapping={final_logit_softcapping}), which "
-    "DecoderLM does not do (its scaled embeddings, 1 + weight norm gains, sandwich norms and GELU-tanh gated "
-    "MLP are Gemma 3's, which from_hf converts); its attention layers convert one by one with copy_attention "
-    "(softcap=attn_logit_softcapping, when query_pre_attn_scalar equals head_dim)",
     "qwen3_moe": "its MLPs are a mixture of experts, which DecoderLM does not have",
     "mixtral": "its MLPs are a mixture of experts, which DecoderLM does not have",
     "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
@@ -133,7 +137,7 @@ def _windows(model_type: str, hf) -> dict:
 
 
 def config_from_hf(hf_config) -> DecoderConfig:
-    """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma 3 config.
+    """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma config.
 
     Args:
         hf_config: ``model.config`` of a Hugging Face causal LM (any object with its attributes).
@@ -149,12 +153,12 @@ def config_from_hf(hf_config) -> DecoderConfig:
     """
     t = getattr(hf_config, "model_type", None)
     if t in NOT_CONVERTED:
-        fields = {"num_local_experts": "?", "num_experts_per_tok": "?", "final_logit_softcapping": "?"}
+        fields = {"num_local_experts": "?", "num_experts_per_tok": "?"}
         _refuse(t, NOT_CONVERTED[t].format(**{**fields, **vars(hf_config)}))
     if t not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_type={t!r} is not supported; from_hf converts {', '.join(SUPPORTED_MODEL_TYPES)}")
-    if t == "gemma3_text":
-        rope, windows, style = _gemma3(hf_config)
+    if t in ("gemma2", "gemma3_text"):
+        rope, windows, style = _gemma(t, hf_config)
     else:
         base, kind = _rope(hf_config)
         if kind != "default":
@@ -211,9 +215,12 @@ def config_from_hf(hf_config) -> DecoderConfig:
     )
 
 
-def _gemma3(hf) -> tuple[dict, dict, dict]:
-    """Gemma 3's RoPE bases, sliding layers and block style, after refusing what attn_core does not compute."""
-    t = "gemma3_text"
+def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
+    """Gemma 2's or 3's RoPE bases, sliding layers and block style, after refusing what attn_core does not compute.
+
+    Gemma 2 has one RoPE base and soft-caps its attention and final logits; Gemma 3 has a base
+    per layer type and no soft-caps (its soft-capping fields, if set, are refused).
+    """
     act = getattr(hf, "hidden_activation", None)
     if act != "gelu_pytorch_tanh":
         _refuse(t, f"hidden_activation={act!r} (attn_core's geglu_tanh MLP is 'gelu_pytorch_tanh')")
@@ -225,15 +232,29 @@ def _gemma3(hf) -> tuple[dict, dict, dict]:
             f"query_pre_attn_scalar={scalar} scales the scores by 1/sqrt({scalar}); attn_core scales them by "
             f"1/sqrt(head_dim={head_dim})",
         )
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if getattr(hf, name, None) is not None:
-            _refuse(t, f"{name}={getattr(hf, name)} (soft-capping is not converted)")
+    if t == "gemma3_text":
+        for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if getattr(hf, name, None) is not None:
+                _refuse(t, f"{name}={getattr(hf, name)} (soft-capping is not converted)")
     if getattr(hf, "use_bidirectional_attention", False):
         _refuse(t, "use_bidirectional_attention=True (DecoderLM is causal)")
     names = {"full_attention": "full", "sliding_attention": "sliding"}
     kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
     if set(kinds) - set(names):
         _refuse(t, f"layer_types {sorted(set(kinds) - set(names))}")
+    windows = {}
+    if "sliding_attention" in kinds:
+        windows = dict(sliding_window=hf.sliding_window, layer_types=tuple(names[k] for k in kinds))
+    style = dict(mlp="geglu_tanh", norm_position="sandwich", scale_embeddings=True)
+    if t == "gemma2":  # one RoPE base; both soft-caps (None: not capped)
+        base, kind = _rope(hf)
+        if kind != "default":
+            _refuse(t, f"rope scaling {kind!r} is not implemented (only plain RoPE, rope_type='default')")
+        style.update(
+            attention_softcap=getattr(hf, "attn_logit_softcapping", None),
+            final_softcap=getattr(hf, "final_logit_softcapping", None),
+        )
+        return dict(rope_base=base), windows, style
     params = dict(getattr(hf, "rope_parameters", None) or {})
     bases, defaults = {}, getattr(hf, "default_theta", {"global": 1e6, "local": 1e4})  # Gemma 3's own defaults
     for kind in sorted(set(kinds)):
@@ -244,11 +265,8 @@ def _gemma3(hf) -> tuple[dict, dict, dict]:
             )
         bases[kind] = float(p.get("rope_theta", defaults["global" if kind == "full_attention" else "local"]))
     rope = dict(rope_base=bases.get("full_attention", bases.get("sliding_attention")))
-    windows = {}
-    if "sliding_attention" in kinds:
-        windows = dict(sliding_window=hf.sliding_window, layer_types=tuple(names[k] for k in kinds))
+    if windows:
         rope["sliding_rope_base"] = bases["sliding_attention"]
-    style = dict(mlp="geglu_tanh", norm_position="sandwich", scale_embeddings=True)
     return rope, windows, style
 
 
@@ -375,7 +393,7 @@ def from_hf(model: nn.Module) -> DecoderLM:
     """A :class:`~attn_core.DecoderLM` with the weights of a Hugging Face causal LM.
 
     Works with ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM``,
-    ``DeepseekV3ForCausalLM`` and ``Gemma3ForCausalLM`` objects (random-initialised or from
+    ``DeepseekV3ForCausalLM``, ``Gemma2ForCausalLM`` and ``Gemma3ForCausalLM`` objects (random-initialised or from
     ``from_pretrained``); the result has the model's dtype and device and is in eval mode.
     Its logits equal the Hugging Face model's up to rounding (float64: ~1e-10, see
     ``tests/test_parity_hf.py`` and ``tests/test_convert.py``).
@@ -402,7 +420,7 @@ def from_hf(model: nn.Module) -> DecoderLM:
         _copy(ours.lm_head, model.lm_head)
     for block, layer in zip(ours.blocks, core.layers, strict=True):
         _copy_norm(block.attn_norm, layer.input_layernorm, offset)
-        if c.norm_position == "sandwich":  # Gemma 3: a norm on each side of each sub-layer
+        if c.norm_position == "sandwich":  # Gemma 2 and 3: a norm on each side of each sub-layer
             _copy_norm(block.attn_post_norm, layer.post_attention_layernorm, offset)
             _copy_norm(block.mlp_norm, layer.pre_feedforward_layernorm, offset)
             _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)

@@ -63,7 +63,8 @@ class DecoderLM(nn.Module):
         final_norm: Normalisation before the output projection for pre-norm models;
             ``nn.Identity`` for post-norm ones, whose blocks end with a norm already.
         lm_head: ``nn.Linear(d_model, V, bias=False)``; its weight *is* ``tok_emb.weight``
-            when ``config.tie_weights``.
+            when ``config.tie_weights``. With ``config.final_softcap`` (Gemma 2) its
+            logits are soft-capped, ``cap · tanh(logits / cap)``.
 
     Shapes:
         idx: ``(B, T)`` token ids
@@ -267,6 +268,9 @@ class DecoderLM(nn.Module):
             else:
                 x = block(x, mask=bias, kv_cache=cache)
         logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        if self.config.final_softcap is not None:  # Gemma 2: cap · tanh(logits / cap)
+            cap = self.config.final_softcap
+            logits = cap * torch.tanh(logits / cap)
         return (logits, all_weights) if return_weights else logits
 
     def num_parameters(self) -> int:

@@ -64,6 +64,8 @@ def test_config_is_frozen_and_presets():
             dict(positional="rope", sliding_window=4, sliding_rope_base=1.0),
             "sliding_rope_base must be a finite number > 1, got sliding_rope_base=1.0",
         ),
+        (dict(final_softcap=0.0), "final_softcap must be a finite number > 0, got final_softcap=0.0"),
+        (dict(final_softcap=-3.0), "final_softcap=-3.0"),
         (dict(attention="linear"), "attention='linear'"),
         (dict(block="resnet"), "block='resnet'"),
         (dict(vocab_size=0), "vocab_size=0"),
@@ -222,6 +224,7 @@ FIELD_CHANGES = {
     "attention_softcap": dict(attention_softcap=1.0),
     "scale_embeddings": dict(scale_embeddings=True),
     "sliding_rope_base": dict(sliding_rope_base=500.0),  # raises without sliding layers, acts with them
+    "final_softcap": dict(final_softcap=0.5),
 }
 
 

@@ -1,9 +1,10 @@
-"""attn_core.convert: Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma 3 objects into DecoderLM, or a refusal.
+"""attn_core.convert: Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma 2 / 3 into DecoderLM, or a refusal.
 
 Random-initialised models built from configs; nothing is downloaded. The exact (float64,
 1e-10) comparisons use :func:`test_parity_hf.exact_hf`, which lifts Hugging Face's
-deliberate float32 round trips (see that module), and :func:`exact_gemma3`, which lifts
-Gemma 3's own (its RMSNorm, its per-layer-type RoPE tables, its float32 embedding scale).
+deliberate float32 round trips (see that module), and :func:`exact_gemma3` /
+:func:`exact_gemma2`, which lift Gemma's own (its RMSNorm, its RoPE tables, its float32
+embedding scale).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ pytest.importorskip("transformers", minversion="5.0")
 from test_parity_hf import EXACT, deepseek_config, exact_hf, llama_config, max_diff, seeded  # noqa: E402, F401
 from transformers import (  # noqa: E402
     DeepseekV3ForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     LlamaForCausalLM,
@@ -27,6 +30,7 @@ from transformers import (  # noqa: E402
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.models.gemma2 import modeling_gemma2 as hf_gemma2  # noqa: E402
 from transformers.models.gemma3 import modeling_gemma3 as hf_gemma3  # noqa: E402
 
 from attn_core import DecoderLM, generate, parameter_count  # noqa: E402
@@ -189,6 +193,112 @@ def test_gemma3_refusals(kw, message):
         config_from_hf(gemma3_config(**kw))
 
 
+# --------------------------------------------------------------------------- Gemma 2
+def gemma2_config(**kw) -> Gemma2Config:
+    """A tiny Gemma 2: sliding (window 3 < the 9 tokens of IDX), full, sliding; heads of width 16 ≠ 32/4; one
+    RoPE base; soft-caps small enough to bite (attention 5, final 3: the logits reach ~10 uncapped)."""
+    base = dict(
+        SMALL, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, rms_norm_eps=1e-6, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4}, attn_logit_softcapping=5.0,
+        final_logit_softcapping=3.0, attn_implementation="eager", bos_token_id=None, eos_token_id=None,
+        pad_token_id=None,
+    )  # fmt: skip
+    return Gemma2Config(**{**base, **kw})
+
+
+def _gemma2_rope_float64(self, x, position_ids):
+    """Gemma 2's plain RoPE tables (one base), the angles in float64 as attn_core's."""
+    params = self.config.rope_parameters
+    assert params["rope_type"] == "default", params
+    dim = self.config.head_dim
+    inv_freq = params["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, D): the "half" layout
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+@pytest.fixture
+def exact_gemma2(monkeypatch):
+    """Lift Gemma 2's float32 round trips: its RMSNorm's ``x.float()``, its RoPE tables, and its eager
+    attention's ``softmax(..., dtype=torch.float32)`` (Gemma 2 soft-caps, so it has no SDPA path), kept in float64
+    as in ``test_parity_hf_gated``."""
+    monkeypatch.setattr(hf_gemma2.Gemma2RMSNorm, "forward", _gemma3_rmsnorm_float64)  # the same (1 + weight) norm
+    monkeypatch.setattr(hf_gemma2.Gemma2RotaryEmbedding, "forward", _gemma2_rope_float64)
+    softmax = torch.nn.functional.softmax
+
+    def keep(x, dim=None, *args, dtype=None, **kwargs):
+        if x.dtype == torch.float64 and dtype == torch.float32:
+            dtype = torch.float64
+        return softmax(x, dim, *args, dtype=dtype, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "softmax", keep)
+
+
+def tiny_gemma2(seed: int = 3, **kw) -> Gemma2ForCausalLM:
+    """Random float64 weights (``seeded``), the embedding scale √d in float64 (see :func:`tiny_gemma3`)."""
+    hf = seeded(Gemma2ForCausalLM(gemma2_config(**kw)), seed=seed)
+    hf.model.embed_tokens.embed_scale.fill_(hf.config.hidden_size**0.5)
+    return hf
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_gemma2_gives_the_same_logits(exact_gemma2, tied):
+    hf = tiny_gemma2(tie_word_embeddings=tied, attention_bias=not tied)
+    ours = from_hf(hf)
+    c = ours.config
+    assert (c.norm_position, c.mlp, c.scale_embeddings, c.qk_norm, c.tie_weights) == (
+        "sandwich", "geglu_tanh", True, False, tied,
+    )  # fmt: skip
+    assert (c.layer_types, c.sliding_window, c.rope_base, c.sliding_rope_base) == (
+        ("sliding", "full", "sliding"), 3, 1e4, None,
+    )  # fmt: skip
+    assert (c.attention_softcap, c.final_softcap) == (5.0, 3.0)
+    assert all(b.attn.softcap == 5.0 for b in ours.blocks)
+    logits = ours(IDX)
+    assert max_diff(logits, hf(IDX).logits) < EXACT
+    assert logits.abs().max() < 3.0 < from_hf(tiny_gemma2(final_logit_softcapping=None))(IDX).abs().max()
+    assert ours.num_parameters() == parameter_count(c)
+    if not c.bias:  # attn_core's one bias switch also gives the MLP (zero) biases HF does not have
+        assert ours.num_parameters() == sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(attn_logit_softcapping=None), dict(final_logit_softcapping=None)], ids=["no-attn-cap", "no-final-cap"]
+)
+def test_gemma2_each_softcap_matters(exact_gemma2, kw):
+    """Either cap removed on both sides: still equal; and the capped model's logits are not the uncapped ones."""
+    hf = tiny_gemma2(**kw)
+    ours = from_hf(hf)
+    assert max_diff(ours(IDX), hf(IDX).logits) < EXACT
+    assert max_diff(ours(IDX), from_hf(tiny_gemma2())(IDX)) > 1e-3
+
+
+def test_gemma2_greedy_generation_with_caches(exact_gemma2):
+    """The same tokens as ``generate(do_sample=False)``, past the window (rolling caches in the sliding layers)."""
+    hf = tiny_gemma2(seed=4)
+    idx = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+    expected = hf.generate(idx, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(idx))
+    ours = from_hf(hf)
+    tokens, logits = generate(ours, idx, 12, temperature=0.0, return_logits=True)
+    assert torch.equal(tokens, expected)
+    assert max_diff(logits, hf(tokens[:, :-1]).logits) < EXACT
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(query_pre_attn_scalar=32), r"query_pre_attn_scalar=32 scales the scores by 1/sqrt\(32\)"),
+        (dict(hidden_activation="gelu"), "hidden_activation='gelu'"),
+        (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
+        (dict(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 8.0}), "rope scaling 'linear'"),
+    ],
+)
+def test_gemma2_refusals(kw, message):
+    with pytest.raises(ValueError, match=f"cannot convert this gemma2 model exactly: {message}"):
+        config_from_hf(gemma2_config(**kw))
+
+
 def test_from_hf_counts():
     """Every weight is copied: the converted model has HF's parameter count (HF's missing biases are zeros)."""
     for name in ("qwen3", "deepseek-v3", "mistral"):
@@ -251,7 +361,7 @@ def test_refuses_other_model_types_and_non_models():
         config_from_hf(types.SimpleNamespace(model_type="gpt2"))
     with pytest.raises(TypeError, match="got dict"):
         from_hf({"config": None})
-    assert set(SUPPORTED_MODEL_TYPES) == {"llama", "mistral", "qwen3", "deepseek_v3", "gemma3_text"}
+    assert set(SUPPORTED_MODEL_TYPES) == {"llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text"}
 
 
 @pytest.mark.parametrize(
@@ -259,7 +369,6 @@ def test_refuses_other_model_types_and_non_models():
     [
         ("GptOssConfig", r"mixture of experts \(num_local_experts=128, top-4 routing\)"),
         ("Qwen3NextConfig", "mostly Gated DeltaNet"),
-        ("Gemma2Config", r"final logits are soft-capped \(final_logit_softcapping=30.0\)"),
         ("Qwen3MoeConfig", "mixture of experts"),
         ("MixtralConfig", "mixture of experts"),
         ("Olmo2Config", "QK-norm spans all heads"),
@@ -268,9 +377,10 @@ def test_refuses_other_model_types_and_non_models():
 def test_refuses_the_models_of_part_v_saying_what_they_add(config_name, message):
     """The models chapters 15-16 discuss are refused with the reason, not as an unknown model type.
 
-    Gemma 3 (``gemma3_text``) is converted (its tests are above), so it is not refused.
+    Gemma 2 and 3 (``gemma2``, ``gemma3_text``) are converted (their tests are above), so they are not refused.
     """
-    assert "gemma3_text" not in NOT_CONVERTED and "gemma3_text" in SUPPORTED_MODEL_TYPES
+    for t in ("gemma2", "gemma3_text"):
+        assert t not in NOT_CONVERTED and t in SUPPORTED_MODEL_TYPES
     hf_config = getattr(__import__("transformers"), config_name)()
     assert hf_config.model_type in NOT_CONVERTED
     with pytest.raises(ValueError, match=f"cannot convert this {hf_config.model_type} model exactly: .*{message}"):

@@ -122,6 +122,26 @@ def test_scale_embeddings_multiplies_the_token_embeddings_by_sqrt_d_model():
     assert (model(idx) - plain(idx)).abs().max() > 1e-3  # the scale matters
 
 
+def test_final_softcap_caps_the_logits_with_tanh():
+    """Gemma 2: the logits are ``cap · tanh(lm_head(...) / cap)``, inside ``(-cap, cap)``; caches see the same."""
+    config = DecoderConfig.llama_like(**_LLAMA_SMALL, final_softcap=0.5)
+    model = decoder(config).double().eval()
+    plain = decoder(dataclasses.replace(config, final_softcap=None)).double().eval()  # the same seed: same weights
+    assert model.num_parameters() == plain.num_parameters() == parameter_count(config)  # no parameters
+    idx = torch.randint(0, 24, (2, 7), generator=torch.Generator().manual_seed(5))
+    x = plain.tok_emb(idx)  # (B, T, d)
+    for block in plain.blocks:
+        x = block(x)
+    raw = plain.lm_head(plain.final_norm(x))  # (B, T, V)
+    assert raw.abs().max() > 1.0  # the cap bites
+    logits = model(idx)
+    assert (logits - 0.5 * torch.tanh(raw / 0.5)).abs().max() < 1e-12
+    assert logits.abs().max() < 0.5
+    caches = model.make_caches(2, 16)
+    steps = [model(idx[:, :4], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(4, 7)]
+    assert (torch.cat(steps, dim=1) - logits).abs().max() < 1e-12
+
+
 def test_sliding_rope_base_gives_the_sliding_layers_their_own_rope():
     """Gemma 3: local layers rotate with base 10000, global ones with rope_base (1e6)."""
     config = DecoderConfig.llama_like(
