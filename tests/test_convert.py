@@ -164,15 +164,19 @@ def test_gemma3_without_the_lifts_differs_by_float32_rounding_only():
     assert EXACT < diff < 1e-4
 
 
-def test_gemma3_greedy_generation_with_caches(exact_gemma3):
-    """The same tokens as ``generate(do_sample=False)``, past the window (rolling caches in the sliding layers)."""
-    hf = tiny_gemma3(seed=4)
+def assert_greedy_generation_matches(hf) -> None:
+    """Greedy decoding with our caches gives ``hf.generate(do_sample=False)``'s tokens, and its logits."""
     idx = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
     expected = hf.generate(idx, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(idx))
     ours = from_hf(hf)
     tokens, logits = generate(ours, idx, 12, temperature=0.0, return_logits=True)
     assert torch.equal(tokens, expected)
     assert max_diff(logits, hf(tokens[:, :-1]).logits) < EXACT
+
+
+def test_gemma3_greedy_generation_with_caches(exact_gemma3):
+    """The same tokens as ``generate(do_sample=False)``, past the window (rolling caches in the sliding layers)."""
+    assert_greedy_generation_matches(tiny_gemma3(seed=4))
 
 
 @pytest.mark.parametrize(
@@ -276,13 +280,7 @@ def test_gemma2_each_softcap_matters(exact_gemma2, kw):
 
 def test_gemma2_greedy_generation_with_caches(exact_gemma2):
     """The same tokens as ``generate(do_sample=False)``, past the window (rolling caches in the sliding layers)."""
-    hf = tiny_gemma2(seed=4)
-    idx = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
-    expected = hf.generate(idx, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(idx))
-    ours = from_hf(hf)
-    tokens, logits = generate(ours, idx, 12, temperature=0.0, return_logits=True)
-    assert torch.equal(tokens, expected)
-    assert max_diff(logits, hf(tokens[:, :-1]).logits) < EXACT
+    assert_greedy_generation_matches(tiny_gemma2(seed=4))
 
 
 @pytest.mark.parametrize(
