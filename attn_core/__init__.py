@@ -32,6 +32,7 @@ concept; see each module's docstring for its shape legend:
     outliers    attention logits, first-token mass, largest activations (chapter 16)
     linear_attention  linear attention and the (gated) delta rule in three forms (chapter 17)
     gated_deltanet    GatedDeltaNet, Qwen3-Next's linear-attention layer, and its cache (chapter 17)
+    moe         mixture of experts: top-k router, experts, balancing (chapter 19)
     viz         heatmaps and the explorer widgets (plots + explorers)
     exercises   check functions for the chapters' exercises
 """
@@ -181,3 +182,9 @@ __all__ = [
 from . import gating, outliers  # noqa: E402
 from .gating import output_gate  # noqa: E402
 from .outliers import first_token_mass, max_activation, max_attention_logit  # noqa: E402
+
+# --- chapter 19: mixture of experts ---
+from . import moe  # noqa: E402
+from .moe import MixtureOfExperts, TopKRouter, load_balancing_loss, moe_aux_loss, moe_lm_loss  # noqa: E402
+
+__all__ += ["moe", "MixtureOfExperts", "TopKRouter", "load_balancing_loss", "moe_aux_loss", "moe_lm_loss"]
