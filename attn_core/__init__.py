@@ -188,3 +188,30 @@ from . import moe  # noqa: E402
 from .moe import MixtureOfExperts, TopKRouter, load_balancing_loss, moe_aux_loss, moe_lm_loss  # noqa: E402
 
 __all__ += ["moe", "MixtureOfExperts", "TopKRouter", "load_balancing_loss", "moe_aux_loss", "moe_lm_loss"]
+
+# --- chapter 18: learned sparse attention (DeepSeek Sparse Attention) ---
+from . import sparse_attention  # noqa: E402
+from .sparse_attention import (  # noqa: E402
+    IndexerKeyCache,
+    LightningIndexer,
+    SparseAttention,
+    SparseCache,
+    indexer_loss,
+    indexer_losses,
+    sparse_attention_flops,
+    sparsify,
+    topk_selection,
+)
+
+__all__ += [
+    "sparse_attention",
+    "LightningIndexer",
+    "IndexerKeyCache",
+    "SparseCache",
+    "SparseAttention",
+    "topk_selection",
+    "indexer_loss",
+    "indexer_losses",
+    "sparsify",
+    "sparse_attention_flops",
+]
