@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+import torch
+
 from .checks import check_bool, check_choice, check_int, check_number
 from .gating import GATE_KINDS
 from .masks import check_window
@@ -117,6 +119,25 @@ class DecoderConfig:
         final_softcap: The final-logit soft-cap (Gemma 2: 30.0): :class:`DecoderLM` returns
             ``cap · tanh(logits / cap)`` (every logit inside ``(-cap, cap)``); ``None``: the
             ``lm_head`` logits as they are. Must be > 0.
+        n_experts: Routed experts ``E`` of the mixture-of-experts MLPs (chapter 19;
+            :class:`~attn_core.MixtureOfExperts`); ``None``: every MLP dense. Needs
+            ``mlp="swiglu"`` (the experts are SwiGLUs) and ``block="standard"``.
+        experts_per_token: ``k``, experts each token goes to (Mixtral: 2, DeepSeek-V3: 8).
+        n_shared_experts: Experts every token goes through besides its ``k`` (DeepSeek: 1).
+        moe_d_ff: Each expert's hidden width; ``None``: ``resolved_d_ff`` (Mixtral's experts
+            are its MLP width; DeepSeek-V3's are 2048 next to a dense 18432).
+        router_scoring: ``"softmax"`` or ``"sigmoid"`` (DeepSeek-V3).
+        router_topk_first: Top-k logits, then a softmax over them (Mixtral, gpt-oss);
+            ``False``: scores for all experts, then the top k (Qwen3-MoE, DeepSeek).
+        router_normalize: Divide the kept weights by their sum (Qwen3-MoE's ``norm_topk_prob``, DeepSeek-V3).
+        router_scale: Multiplies the routed weights (DeepSeek-V3's ``routed_scaling_factor``, 2.5).
+        router_groups: Expert groups of DeepSeek-V3's group-limited routing (``n_group``, 8).
+        router_topk_groups: Groups a token may use (``topk_group``, 4).
+        router_bias: A bias in the router's linear layer (gpt-oss).
+        capacity_factor: Each expert takes at most ``ceil(capacity_factor · N · k / E)``
+            assignments per forward, the rest are dropped; ``None``: no limit.
+        first_dense_layers: The first layers keep a dense MLP (DeepSeek-V3's
+            ``first_k_dense_replace``, 3); the rest are mixtures of experts.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -157,6 +178,19 @@ class DecoderConfig:
     scale_embeddings: bool = field(default=False, repr=False)
     sliding_rope_base: float | None = field(default=None, repr=False)
     final_softcap: float | None = field(default=None, repr=False)
+    n_experts: int | None = field(default=None, repr=False)
+    experts_per_token: int = field(default=2, repr=False)
+    n_shared_experts: int = field(default=0, repr=False)
+    moe_d_ff: int | None = field(default=None, repr=False)
+    router_scoring: str = field(default="softmax", repr=False)
+    router_topk_first: bool = field(default=False, repr=False)
+    router_normalize: bool = field(default=False, repr=False)
+    router_scale: float = field(default=1.0, repr=False)
+    router_groups: int = field(default=1, repr=False)
+    router_topk_groups: int = field(default=1, repr=False)
+    router_bias: bool = field(default=False, repr=False)
+    capacity_factor: float | None = field(default=None, repr=False)
+    first_dense_layers: int = field(default=0, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -188,6 +222,7 @@ class DecoderConfig:
         self._check_gate_and_softcap()
         self._check_positional()
         self._check_gemma_fields()
+        self._check_moe()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -385,6 +420,54 @@ class DecoderConfig:
         """The attention window of layer ``i`` (None: full attention)."""
         return self.sliding_window if self.resolved_layer_types[i] == "sliding" else None
 
+    _MOE_FIELDS = (
+        "experts_per_token", "n_shared_experts", "moe_d_ff", "router_scoring", "router_topk_first",
+        "router_normalize", "router_scale", "router_groups", "router_topk_groups", "router_bias",
+        "capacity_factor", "first_dense_layers",
+    )  # fmt: skip
+
+    def _check_moe(self) -> None:
+        """Check the mixture-of-experts fields (chapter 19): the router's own checks run on a probe router."""
+        if self.n_experts is None:
+            changed = [n for n in self._MOE_FIELDS if getattr(self, n) != type(self).__dataclass_fields__[n].default]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} configure mixture-of-experts layers; set n_experts too")
+            return
+        check_int("n_experts", self.n_experts)
+        check_int("n_shared_experts", self.n_shared_experts, minimum=0)
+        check_int("first_dense_layers", self.first_dense_layers, minimum=0)
+        if self.moe_d_ff is not None:
+            check_int("moe_d_ff", self.moe_d_ff)
+        if self.capacity_factor is not None:
+            check_number("capacity_factor", self.capacity_factor, low=0.0, low_open=True)
+        if self.mlp != "swiglu" or self.block != "standard":
+            raise ValueError(
+                f"n_experts={self.n_experts}: the experts are SwiGLUs in standard blocks; got mlp={self.mlp!r}, "
+                f"block={self.block!r}"
+            )
+        if self.first_dense_layers >= self.n_layers:
+            raise ValueError(
+                f"first_dense_layers={self.first_dense_layers} leaves no mixture-of-experts layer of "
+                f"n_layers={self.n_layers}; leave n_experts=None for a dense model"
+            )
+        from .moe import TopKRouter  # the router checks k, the scoring, the order and the groups
+
+        with torch.device("meta"):
+            TopKRouter(
+                1, self.n_experts, self.experts_per_token, scoring=self.router_scoring,
+                topk_first=self.router_topk_first, normalize=self.router_normalize, scale=self.router_scale,
+                n_groups=self.router_groups, topk_groups=self.router_topk_groups, bias=self.router_bias,
+            )  # fmt: skip
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer ``i``'s MLP is a mixture of experts."""
+        return self.n_experts is not None and i >= self.first_dense_layers
+
+    @property
+    def resolved_moe_d_ff(self) -> int:
+        """An expert's hidden width: ``moe_d_ff``, else ``resolved_d_ff``."""
+        return self.resolved_d_ff if self.moe_d_ff is None else self.moe_d_ff
+
     # Resolved sizes -----------------------------------------------------------------
     @property
     def resolved_n_kv_heads(self) -> int:
@@ -486,6 +569,60 @@ class DecoderConfig:
             max_len=40960, rope_base=1000000.0, norm_eps=1e-6, qk_norm=True, tie_weights=True,
         )  # fmt: skip
         return cls.llama_like(**{**base, **overrides})
+
+    # Mixtures of experts (chapter 19): total and active counts (attn_core.params) equal the published ones.
+    @classmethod
+    def mixtral_8x7b(cls, **overrides) -> DecoderConfig:
+        """Mixtral-8x7B: 32 layers, d=4096, GQA 32/8, 8 SwiGLU experts of width 14336, top-2; 46,702,792,704.
+
+        Its router keeps the top-2 logits and softmaxes over them (``router_topk_first``);
+        12,879,925,248 parameters are active per token (embedding included): "12.9B".
+        """
+        base = dict(
+            vocab_size=32000, n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, max_len=32768,
+            rope_base=1000000.0, norm_eps=1e-5, n_experts=8, experts_per_token=2, router_topk_first=True,
+        )  # fmt: skip
+        return cls.llama_like(**{**base, **overrides})
+
+    @classmethod
+    def gpt_oss_20b(cls, **overrides) -> DecoderConfig:
+        """gpt-oss-20b's shapes: 24 layers, d=2880, GQA 64/8 heads of 64, sinks, windows of 128 on alternate layers,
+        biases, 32 experts of width 2880, top-4 with a router bias; 20,914,757,184 parameters.
+
+        Not gpt-oss itself: its experts' SwiGLU is clamped (``limit=7``, ``(up + 1)·gate·σ(1.702·gate)``)
+        and its RoPE is YaRN-scaled, neither of which attn_core computes; the parameters
+        (and so the counts) are the same. Active per token without the embedding: 3,608,307,264 ("3.61B").
+        """
+        base = dict(
+            vocab_size=201088, n_layers=24, d_model=2880, n_heads=64, n_kv_heads=8, head_dim=64, d_ff=2880,
+            max_len=131072, rope_base=150000.0, norm_eps=1e-5, bias=True, attention_sinks=True, sliding_window=128,
+            layer_types=("sliding", "full") * 12, n_experts=32, experts_per_token=4, router_topk_first=True,
+            router_bias=True,
+        )  # fmt: skip
+        return cls.llama_like(**{**base, **overrides})
+
+    @classmethod
+    def gpt_oss_120b(cls, **overrides) -> DecoderConfig:
+        """gpt-oss-120b's shapes: as :meth:`gpt_oss_20b` with 36 layers and 128 experts; 116,829,156,672 parameters.
+
+        Active per token without the embedding: 5,132,849,472 ("5.13B").
+        """
+        base = dict(n_layers=36, layer_types=("sliding", "full") * 18, n_experts=128)
+        return cls.gpt_oss_20b(**{**base, **overrides})
+
+    @classmethod
+    def deepseek_v3_moe(cls, **overrides) -> DecoderConfig:
+        """DeepSeek-V3 with its mixture of experts: :meth:`deepseek_v3` whose layers 3..60 route each token to
+        8 of 256 experts of width 2048 (sigmoid scores, 8 groups of which 4 may be used, weights renormalised
+        and scaled by 2.5) plus 1 shared expert; 671,026,404,352 parameters ("671B"), 36,625,603,584 active
+        per token without the embedding ("37B"). The multi-token-prediction module (14B) is not counted, as
+        in the paper's 671B.
+        """
+        base = dict(
+            n_experts=256, experts_per_token=8, n_shared_experts=1, moe_d_ff=2048, router_scoring="sigmoid",
+            router_normalize=True, router_scale=2.5, router_groups=8, router_topk_groups=4, first_dense_layers=3,
+        )  # fmt: skip
+        return cls.deepseek_v3(**{**base, **overrides})
 
     @classmethod
     def deepseek_v3(cls, **overrides) -> DecoderConfig:

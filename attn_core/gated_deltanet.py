@@ -70,6 +70,10 @@ class GatedDeltaNetCache:
         self.state.zero_()
         self.size = 0
 
+    def nbytes(self) -> int:
+        """Bytes allocated: the convolution history and the state, whatever the sequence length."""
+        return sum(t.numel() * t.element_size() for t in (self.conv_state, self.state))
+
 
 class GatedDeltaNet(nn.Module):
     """Gated DeltaNet, the linear-attention layer of Qwen3-Next (Yang et al., arXiv 2412.06464).

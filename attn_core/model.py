@@ -25,6 +25,7 @@ from .cache import KVCache, LatentKVCache
 from .checks import check_instance, check_int, check_tensor
 from .config import DecoderConfig
 from .mla import MultiHeadLatentAttention
+from .moe import MixtureOfExperts
 from .norms import make_norm
 from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
@@ -105,10 +106,22 @@ class DecoderLM(nn.Module):
         self.blocks = nn.ModuleList()
         for i in range(c.n_layers):  # one at a time: a layer that shares K/V needs its source built
             self.blocks.append(self._make_block(i))
+            if c.is_moe_layer(i):  # a mixture of experts in the MLP's place (chapter 19)
+                self.blocks[i].mlp = self._make_moe()
         self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model, c.norm_eps)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
+
+    def _make_moe(self) -> MixtureOfExperts:
+        """The mixture-of-experts MLP of ``config`` (chapter 19): its router, experts and capacity."""
+        c = self.config
+        return MixtureOfExperts(
+            c.d_model, c.n_experts, c.experts_per_token, d_ff=c.resolved_moe_d_ff, n_shared=c.n_shared_experts,
+            capacity_factor=c.capacity_factor, bias=c.bias, router_bias=c.router_bias, scoring=c.router_scoring,
+            topk_first=c.router_topk_first, normalize=c.router_normalize, scale=c.router_scale,
+            n_groups=c.router_groups, topk_groups=c.router_topk_groups,
+        )  # fmt: skip
 
     def _layer_rope(self, i: int) -> nn.Module | None:
         """The RoPE of layer ``i``: the sliding layers' own when ``config.sliding_rope_base`` is set."""

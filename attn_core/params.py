@@ -19,7 +19,7 @@ from .checks import check_instance
 from .config import DecoderConfig
 from .gating import gate_width
 
-__all__ = ["parameter_count", "parameter_breakdown"]
+__all__ = ["parameter_count", "parameter_breakdown", "active_parameter_count"]
 
 
 def _norm_params(kind: str, d: int) -> int:
@@ -30,6 +30,48 @@ def _mlp_params(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
     if kind in ("gelu", "gelu_tanh"):  # up (d -> f) and down (f -> d)
         return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
     return 3 * d_model * d_ff + ((2 * d_ff + d_model) if bias else 0)  # gate, up, down (swiglu, geglu_tanh)
+
+
+def _expert_params(c: DecoderConfig) -> int:
+    """One routed expert: a SwiGLU of width ``moe_d_ff``."""
+    return _mlp_params("swiglu", c.d_model, c.resolved_moe_d_ff, c.bias)
+
+
+def _router_params(c: DecoderConfig) -> int:
+    """The router's ``d -> E`` projection (+ its bias, gpt-oss); the selection bias is a buffer, not counted."""
+    return c.d_model * c.n_experts + (c.n_experts if c.router_bias else 0)
+
+
+def _layer_mlp_params(c: DecoderConfig, i: int) -> int:
+    """Layer ``i``'s MLP: dense, or ``E`` experts, the shared ones (one SwiGLU ``n_shared · f`` wide) and the router."""
+    if not c.is_moe_layer(i):
+        return _mlp_params(c.mlp, c.d_model, c.resolved_d_ff, c.bias)
+    shared = (
+        _mlp_params("swiglu", c.d_model, c.n_shared_experts * c.resolved_moe_d_ff, c.bias) if c.n_shared_experts else 0
+    )
+    return c.n_experts * _expert_params(c) + shared + _router_params(c)
+
+
+def active_parameter_count(config: DecoderConfig, *, count_embedding: bool = True) -> int:
+    """Parameters one token uses: the total minus the routed experts it does not go to (``E − k`` per MoE layer).
+
+    Publishers differ on the embedding matrix (a lookup reads one row of it): Mixtral's
+    12.9B counts it, gpt-oss's 3.6B / 5.1B and DeepSeek-V3's 37B do not. With
+    ``count_embedding=False`` the token embedding is left out (a tied one still counts
+    once, as the output projection).
+
+    Args:
+        config: The model's configuration.
+        count_embedding: Count the ``V · d`` input embedding.
+    """
+    check_instance("config", config, DecoderConfig)
+    c = config
+    total = parameter_count(c)
+    idle = sum(c.is_moe_layer(i) for i in range(c.n_layers)) * (c.n_experts - c.experts_per_token) if c.n_experts else 0
+    active = total - idle * _expert_params(c) if c.n_experts else total
+    if not count_embedding and not c.tie_weights:
+        active -= c.vocab_size * c.d_model
+    return active
 
 
 def _mla_attention_params(c: DecoderConfig) -> int:
@@ -63,7 +105,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
     check_instance("config", config, DecoderConfig)
     c = config
     d, L, V = c.d_model, c.n_layers, c.vocab_size
-    mlp = L * _mlp_params(c.mlp, d, c.resolved_d_ff, c.bias)
+    mlp = sum(_layer_mlp_params(c, i) for i in range(L))  # dense, or a mixture of experts (chapter 19)
     if c.block == "standard":
         if c.attention == "mha":
             H, kv, D = c.n_heads, c.resolved_n_kv_heads, c.resolved_head_dim

@@ -97,19 +97,30 @@ def receptive_field_width(n_layers: int, window: int) -> int:
     return check_int("n_layers", n_layers) * (check_window(window) - 1) + 1
 
 
-def layer_pattern(n_layers: int, full_every: int) -> tuple[str, ...]:
-    """``"sliding"`` layers with every ``full_every``-th one ``"full"``: a ``layer_types`` for :class:`DecoderConfig`.
+def layer_pattern(n_layers: int, full_every: int, *, other: str = "sliding") -> tuple[str, ...]:
+    """``other`` layers with every ``full_every``-th one ``"full"``: a ``layer_types`` for :class:`DecoderConfig`.
 
     Layer ``i`` is full when ``(i + 1) % full_every == 0``, the rule of Hugging Face's
-    Gemma 3 (``full_every=6``: five sliding layers, then one full) and gpt-oss
-    (``full_every=2``: sliding, full, sliding, ...). ``full_every=1`` makes every layer full.
+    Gemma 3 (``full_every=6``: five sliding layers, then one full), gpt-oss
+    (``full_every=2``: sliding, full, sliding, ...) and Qwen3-Next (``full_every=4``,
+    ``other="linear"``: three Gated DeltaNet layers, then one full attention layer).
+    ``full_every=1`` makes every layer full.
+
+    Args:
+        n_layers: Number of layers.
+        full_every: Period of the full-attention layers.
+        other: The type of the other layers: ``"sliding"`` or ``"linear"``.
 
     Example:
         >>> layer_pattern(4, 2)
         ('sliding', 'full', 'sliding', 'full')
+        >>> layer_pattern(4, 4, other="linear")
+        ('linear', 'linear', 'linear', 'full')
     """
     n_layers, full_every = check_int("n_layers", n_layers), check_int("full_every", full_every)
-    return tuple("full" if (i + 1) % full_every == 0 else "sliding" for i in range(n_layers))
+    if other not in ("sliding", "linear"):
+        raise ValueError(f"other must be 'sliding' or 'linear', got {other!r}")
+    return tuple("full" if (i + 1) % full_every == 0 else other for i in range(n_layers))
 
 
 def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, bytes_per_element: int = 2) -> int:
@@ -118,7 +129,10 @@ def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, 
     Per layer that computes its own keys and values: ``2 · B · H_kv · D · n`` elements,
     with ``n = context`` for a full layer and ``n = min(context, sliding_window)`` for a
     sliding one (its rolling cache forgets older positions). A layer that reuses another
-    layer's keys and values (``config.kv_share``) stores nothing.
+    layer's keys and values (``config.kv_share``) stores nothing. A ``"linear"`` (Gated
+    DeltaNet) layer stores its :class:`~attn_core.GatedDeltaNetCache` whatever the context:
+    ``B · (C_conv · (K - 1) + H_v · D_k · D_v)`` elements, the convolution's last ``K - 1``
+    inputs and the delta rule's state.
 
     Args:
         config: The model's configuration (``attention="mha"``).
@@ -139,9 +153,22 @@ def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, 
     for i in range(config.n_layers):
         if config.kv_share is not None and config.kv_share[i] != i:
             continue  # reads another layer's cache
+        if config.resolved_layer_types[i] == "linear":  # a constant-size state, not one entry per position
+            total += batch_size * _linear_state_elements(config) * bytes_per_element
+            continue
         window = config.layer_window(i)
         total += per_position * (context if window is None else min(context, window))
     return total
+
+
+def _linear_state_elements(config: DecoderConfig) -> int:
+    """Elements of one ``"linear"`` layer's cache per sequence: convolution history and state."""
+    h_k = config.resolved_linear_n_heads
+    d_k = config.resolved_head_dim if config.linear_head_dim is None else config.linear_head_dim
+    h_v = h_k if config.linear_n_value_heads is None else config.linear_n_value_heads
+    d_v = d_k if config.linear_value_head_dim is None else config.linear_value_head_dim
+    conv_channels = 2 * h_k * d_k + h_v * d_v  # q, k and v go through the short convolution
+    return conv_channels * (config.linear_conv_size - 1) + h_v * d_k * d_v
 
 
 def published_attention() -> dict[str, DecoderConfig]:

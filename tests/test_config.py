@@ -225,6 +225,21 @@ FIELD_CHANGES = {
     "scale_embeddings": dict(scale_embeddings=True),
     "sliding_rope_base": dict(sliding_rope_base=500.0),  # raises without sliding layers, acts with them
     "final_softcap": dict(final_softcap=0.5),
+    # Chapter 19's mixture of experts: n_experts builds it (or raises without SwiGLU); each other field
+    # raises without n_experts.
+    "n_experts": dict(n_experts=4),
+    "experts_per_token": dict(experts_per_token=1),
+    "n_shared_experts": dict(n_shared_experts=1),
+    "moe_d_ff": dict(moe_d_ff=8),
+    "router_scoring": dict(router_scoring="sigmoid"),
+    "router_topk_first": dict(router_topk_first=True),
+    "router_normalize": dict(router_normalize=True),
+    "router_scale": dict(router_scale=2.5),
+    "router_groups": dict(router_groups=2),
+    "router_topk_groups": dict(router_topk_groups=2),
+    "router_bias": dict(router_bias=True),
+    "capacity_factor": dict(capacity_factor=1.0),
+    "first_dense_layers": dict(first_dense_layers=1),
 }
 
 
@@ -329,3 +344,87 @@ def test_layer_pattern_fields_reach_each_layer():
 def test_layer_pattern_bad_input(kw, message):
     with pytest.raises(ValueError, match=message):
         DecoderConfig.llama_like(n_layers=2, **kw)
+
+
+# --------------------------------------------------------------------------- mixture of experts (chapter 19)
+MOE_PUBLISHED = {  # preset: exact total, exact active, embedding counted in "active"?, published (billions, as printed)
+    "mixtral_8x7b": (46_702_792_704, 12_879_925_248, True, "46.7", "12.9"),  # Mistral AI: 46.7B total, 12.9B active
+    "gpt_oss_20b": (20_914_757_184, 3_608_307_264, False, "20.91", "3.61"),  # model card: 20.91B / 3.61B
+    "gpt_oss_120b": (116_829_156_672, 5_132_849_472, False, "116.83", "5.13"),  # model card: 116.83B / 5.13B
+    "deepseek_v3_moe": (671_026_404_352, 36_625_603_584, False, "671", "37"),  # DeepSeek-V3 report: 671B / 37B
+}
+
+
+def _as_published(n: int, published: str) -> str:
+    """``n`` in billions with as many decimals as the published figure has."""
+    decimals = len(published.split(".")[1]) if "." in published else 0
+    return f"{n / 1e9:.{decimals}f}"
+
+
+@pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
+def test_moe_presets_count_the_published_parameters(name):
+    from attn_core.params import active_parameter_count
+
+    total, active, with_embedding, published_total, published_active = MOE_PUBLISHED[name]
+    config = getattr(DecoderConfig, name)()
+    with torch.device("meta"):  # 671B parameters cost no memory
+        assert DecoderLM(config).num_parameters() == parameter_count(config) == total
+    assert active_parameter_count(config, count_embedding=with_embedding) == active
+    assert _as_published(total, published_total) == published_total
+    assert _as_published(active, published_active) == published_active
+
+
+@pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
+def test_moe_presets_equal_hugging_face_models_on_meta(name):
+    transformers = pytest.importorskip("transformers")
+    hf_configs = {
+        "mixtral_8x7b": lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+            num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2)),
+        "gpt_oss_20b": lambda: transformers.GptOssForCausalLM(
+            transformers.GptOssConfig(num_hidden_layers=24, num_local_experts=32)),
+        "gpt_oss_120b": lambda: transformers.GptOssForCausalLM(transformers.GptOssConfig()),  # its default is 120b
+        "deepseek_v3_moe": lambda: transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config()),
+    }  # fmt: skip
+    with torch.device("meta"):
+        hf = hf_configs[name]()
+    assert sum(p.numel() for p in hf.parameters()) == parameter_count(getattr(DecoderConfig, name)())
+
+
+def test_moe_fields_reach_the_modules():
+    from attn_core.moe import MixtureOfExperts
+
+    config = DecoderConfig.llama_like(
+        n_layers=3, n_experts=8, experts_per_token=3, n_shared_experts=2, moe_d_ff=12, router_scoring="sigmoid",
+        router_normalize=True, router_scale=2.5, router_groups=4, router_topk_groups=2, router_bias=True,
+        capacity_factor=1.5, first_dense_layers=1, bias=True,
+    )  # fmt: skip
+    model = decoder(config)
+    assert not isinstance(model.blocks[0].mlp, MixtureOfExperts)
+    m = model.blocks[2].mlp
+    r = m.router
+    assert (m.n_experts, m.k, m.d_ff, m.shared.d_ff, m.capacity_factor) == (8, 3, 12, 24, 1.5)
+    assert (r.scoring, r.normalize, r.scale, r.n_groups, r.topk_groups) == ("sigmoid", True, 2.5, 4, 2)
+    assert r.proj.bias is not None and m.experts[0].gate_proj.bias is not None
+    assert model.num_parameters() == parameter_count(config)
+    assert model(torch.randint(0, 64, (2, 5))).shape == (2, 5, 64)
+    assert "n_experts=8" in repr(config) and "n_experts" not in repr(DecoderConfig.llama_like())
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(experts_per_token=3), "experts_per_token configure mixture-of-experts layers; set n_experts"),
+        (dict(n_experts=4, experts_per_token=0), r"k must be in 1..n_experts=4"),
+        (dict(n_experts=4, experts_per_token=5), r"k must be in 1..n_experts=4"),
+        (dict(n_experts=4, mlp="gelu"), "the experts are SwiGLUs"),
+        (dict(n_experts=4, first_dense_layers=2), "first_dense_layers=2 leaves no mixture-of-experts layer"),
+        (dict(n_experts=4, router_scoring="relu"), "scoring"),
+        (dict(n_experts=4, router_groups=3), "not divisible by n_groups=3"),
+        (dict(n_experts=4, capacity_factor=0.0), "capacity_factor"),
+        (dict(n_experts=4, n_shared_experts=-1), "n_shared_experts"),
+    ],
+)
+def test_moe_bad_fields(kw, message):
+    with pytest.raises(ValueError, match=message):
+        DecoderConfig.llama_like(**kw)
