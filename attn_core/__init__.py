@@ -178,14 +178,11 @@ __all__ = [
     "delta_rule_chunked",
 ]
 
-# --- chapter 16: gated attention, QK-norm, soft-capping ---
-from . import gating, outliers  # noqa: E402
+# --- chapter 16: gated attention, QK-norm, soft-capping; chapter 19: mixture of experts ---
+from . import gating, moe, outliers  # noqa: E402
 from .gating import output_gate  # noqa: E402
-from .outliers import first_token_mass, max_activation, max_attention_logit  # noqa: E402
-
-# --- chapter 19: mixture of experts ---
-from . import moe  # noqa: E402
 from .moe import MixtureOfExperts, TopKRouter, load_balancing_loss, moe_aux_loss, moe_lm_loss  # noqa: E402
+from .outliers import first_token_mass, max_activation, max_attention_logit  # noqa: E402
 
 __all__ += ["moe", "MixtureOfExperts", "TopKRouter", "load_balancing_loss", "moe_aux_loss", "moe_lm_loss"]
 
