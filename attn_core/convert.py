@@ -4,8 +4,11 @@
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
 :class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
 compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
-than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), mixture-of-experts layers,
-activations other than SiLU, attention dropout. Sliding windows are
+than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), activations other than SiLU,
+attention dropout. Mixtures of experts convert (chapter 19): Mixtral (``MixtralForCausalLM``:
+top-k logits then softmax), Qwen3-MoE (``Qwen3MoeForCausalLM``: softmax then top-k, optionally
+renormalised; QK-norm) and DeepSeek-V3's MoE layers (sigmoid scores, groups, scale, a shared
+expert, the ``e_score_correction_bias`` as the selection bias), each block by :func:`copy_moe`. Sliding windows are
 converted (Mistral's in every layer, Qwen3's and Gemma's per ``layer_types``).
 
 Gemma 3's text model (``Gemma3ForCausalLM``, ``model_type="gemma3_text"``) converts into
@@ -27,7 +30,7 @@ base in every layer, plus its soft-caps: the attention logits' (``attn_logit_sof
 ``query_pre_attn_scalar`` other than ``head_dim`` (Gemma 2 27B's), bidirectional attention,
 rope scaling.
 
-The other models of Part V (gpt-oss, Qwen3-Next, the MoE models) are refused
+The other models of Part V (gpt-oss, Qwen3-Next) are refused
 with what they add (:data:`NOT_CONVERTED`); their attention layers convert one at a time
 with :func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
 
@@ -72,12 +75,14 @@ from .checks import check_instance
 from .config import DecoderConfig
 from .gated_deltanet import GatedDeltaNet
 from .model import DecoderLM
+from .moe import MixtureOfExperts
 
 __all__ = [
     "config_from_hf",
     "from_hf",
     "copy_attention",
     "copy_gated_deltanet",
+    "copy_moe",
     "transformers_names",
     "SUPPORTED_MODEL_TYPES",
     "NOT_CONVERTED",
@@ -85,21 +90,21 @@ __all__ = [
 ]
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe")
 
 
 #: Model types the chapters discuss that :func:`from_hf` refuses, and why: what each adds
 #: that a :class:`~attn_core.DecoderLM` does not compute. Their attention layers alone
 #: convert with :func:`copy_attention` where it says so.
 NOT_CONVERTED = {
-    "gpt_oss": "its MLPs are a mixture of experts (num_local_experts={num_local_experts}, "
-    "top-{num_experts_per_tok} routing), which DecoderLM does not have; its attention layers (sliding "
-    "window on alternate layers, learned sinks) convert one by one with copy_attention",
+    "gpt_oss": "its experts' SwiGLU is clamped and shifted (gate clamped at 7, up to [-7, 7], "
+    "(up + 1) * gate * sigmoid(1.702 * gate)) and its RoPE is YaRN-scaled, neither of which DecoderLM computes "
+    "(its shapes are DecoderConfig.gpt_oss_20b/120b: num_local_experts={num_local_experts}, "
+    "top-{num_experts_per_tok} routing with a router bias); its attention layers (sliding window on alternate "
+    "layers, learned sinks) convert one by one with copy_attention",
     "qwen3_next": "its layers are mostly Gated DeltaNet (linear attention) and its MLPs a mixture of "
     "experts, which DecoderLM does not have; its gated full-attention layers convert one by one with "
     "copy_attention (MultiHeadAttention with qk_norm=True, gate='elementwise')",
-    "qwen3_moe": "its MLPs are a mixture of experts, which DecoderLM does not have",
-    "mixtral": "its MLPs are a mixture of experts, which DecoderLM does not have",
     "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
     "at once (attn_core's is per head)",
 }
@@ -121,7 +126,7 @@ def _refuse(model_type: str, what: str) -> None:
 def _windows(model_type: str, hf) -> dict:
     """``sliding_window`` / ``layer_types`` of the DecoderConfig: Mistral slides in every layer, Qwen3 per layer."""
     window = getattr(hf, "sliding_window", None)
-    if model_type == "mistral":
+    if model_type in ("mistral", "mixtral", "qwen3_moe"):  # Qwen3-MoE's config clears an unused window
         return {} if window is None else dict(sliding_window=window)
     if model_type == "qwen3":
         kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
@@ -186,17 +191,11 @@ def config_from_hf(hf_config) -> DecoderConfig:
         # One bias switch in attn_core: the projections HF leaves without a bias get zeros.
         bias=bool(getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)),
     )
+    moe = _moe_fields(t, hf_config)
     if t == "deepseek_v3":
-        dense = hf_config.first_k_dense_replace
-        if dense is not None and dense < hf_config.num_hidden_layers and getattr(hf_config, "n_routed_experts", 0):
-            _refuse(
-                t,
-                f"layers {dense}..{hf_config.num_hidden_layers - 1} are mixture-of-experts layers "
-                f"(first_k_dense_replace={dense} < num_hidden_layers={hf_config.num_hidden_layers}); "
-                "attn_core has no MoE: set first_k_dense_replace=num_hidden_layers for a dense model",
-            )
         return DecoderConfig(
             **common,
+            **moe,
             attention="mla",
             d_latent=hf_config.kv_lora_rank,
             d_q_latent=hf_config.q_lora_rank,
@@ -209,10 +208,43 @@ def config_from_hf(hf_config) -> DecoderConfig:
     return DecoderConfig(
         **common,
         **windows,
+        **moe,
         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or H,
         head_dim=None if head_dim * H == d else head_dim,
-        qk_norm=t in ("qwen3", "gemma3_text"),
+        qk_norm=t in ("qwen3", "gemma3_text", "qwen3_moe"),
     )
+
+
+def _moe_fields(t: str, hf) -> dict:
+    """The mixture-of-experts fields of the DecoderConfig (chapter 19): Mixtral, Qwen3-MoE, DeepSeek-V3; {} if dense."""
+    if t == "mixtral":
+        return dict(
+            n_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, router_topk_first=True
+        )  # its router: softmax, top-k, renormalise = top-k logits, then softmax (the same weights)
+    if t == "qwen3_moe":
+        if hf.decoder_sparse_step != 1 or list(hf.mlp_only_layers or []):
+            _refuse(
+                t,
+                f"decoder_sparse_step={hf.decoder_sparse_step}, mlp_only_layers={hf.mlp_only_layers}: dense layers "
+                "between MoE layers (attn_core's dense MLPs come first: first_dense_layers)",
+            )
+        if not hf.num_experts:
+            return {}
+        return dict(
+            n_experts=hf.num_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.moe_intermediate_size,
+            router_normalize=bool(hf.norm_topk_prob),
+        )  # fmt: skip
+    if t == "deepseek_v3":
+        dense, L = hf.first_k_dense_replace, hf.num_hidden_layers
+        if not getattr(hf, "n_routed_experts", 0) or dense is None or dense >= L:
+            return {}
+        return dict(
+            n_experts=hf.n_routed_experts, experts_per_token=hf.num_experts_per_tok,
+            n_shared_experts=hf.n_shared_experts or 0, moe_d_ff=hf.moe_intermediate_size, router_scoring="sigmoid",
+            router_normalize=bool(hf.norm_topk_prob), router_scale=float(hf.routed_scaling_factor),
+            router_groups=hf.n_group or 1, router_topk_groups=hf.topk_group or 1, first_dense_layers=dense,
+        )  # fmt: skip
+    return {}
 
 
 def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
@@ -426,10 +458,51 @@ def from_hf(model: nn.Module) -> DecoderLM:
             _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
         else:
             _copy_norm(block.mlp_norm, layer.post_attention_layernorm, offset)
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            _copy(getattr(block.mlp, name), getattr(layer.mlp, name))
+        if isinstance(block.mlp, MixtureOfExperts):
+            copy_moe(block.mlp, layer.mlp)
+        else:
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                _copy(getattr(block.mlp, name), getattr(layer.mlp, name))
         copy_attention(block.attn, layer.self_attn)
     return ours.eval()
+
+
+@torch.no_grad()
+def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
+    """Copy a Hugging Face sparse-MoE block (Mixtral, Qwen3-MoE, DeepSeek-V3) into :class:`~attn_core.MixtureOfExperts`.
+
+    Transformers 5 stacks the experts: ``experts.gate_up_proj`` ``(E, 2f, d)`` (the gate's
+    rows first) and ``experts.down_proj`` ``(E, d, f)``; 4.x has a list of experts with
+    ``gate_proj/up_proj/down_proj`` (Qwen3-MoE, DeepSeek) or ``w1/w3/w2`` (Mixtral). The
+    router is ``gate.weight`` ``(E, d)``; DeepSeek-V3's ``gate.e_score_correction_bias``
+    becomes the ``selection_bias``, its ``shared_experts`` the ``shared`` SwiGLU.
+
+    Raises:
+        ValueError: A shape that does not match (another number of experts, widths).
+    """
+    _copy(ours.router.proj, hf.gate)
+    correction = getattr(hf.gate, "e_score_correction_bias", None)
+    if correction is not None:
+        ours.router.selection_bias.copy_(correction)
+    stacked = getattr(hf.experts, "gate_up_proj", None)
+    for e, expert in enumerate(ours.experts):
+        if stacked is not None:
+            gate, up = stacked[e].chunk(2, dim=0)  # (2f, d) -> the gate's f rows, then the up projection's
+            down = hf.experts.down_proj[e]
+        else:
+            src = hf.experts[e]
+            names = ("gate_proj", "up_proj", "down_proj") if hasattr(src, "gate_proj") else ("w1", "w3", "w2")
+            gate, up, down = (getattr(src, n).weight for n in names)
+        _copy(expert.gate_proj, gate)
+        _copy(expert.up_proj, up)
+        _copy(expert.down_proj, down)
+    shared = getattr(hf, "shared_experts", None)
+    if (shared is None) != (ours.shared is None):
+        raise ValueError(f"shared experts: Hugging Face has {shared is not None}, ours {ours.shared is not None}")
+    if shared is not None:
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            _copy(getattr(ours.shared, name), getattr(shared, name))
+    return ours
 
 
 def transformers_names(*names: str, module: str = "transformers") -> tuple | None:

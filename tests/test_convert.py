@@ -17,7 +17,16 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
-from test_parity_hf import EXACT, deepseek_config, exact_hf, llama_config, max_diff, seeded  # noqa: E402, F401
+from test_parity_hf import (  # noqa: E402, F401
+    EXACT,
+    _rmsnorm_float64,
+    _rope_float64,
+    deepseek_config,
+    exact_hf,
+    llama_config,
+    max_diff,
+    seeded,
+)
 from transformers import (  # noqa: E402
     DeepseekV3ForCausalLM,
     Gemma2Config,
@@ -27,13 +36,19 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 from transformers.models.gemma2 import modeling_gemma2 as hf_gemma2  # noqa: E402
 from transformers.models.gemma3 import modeling_gemma3 as hf_gemma3  # noqa: E402
+from transformers.models.mixtral import modeling_mixtral as hf_mixtral  # noqa: E402
+from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_qwen3_moe  # noqa: E402
 
-from attn_core import DecoderLM, generate, parameter_count  # noqa: E402
+from attn_core import DecoderLM, MixtureOfExperts, generate, parameter_count  # noqa: E402
 from attn_core.convert import (  # noqa: E402
     NOT_CONVERTED,
     SUPPORTED_MODEL_TYPES,
@@ -329,6 +344,91 @@ def test_config_from_hf_fields():
     )  # fmt: skip
 
 
+# --------------------------------------------------------------------------- mixtures of experts (chapter 19)
+def moe_small(**kw) -> dict:
+    """A tiny MoE shape: 6 experts of width 24, top-2; every layer a mixture."""
+    return dict(SMALL, num_experts_per_tok=2, experts_implementation="eager", **kw)
+
+
+MOE_MODELS = {
+    "mixtral": lambda: MixtralForCausalLM(MixtralConfig(**moe_small(intermediate_size=24), num_local_experts=6)),
+    "mixtral-window-tied": lambda: MixtralForCausalLM(MixtralConfig(
+        **moe_small(intermediate_size=24, tie_word_embeddings=True), num_local_experts=6, sliding_window=4)),
+    "qwen3-moe": lambda: Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        **moe_small(head_dim=16, rms_norm_eps=1e-6), num_experts=6, moe_intermediate_size=24)),
+    "qwen3-moe-normalised": lambda: Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        **moe_small(head_dim=16), num_experts=6, moe_intermediate_size=24, norm_topk_prob=True)),
+    # 8 experts in 4 groups (2 usable), top-3, a shared expert; layer 0 dense, layer 1 a mixture
+    "deepseek-v3-moe": lambda: DeepseekV3ForCausalLM(deepseek_config(
+        first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+        n_shared_experts=1, moe_intermediate_size=12, routed_scaling_factor=2.5, norm_topk_prob=True,
+        experts_implementation="eager")),
+}  # fmt: skip
+
+
+@pytest.fixture
+def exact_moe(exact_hf, monkeypatch):  # noqa: F811
+    """exact_hf for Mixtral's and Qwen3-MoE's RMSNorm and RoPE too, and the routers kept in float64."""
+    for module in (hf_mixtral, hf_qwen3_moe):
+        monkeypatch.setattr(module.__dict__[[n for n in dir(module) if n.endswith("RMSNorm")][0]], "forward",
+                            _rmsnorm_float64)  # fmt: skip
+        monkeypatch.setattr(module.__dict__[[n for n in dir(module) if n.endswith("RotaryEmbedding")][0]], "forward",
+                            _rope_float64)  # fmt: skip
+    softmax, to_float, to_type = torch.nn.functional.softmax, torch.Tensor.float, torch.Tensor.type
+
+    def keep_softmax(x, dim=None, *args, dtype=None, **kwargs):
+        return softmax(x, dim, *args, dtype=torch.float64 if x.dtype == torch.float64 else dtype, **kwargs)
+
+    def keep_type(self, dtype=None, *args, **kwargs):
+        return self if self.dtype == torch.float64 and dtype is torch.float32 else to_type(self, dtype, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "softmax", keep_softmax)
+    monkeypatch.setattr(
+        torch.Tensor, "float", lambda t, *a, **k: t if t.dtype == torch.float64 else to_float(t, *a, **k)
+    )
+    monkeypatch.setattr(torch.Tensor, "type", keep_type)
+
+
+@pytest.mark.parametrize("name", sorted(MOE_MODELS))
+def test_moe_models_give_the_same_logits(exact_moe, name):
+    hf = seeded(MOE_MODELS[name](), seed=5)
+    if name.startswith("deepseek"):  # a non-zero selection bias, so that copying it is tested
+        for layer in hf.model.layers[1:]:
+            layer.mlp.gate.e_score_correction_bias.copy_(torch.linspace(-0.2, 0.2, 8, dtype=torch.float64))
+    ours = from_hf(hf)
+    moe = [b.mlp for b in ours.blocks if isinstance(b.mlp, MixtureOfExperts)]
+    assert len(moe) == (1 if name.startswith("deepseek") else 2)
+    assert ours.num_parameters() == sum(p.numel() for p in hf.parameters()) == parameter_count(ours.config)
+    assert max_diff(ours(IDX), hf(IDX).logits) < EXACT
+
+
+def test_moe_greedy_generation_with_caches(exact_moe):
+    """Our caches (and the MoE layers on one new token at a time) give HF's greedy tokens, past the window."""
+    assert_greedy_generation_matches(seeded(MOE_MODELS["mixtral-window-tied"](), seed=6).eval())
+
+
+def test_moe_config_fields():
+    q = config_from_hf(MOE_MODELS["qwen3-moe-normalised"]().config)
+    assert (q.n_experts, q.experts_per_token, q.moe_d_ff, q.router_normalize, q.qk_norm) == (6, 2, 24, True, True)
+    m = config_from_hf(MOE_MODELS["mixtral-window-tied"]().config)
+    assert (m.n_experts, m.router_topk_first, m.resolved_moe_d_ff, m.sliding_window, m.tie_weights) == (
+        6, True, 24, 4, True,
+    )  # fmt: skip
+    d = config_from_hf(MOE_MODELS["deepseek-v3-moe"]().config)
+    assert (d.n_experts, d.experts_per_token, d.n_shared_experts, d.moe_d_ff, d.router_scoring) == (
+        8,
+        3,
+        1,
+        12,
+        "sigmoid",
+    )
+    assert (d.router_groups, d.router_topk_groups, d.router_scale, d.router_normalize, d.first_dense_layers) == (
+        4, 2, 2.5, True, 1,
+    )  # fmt: skip
+    dense = config_from_hf(deepseek_config(first_k_dense_replace=2, n_routed_experts=4))
+    assert dense.n_experts is None  # every layer dense: no MoE fields
+
+
 # --------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize(
     "make,message",
@@ -343,8 +443,8 @@ def test_config_from_hf_fields():
         (lambda: deepseek_config(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0,
                                                   "original_max_position_embeddings": 64}),
          "rope scaling 'yarn'"),
-        (lambda: deepseek_config(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2),
-         "layers 1..1 are mixture-of-experts layers"),
+        (lambda: Qwen3MoeConfig(**moe_small(), decoder_sparse_step=2), "decoder_sparse_step=2"),
+        (lambda: Qwen3MoeConfig(**moe_small(), mlp_only_layers=[1]), "dense layers between MoE layers"),
         (lambda: llama_config(hidden_act="gelu"), "hidden_act='gelu'"),
         (lambda: llama_config(attention_dropout=0.1), "attention_dropout=0.1"),
     ],
@@ -359,25 +459,26 @@ def test_refuses_other_model_types_and_non_models():
         config_from_hf(types.SimpleNamespace(model_type="gpt2"))
     with pytest.raises(TypeError, match="got dict"):
         from_hf({"config": None})
-    assert set(SUPPORTED_MODEL_TYPES) == {"llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text"}
+    assert set(SUPPORTED_MODEL_TYPES) == {
+        "llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "config_name,message",
     [
-        ("GptOssConfig", r"mixture of experts \(num_local_experts=128, top-4 routing\)"),
+        ("GptOssConfig", r"SwiGLU is clamped .* YaRN-scaled.*num_local_experts=128, top-4 routing"),
         ("Qwen3NextConfig", "mostly Gated DeltaNet"),
-        ("Qwen3MoeConfig", "mixture of experts"),
-        ("MixtralConfig", "mixture of experts"),
         ("Olmo2Config", "QK-norm spans all heads"),
     ],
 )
 def test_refuses_the_models_of_part_v_saying_what_they_add(config_name, message):
     """The models chapters 15-16 discuss are refused with the reason, not as an unknown model type.
 
-    Gemma 2 and 3 (``gemma2``, ``gemma3_text``) are converted (their tests are above), so they are not refused.
+    Gemma 2 and 3 (``gemma2``, ``gemma3_text``), Mixtral and Qwen3-MoE are converted (their tests are above),
+    so they are not refused.
     """
-    for t in ("gemma2", "gemma3_text"):
+    for t in ("gemma2", "gemma3_text", "mixtral", "qwen3_moe"):
         assert t not in NOT_CONVERTED and t in SUPPORTED_MODEL_TYPES
     hf_config = getattr(__import__("transformers"), config_name)()
     assert hf_config.model_type in NOT_CONVERTED
