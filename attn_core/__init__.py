@@ -32,6 +32,7 @@ concept; see each module's docstring for its shape legend:
     outliers    attention logits, first-token mass, largest activations (chapter 16)
     linear_attention  linear attention and the (gated) delta rule in three forms (chapter 17)
     gated_deltanet    GatedDeltaNet, Qwen3-Next's linear-attention layer, and its cache (chapter 17)
+    sparse_attention  DeepSeek Sparse Attention: the lightning indexer, top-k selection, its loss (chapter 18)
     moe         mixture of experts: top-k router, experts, balancing (chapter 19)
     viz         heatmaps and the explorer widgets (plots + explorers)
     exercises   check functions for the chapters' exercises

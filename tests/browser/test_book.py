@@ -246,3 +246,30 @@ def test_chapter_17_compares_four_trained_maps(browser, server):
         assert _picture(explorer) != before, f"{path}: moving to map {i + 1} changed nothing"
     page.close()
     assert not visit.problems, "\n".join(visit.problems)
+
+
+def test_chapter_18_toggles_the_learned_selection(browser, server):
+    """Chapter 18's explorer: main attention and indexer scores, with causal / top-2 / window masks to toggle."""
+    path = "book/18_learned_sparse_attention.html"
+    _require(SITE.joinpath(path).exists(), f"{path} is not built: run `make book`")
+    visit = Visit(browser, server, path)
+    page = visit.page
+    explorer = page.locator(".attn-explorer").first
+    explorer.scroll_into_view_if_needed()
+    layer = explorer.locator('input[data-control="layer"]')
+    assert layer.get_attribute("max") == "1", "expected 2 layers: main attention, lightning indexer"
+    names = [b.get_attribute("data-control") for b in explorer.locator('input[type="checkbox"]').all()]
+    assert {"mask:causal", "mask:top-2 selected", "mask:window 8"} <= set(names), names
+    # Turning the selection off shows the dense attention: the picture changes; on again, it comes back.
+    top2 = explorer.locator('input[data-control="mask:top-2 selected"]')
+    before = _picture(explorer)
+    top2.click()
+    dense = _picture(explorer)
+    assert dense != before, f"{path}: turning the top-2 selection off changed nothing"
+    top2.click()
+    assert _picture(explorer) == before, f"{path}: turning the top-2 selection back on did not restore the map"
+    layer.focus()
+    page.keyboard.press("ArrowRight")
+    assert _picture(explorer) != before, f"{path}: moving to the indexer's scores changed nothing"
+    page.close()
+    assert not visit.problems, "\n".join(visit.problems)
