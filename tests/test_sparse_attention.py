@@ -334,3 +334,26 @@ def test_attention_core_is_the_one_called():
     q, k, v = mha.q_proj(x)[:, None], mha.k_proj(x)[:, None], mha.v_proj(x)[:, None]
     want = mha.out_proj(attention(q, k, v, mask=sel[:, None], is_causal=True)[:, 0])
     assert (sa(x) - want).abs().max() < 1e-12
+
+
+def test_a_sparsified_decoder_trains_with_the_indexer_loss():
+    """DecoderLM + sparsify: the LM loss trains the model, the indexer loss only the indexers."""
+    torch.manual_seed(0)
+    config = DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, max_len=16, n_layers=2)
+    model = sparsify(DecoderLM(config), topk=None, n_heads=2, head_dim=8, rope_dim=4)
+    for block in model.blocks:
+        block.attn.distill = True
+    model.train()
+    idx = torch.randint(0, 24, (4, 12), generator=torch.Generator().manual_seed(2))
+    logits = model(idx)
+    lm = F.cross_entropy(logits[:, :-1].flatten(0, 1), idx[:, 1:].flatten())
+    distill = indexer_losses(model)
+    indexer_params = {id(p) for b in model.blocks for p in b.attn.indexer.parameters()}
+    lm_grads = torch.autograd.grad(lm, list(model.parameters()), allow_unused=True)
+    distill_grads = torch.autograd.grad(distill, list(model.parameters()), allow_unused=True)
+    for p, g_lm, g_kl in zip(model.parameters(), lm_grads, distill_grads):
+        if id(p) in indexer_params:
+            assert g_lm is None and g_kl is not None
+        else:
+            assert g_kl is None
+    assert distill.item() > 0
