@@ -249,7 +249,7 @@ def test_chapter_17_compares_four_trained_maps(browser, server):
 
 
 def test_chapter_18_toggles_the_learned_selection(browser, server):
-    """Chapter 18's explorer: main attention and indexer scores, with causal / top-2 / window masks to toggle."""
+    """Chapter 18's explorer: main attention and indexer scores, with the causal and top-2 masks to toggle."""
     path = "book/18_learned_sparse_attention.html"
     _require(SITE.joinpath(path).exists(), f"{path} is not built: run `make book`")
     visit = Visit(browser, server, path)
@@ -259,7 +259,7 @@ def test_chapter_18_toggles_the_learned_selection(browser, server):
     layer = explorer.locator('input[data-control="layer"]')
     assert layer.get_attribute("max") == "1", "expected 2 layers: main attention, lightning indexer"
     names = [b.get_attribute("data-control") for b in explorer.locator('input[type="checkbox"]').all()]
-    assert {"mask:causal", "mask:top-2 selected", "mask:window 8"} <= set(names), names
+    assert names == ["mask:causal", "mask:top-2 selected", "log"], names
     # Turning the selection off shows the dense attention: the picture changes; on again, it comes back.
     top2 = explorer.locator('input[data-control="mask:top-2 selected"]')
     before = _picture(explorer)
