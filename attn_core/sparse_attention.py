@@ -16,7 +16,8 @@ The top-k is not differentiable, so the indexer cannot learn from the language-m
 loss. DeepSeek trains it by distillation (:func:`indexer_loss`): the KL divergence from
 the main attention's distribution, summed over heads and renormalised, to the softmax of
 the index scores; and it detaches the indexer's input, so that this loss trains only the
-indexer and the language-model loss only the rest (DeepSeek-AI, *DeepSeek-V3.2*, 2025).
+indexer and the language-model loss only the rest (DeepSeek-AI, *DeepSeek-V3.2*, 2025,
+arXiv 2512.02556).
 
 Following Hugging Face's ``DeepseekV32Indexer``: the queries read the query latent
 ``c_Q`` of multi-head latent attention (or ``x`` when there is none), the key is
@@ -445,6 +446,15 @@ def sparsify(
 
     Each block's ``attn`` becomes a :class:`SparseAttention` around it; the indexer's
     query input is MLA's query latent when the layer has one. Returns ``model``.
+
+    Args:
+        model: A :class:`~attn_core.DecoderLM` (anything with ``blocks`` whose ``attn`` takes
+            ``mask=`` and ``kv_cache=``).
+        topk: Tokens each query attends to; None: dense (the warm-up).
+        n_heads: Indexer heads ``H_I``.
+        head_dim: Indexer head width ``D_I``.
+        rope_dim: Leading indexer dimensions rotated by RoPE (0: none).
+        seed: Seeds the indexers' initialisation (None: the global generator as it is).
 
     Raises:
         ValueError: A model without ``blocks`` of attention layers.
