@@ -248,6 +248,27 @@ def test_chapter_17_compares_four_trained_maps(browser, server):
     assert not visit.problems, "\n".join(visit.problems)
 
 
+def test_chapter_17_hybrid_explorer_steps_through_its_four_layers(browser, server):
+    """Chapter 17's second explorer: the trained 3:1 hybrid, three Gated DeltaNet layers then attention, 4 heads."""
+    path = "book/17_linear_attention.html"
+    _require(SITE.joinpath(path).exists(), f"{path} is not built: run `make book`")
+    visit = Visit(browser, server, path)
+    page = visit.page
+    assert page.locator(".attn-explorer").count() == 2, "expected the recall explorer and the hybrid's"
+    explorer = page.locator(".attn-explorer").nth(1)
+    explorer.scroll_into_view_if_needed()
+    layer = explorer.locator('input[data-control="layer"]')
+    assert layer.get_attribute("max") == "3", "expected 4 layers: 3 Gated DeltaNet, 1 attention"
+    assert "hybrid" in explorer.inner_text()
+    layer.focus()
+    for i in range(3):
+        before = _picture(explorer)
+        page.keyboard.press("ArrowRight")
+        assert _picture(explorer) != before, f"{path}: moving to layer {i + 1} of the hybrid changed nothing"
+    page.close()
+    assert not visit.problems, "\n".join(visit.problems)
+
+
 def test_chapter_18_toggles_the_learned_selection(browser, server):
     """Chapter 18's explorer: main attention and indexer scores, with the causal and top-2 masks to toggle."""
     path = "book/18_learned_sparse_attention.html"
@@ -271,5 +292,30 @@ def test_chapter_18_toggles_the_learned_selection(browser, server):
     layer.focus()
     page.keyboard.press("ArrowRight")
     assert _picture(explorer) != before, f"{path}: moving to the indexer's scores changed nothing"
+    page.close()
+    assert not visit.problems, "\n".join(visit.problems)
+
+
+def test_chapter_19_shows_each_characters_expert_by_layer(browser, server):
+    """Chapter 19's explorer: characters x experts (router probabilities), 2 layers, no temperature slider."""
+    path = "book/19_mixture_of_experts.html"
+    _require(SITE.joinpath(path).exists(), f"{path} is not built: run `make book`")
+    visit = Visit(browser, server, path)
+    page = visit.page
+    explorer = page.locator(".attn-explorer").first
+    explorer.scroll_into_view_if_needed()
+    assert explorer.locator('input[data-control="tau"]').count() == 0  # router probabilities, not a temperature
+    layer = explorer.locator('input[data-control="layer"]')
+    assert layer.get_attribute("max") == "1", "expected 2 layers of routing"
+    query = explorer.locator('input[data-control="query"]')
+    assert query.get_attribute("max") == "31", "expected 32 characters"
+    before = _picture(explorer)
+    layer.focus()
+    page.keyboard.press("ArrowRight")
+    assert _picture(explorer) != before, f"{path}: moving to layer 1 changed nothing"
+    query.focus()
+    moved = _picture(explorer)
+    page.keyboard.press("ArrowRight")
+    assert _picture(explorer) != moved, f"{path}: moving to the next character changed nothing"
     page.close()
     assert not visit.problems, "\n".join(visit.problems)
