@@ -57,6 +57,7 @@ __all__ = [
     "MixtureOfExperts",
     "load_balancing_loss",
     "expert_capacity",
+    "capacity_keep",
     "load_imbalance",
     "moe_layers",
     "moe_aux_loss",
@@ -271,11 +272,28 @@ def expert_capacity(capacity_factor: float, n_tokens: int, k: int, n_experts: in
     return math.ceil(capacity_factor * n_tokens * k / n_experts)
 
 
-def _capacity_keep(experts: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
+def capacity_keep(experts: torch.Tensor, n_experts: int, capacity: int) -> torch.Tensor:
     """Which assignments fit: each expert keeps its first ``capacity``, first choices before second ones (GShard).
 
-    Shapes: experts ``(N, k)`` -> keep ``(N, k)`` bool
+    Every token's first choice is served before any second choice, and within one choice
+    earlier tokens first; an expert's assignments past ``capacity`` are dropped.
+
+    Args:
+        experts: The chosen experts of each token.
+        n_experts: ``E``.
+        capacity: Assignments one expert computes (:func:`expert_capacity`), >= 0.
+
+    Raises:
+        ValueError: ``experts`` not ``(N, k)`` integers in ``[0, E)``, or ``capacity < 0``.
+
+    Shapes:
+        experts: ``(N, k)``; output: ``(N, k)`` bool
     """
+    check_int("n_experts", n_experts)
+    check_int("capacity", capacity, minimum=0)
+    check_tensor("experts", experts, ("N", "k"), integer=True)
+    if experts.numel() and (int(experts.min()) < 0 or int(experts.max()) >= n_experts):
+        raise ValueError(f"experts must be in [0, n_experts={n_experts}), got {experts.min()}..{experts.max()}")
     N, k = experts.shape
     one_hot = F.one_hot(experts.t().reshape(-1), n_experts)  # (k·N, E): slot-major, so all first choices come first
     position = (one_hot.cumsum(0) * one_hot).sum(-1) - 1  # (k·N,): place of each assignment in its expert's queue
@@ -394,7 +412,7 @@ class MixtureOfExperts(nn.Module):
         keep = torch.ones_like(r.experts, dtype=torch.bool)
         if self.capacity_factor is not None:
             capacity = expert_capacity(self.capacity_factor, flat.shape[0], self.k, self.n_experts)
-            keep = _capacity_keep(r.experts, self.n_experts, capacity)  # (N, k)
+            keep = capacity_keep(r.experts, self.n_experts, capacity)  # (N, k)
         weights = r.weights.to(x.dtype)
         out = torch.zeros_like(flat)  # (N, d)
         for e, expert in enumerate(self.experts):

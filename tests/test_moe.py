@@ -11,6 +11,7 @@ from attn_core import DecoderConfig, DecoderLM, SwiGLU
 from attn_core.moe import (
     MixtureOfExperts,
     TopKRouter,
+    capacity_keep,
     expert_capacity,
     load_balancing_loss,
     load_imbalance,
@@ -101,10 +102,8 @@ def test_capacity_drops_and_counts():
 
 
 def test_capacity_priority_first_choices_first():
-    from attn_core.moe import _capacity_keep
-
     experts = torch.tensor([[0, 1], [1, 0], [0, 1]])  # expert 0: slot-0 of tokens 0, 2; slot-1 of token 1
-    keep = _capacity_keep(experts, 2, capacity=2)
+    keep = capacity_keep(experts, 2, capacity=2)
     assert keep.tolist() == [[True, True], [True, False], [True, False]]
 
 
@@ -234,3 +233,30 @@ def test_model_helpers_and_loss_fn():
     assert aux.item() > 0 and aux.requires_grad
     assert any(m.router.selection_bias.abs().sum() > 0 for m in layers)
     update_selection_biases(model, 0.01)
+
+
+def test_capacity_keep_bad_input():
+    with pytest.raises(ValueError, match="experts must be in"):
+        capacity_keep(torch.tensor([[0, 4]]), 4, 1)
+    with pytest.raises(ValueError, match="capacity"):
+        capacity_keep(torch.tensor([[0, 1]]), 4, -1)
+    with pytest.raises(ValueError):
+        capacity_keep(torch.tensor([0, 1]), 4, 1)  # (N,) not (N, k)
+    assert not capacity_keep(torch.tensor([[0], [0]]), 2, 0).any()  # capacity 0 drops everything
+
+
+def test_moe_decoder_caches_and_causality():
+    """A MoE layer is per token: prefill + one token at a time equals the full pass, and the future cannot leak."""
+    config = DecoderConfig.llama_like(n_layers=3, n_experts=4, experts_per_token=2, n_shared_experts=1, d_ff=16,
+                                      first_dense_layers=1)  # fmt: skip
+    torch.manual_seed(1)
+    model = DecoderLM(config).double().eval()
+    idx = torch.randint(0, 64, (2, 10))
+    with torch.no_grad():
+        full = model(idx)
+        caches = model.make_caches(2, 16)
+        steps = [model(idx[:, :4], caches=caches)] + [model(idx[:, t : t + 1], caches=caches) for t in range(4, 10)]
+        torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-10, rtol=0)
+        changed = idx.clone()
+        changed[:, 6:] = (changed[:, 6:] + 1) % 64
+        torch.testing.assert_close(model(changed)[:, :6], full[:, :6], atol=1e-12, rtol=0)

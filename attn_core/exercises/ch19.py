@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from ..moe import TopKRouter, _capacity_keep, load_balancing_loss
+from ..moe import TopKRouter, capacity_keep, load_balancing_loss
 from ._common import report
 
 __all__ = ["check_topk_softmax", "check_balancing_loss", "check_capacity_keep"]
@@ -114,7 +114,7 @@ def check_capacity_keep(fn: Callable) -> bool:
     g = torch.Generator().manual_seed(193)
     for N, E, k, capacity in ((8, 4, 1, 1), (10, 4, 2, 3), (12, 3, 2, 5)):
         experts = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(N)])  # distinct per token
-        want = _capacity_keep(experts, E, capacity)
+        want = capacity_keep(experts, E, capacity)
         got = _call(name, fn, experts.clone(), E, capacity)
         if got is None:
             return False
