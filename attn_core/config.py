@@ -38,7 +38,7 @@ __all__ = ["DecoderConfig"]
 POSITIONAL_KINDS = ("learned", "rope", "none", "sinusoidal", "alibi")
 ATTENTION_KINDS = ("mha", "mla")
 BLOCK_KINDS = ("standard", "sas", "sas-p")
-LAYER_TYPES = ("full", "sliding")
+LAYER_TYPES = ("full", "sliding", "linear")
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,11 @@ class DecoderConfig:
             ``head_dim=128`` (its ``qk_nope_head_dim``) and ``v_head_dim=128``, DeepSeek-V2-Lite too.
         rope_layout: Which dimensions RoPE pairs: ``"half"`` (Hugging Face's LLaMA/Qwen3
             checkpoints) or ``"interleaved"`` (Meta's LLaMA code, DeepSeek's MLA checkpoints).
-        layer_types: ``"full"`` or ``"sliding"`` per layer (chapter 15; Gemma 3's five
-            sliding layers per full one, gpt-oss's alternation; see
-            :func:`~attn_core.layer_pattern`). ``None``: every layer sliding when
-            ``sliding_window`` is set, else every layer full.
+        layer_types: ``"full"``, ``"sliding"`` or ``"linear"`` per layer (chapter 15: Gemma 3's
+            five sliding layers per full one, gpt-oss's alternation; chapter 17: a
+            ``"linear"`` layer is a :class:`~attn_core.GatedDeltaNet` in place of attention,
+            Qwen3-Next's three per full layer; see :func:`~attn_core.layer_pattern`).
+            ``None``: every layer sliding when ``sliding_window`` is set, else every layer full.
         sliding_window: The window of the sliding layers: a query sees itself and the
             ``sliding_window - 1`` positions before it; they decode from a
             :class:`~attn_core.RollingKVCache` of that many slots.
@@ -119,6 +120,13 @@ class DecoderConfig:
         final_softcap: The final-logit soft-cap (Gemma 2: 30.0): :class:`DecoderLM` returns
             ``cap · tanh(logits / cap)`` (every logit inside ``(-cap, cap)``); ``None``: the
             ``lm_head`` logits as they are. Must be > 0.
+        linear_n_heads: Query/key heads ``H_k`` of the ``"linear"`` layers (Qwen3-Next's
+            ``linear_num_key_heads``); ``None``: ``n_heads``.
+        linear_head_dim: Width of their query/key heads; ``None``: the attention's head width.
+        linear_n_value_heads: Their value heads (a multiple of ``linear_n_heads``); ``None``:
+            ``linear_n_heads``.
+        linear_value_head_dim: Width of their value heads; ``None``: ``linear_head_dim``.
+        linear_conv_size: Taps of their short causal convolution (Qwen3-Next: 4).
         n_experts: Routed experts ``E`` of the mixture-of-experts MLPs (chapter 19;
             :class:`~attn_core.MixtureOfExperts`); ``None``: every MLP dense. Needs
             ``mlp="swiglu"`` (the experts are SwiGLUs) and ``block="standard"``.
@@ -178,6 +186,11 @@ class DecoderConfig:
     scale_embeddings: bool = field(default=False, repr=False)
     sliding_rope_base: float | None = field(default=None, repr=False)
     final_softcap: float | None = field(default=None, repr=False)
+    linear_n_heads: int | None = field(default=None, repr=False)
+    linear_head_dim: int | None = field(default=None, repr=False)
+    linear_n_value_heads: int | None = field(default=None, repr=False)
+    linear_value_head_dim: int | None = field(default=None, repr=False)
+    linear_conv_size: int = field(default=4, repr=False)
     n_experts: int | None = field(default=None, repr=False)
     experts_per_token: int = field(default=2, repr=False)
     n_shared_experts: int = field(default=0, repr=False)
@@ -380,6 +393,7 @@ class DecoderConfig:
                 raise ValueError("layer_types has 'sliding' layers but sliding_window=None: give the window")
             if "sliding" not in self.layer_types and self.sliding_window is not None:
                 raise ValueError(f"sliding_window={self.sliding_window} but no layer of layer_types is 'sliding'")
+        self._check_linear_layers()
         if self.kv_share is not None:
             if not isinstance(self.kv_share, tuple) or len(self.kv_share) != L:
                 raise ValueError(f"kv_share must give a source layer per layer ({L}), got {self.kv_share!r}")
@@ -390,6 +404,10 @@ class DecoderConfig:
                     raise ValueError(
                         f"kv_share[{i}]={j}: a layer reuses an earlier (or its own) layer that computes its own "
                         f"keys and values, got kv_share={self.kv_share}"
+                    )
+                if types[i] == "linear" and j != i:
+                    raise ValueError(
+                        f"kv_share[{i}]={j}: layer {i} is 'linear' (Gated DeltaNet), which has no keys to share"
                     )
                 if types[i] != types[j]:
                     raise ValueError(f"kv_share[{i}]={j} shares keys between a {types[i]!r} and a {types[j]!r} layer")
@@ -409,9 +427,33 @@ class DecoderConfig:
                 f"block={self.block!r}"
             )
 
+    def _check_linear_layers(self) -> None:
+        """Check the ``"linear"`` (Gated DeltaNet) layers' sizes (chapter 17)."""
+        for name in ("linear_n_heads", "linear_head_dim", "linear_n_value_heads", "linear_value_head_dim"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name))
+        check_int("linear_conv_size", self.linear_conv_size)
+        set_ = [f.name for f in fields(self) if f.name.startswith("linear_") and getattr(self, f.name) != f.default]
+        if "linear" not in self.resolved_layer_types:
+            if set_:
+                raise ValueError(f"{', '.join(set_)} configure 'linear' layers, but layer_types={self.layer_types!r}")
+            return
+        if self.linear_n_value_heads is not None and self.linear_n_value_heads % self.resolved_linear_n_heads:
+            raise ValueError(
+                f"linear_n_value_heads={self.linear_n_value_heads} is not a multiple of "
+                f"linear_n_heads={self.resolved_linear_n_heads}"
+            )
+        if self.positional == "alibi":  # a Gated DeltaNet layer has no scores to add a bias to
+            raise ValueError("'linear' layers take no score bias: positional='alibi' cannot be used with them")
+
+    @property
+    def resolved_linear_n_heads(self) -> int:
+        """Query/key heads of a ``"linear"`` layer: ``linear_n_heads``, else ``n_heads``."""
+        return self.n_heads if self.linear_n_heads is None else self.linear_n_heads
+
     @property
     def resolved_layer_types(self) -> tuple[str, ...]:
-        """``"full"`` or ``"sliding"`` per layer: ``layer_types``, else every layer sliding if ``sliding_window``."""
+        """The type of each layer: ``layer_types``, else every layer sliding if ``sliding_window``, else full."""
         if self.layer_types is not None:
             return self.layer_types
         return ("sliding" if self.sliding_window is not None else "full",) * self.n_layers

@@ -24,6 +24,7 @@ from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
 from .checks import check_instance, check_int, check_tensor
 from .config import DecoderConfig
+from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
 from .moe import MixtureOfExperts
 from .norms import make_norm
@@ -171,6 +172,18 @@ class DecoderLM(nn.Module):
                 dropout=c.dropout,
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
+        if c.resolved_layer_types[i] == "linear":  # Gated DeltaNet in the attention's place (chapter 17)
+            head_dim = c.resolved_head_dim if c.linear_head_dim is None else c.linear_head_dim
+            attention = GatedDeltaNet(
+                c.d_model,
+                c.resolved_linear_n_heads,
+                head_dim,
+                n_value_heads=c.linear_n_value_heads,
+                value_head_dim=c.linear_value_head_dim,
+                conv_size=c.linear_conv_size,
+                **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
+            )
+            return TransformerBlock(c.d_model, attention.n_heads, attention=attention, **shared)
         if c.kv_share is not None and c.kv_share[i] != i:  # cross-layer KV sharing (chapter 15)
             attention = MultiHeadAttention(
                 c.d_model,
@@ -207,7 +220,8 @@ class DecoderLM(nn.Module):
     def make_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache | LatentKVCache]:
         """One empty cache per layer (:class:`~attn_core.KVCache`, or MLA's ``LatentKVCache``).
 
-        A sliding-window layer gets a constant-memory :class:`~attn_core.RollingKVCache`; a
+        A sliding-window layer gets a constant-memory :class:`~attn_core.RollingKVCache`, a
+        ``"linear"`` layer its constant-size :class:`~attn_core.GatedDeltaNetCache`; a
         layer that reuses another's keys and values (``config.kv_share``) gets ``None``.
 
         Args:

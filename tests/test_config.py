@@ -188,6 +188,8 @@ FIELD_BASES = {
     "sas-p": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas-p"),
     # A sliding and a full layer (window 2 < the probe's 6 tokens): sliding_rope_base acts here.
     "mha-sliding": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("sliding", "full"), sliding_window=2),
+    # A Gated DeltaNet layer and a full one (chapter 17): the linear_* sizes act here.
+    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("linear", "full")),
 }
 FIELD_CHANGES = {
     "vocab_size": dict(vocab_size=20),
@@ -225,6 +227,12 @@ FIELD_CHANGES = {
     "scale_embeddings": dict(scale_embeddings=True),
     "sliding_rope_base": dict(sliding_rope_base=500.0),  # raises without sliding layers, acts with them
     "final_softcap": dict(final_softcap=0.5),
+    # Chapter 17's "linear" layers: each size raises without one, and acts with one.
+    "linear_n_heads": dict(linear_n_heads=2),
+    "linear_head_dim": dict(linear_head_dim=4),
+    "linear_n_value_heads": dict(linear_n_value_heads=8),
+    "linear_value_head_dim": dict(linear_value_head_dim=4),
+    "linear_conv_size": dict(linear_conv_size=2),
     # Chapter 19's mixture of experts: n_experts builds it (or raises without SwiGLU); each other field
     # raises without n_experts.
     "n_experts": dict(n_experts=4),
@@ -334,7 +342,7 @@ def test_layer_pattern_fields_reach_each_layer():
         (dict(sliding_window=0), "sliding_window must be >= 1"),
         (dict(layer_types=("sliding", "full")), "layer_types has 'sliding' layers but sliding_window=None"),
         (dict(layer_types=("full", "full"), sliding_window=4), "sliding_window=4 but no layer of layer_types"),
-        (dict(layer_types=("full",)), r"layer_types must give one of \('full', 'sliding'\) per layer \(2\)"),
+        (dict(layer_types=("full",)), r"layer_types must give one of \('full', 'sliding', 'linear'\) per layer \(2\)"),
         (dict(layer_types=("full", "local")), "layer_types"),
         (dict(kv_share=(1, 1)), r"kv_share\[0\]=1: a layer reuses an earlier"),
         (dict(kv_share=(0, 0), layer_types=("full", "sliding"), sliding_window=2), "shares keys between a"),
