@@ -102,9 +102,11 @@ NOT_CONVERTED = {
     "(its shapes are DecoderConfig.gpt_oss_20b/120b: num_local_experts={num_local_experts}, "
     "top-{num_experts_per_tok} routing with a router bias); its attention layers (sliding window on alternate "
     "layers, learned sinks) convert one by one with copy_attention",
-    "qwen3_next": "its layers are mostly Gated DeltaNet (linear attention) and its MLPs a mixture of "
-    "experts, which DecoderLM does not have; its gated full-attention layers convert one by one with "
-    "copy_attention (MultiHeadAttention with qk_norm=True, gate='elementwise')",
+    "qwen3_next": "its RoPE turns only part of each head (partial_rotary_factor={partial_rotary_factor}) and "
+    "its shared expert is scaled by a learned sigmoid gate, neither of which DecoderLM computes; its "
+    "other parts exist in attn_core: the Gated DeltaNet layers (layer_types 'linear'; one by one with "
+    "copy_gated_deltanet), the gated full-attention layers (copy_attention: qk_norm=True, "
+    "gate='elementwise') and top-k experts (n_experts)",
     "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
     "at once (attn_core's is per head)",
 }
@@ -158,7 +160,9 @@ def config_from_hf(hf_config) -> DecoderConfig:
     """
     t = getattr(hf_config, "model_type", None)
     if t in NOT_CONVERTED:
-        fields = {"num_local_experts": "?", "num_experts_per_tok": "?"}
+        rope = getattr(hf_config, "rope_parameters", None) or {}  # transformers 5 keeps the factor there
+        fields = {"num_local_experts": "?", "num_experts_per_tok": "?", "partial_rotary_factor": "?"}
+        fields["partial_rotary_factor"] = rope.get("partial_rotary_factor", fields["partial_rotary_factor"])
         _refuse(t, NOT_CONVERTED[t].format(**{**fields, **vars(hf_config)}))
     if t not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_type={t!r} is not supported; from_hf converts {', '.join(SUPPORTED_MODEL_TYPES)}")

@@ -468,7 +468,7 @@ def test_refuses_other_model_types_and_non_models():
     "config_name,message",
     [
         ("GptOssConfig", r"SwiGLU is clamped .* YaRN-scaled.*num_local_experts=128, top-4 routing"),
-        ("Qwen3NextConfig", "mostly Gated DeltaNet"),
+        ("Qwen3NextConfig", r"partial_rotary_factor=0.25\) and its shared expert is scaled by a learned sigmoid"),
         ("Olmo2Config", "QK-norm spans all heads"),
     ],
 )
