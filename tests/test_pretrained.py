@@ -15,6 +15,7 @@ changes by less than 0.2 (measured: +0.004).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -215,3 +216,33 @@ def test_bad_record(tmp_path):
     shutil.copy(pretrained.INFO_PATH, tmp_path / "ok.json")
     with pytest.raises(TypeError, match="dtype"):
         load_shakespeare(info=tmp_path / "ok.json", dtype=torch.int64)
+
+
+# --------------------------------------------------------------------------- the training command
+def _training_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_shakespeare", ROOT / "tools" / "train_shakespeare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_tool_matches_the_record():
+    tool = _training_tool()
+    info = shakespeare_info()
+    assert dataclasses.asdict(tool.model_config()) == info["config"]
+    assert info["training"]["repeated_fraction"] == 0.5 and info["training"]["context"] == info["config"]["max_len"]
+
+
+def test_training_batches_repeat_a_passage():
+    # Half the windows (in expectation) are "p p ..." with a period in [8, 64]: the second copy
+    # repeats the first byte for byte; the others are plain consecutive text.
+    tool = _training_tool()
+    ids = ByteCodec().encode(shakespeare_text("val"))
+    inputs, targets = tool.make_batches(ids, 128)(256, generator=torch.Generator().manual_seed(0))
+    assert inputs.shape == targets.shape == (256, 128)
+    assert torch.equal(inputs[:, 1:], targets[:, :-1])  # targets are the inputs shifted by one
+    windows = torch.cat([inputs, targets[:, -1:]], dim=1)  # (B, 129)
+    repeating = [any(torch.equal(w[:n], w[n : 2 * n]) for n in range(8, 65)) for w in windows]
+    assert 0.35 < sum(repeating) / len(repeating) < 0.65
