@@ -102,15 +102,18 @@ def _gemma3_rmsnorm_float64(self, x):
     return self._norm(x) * (1.0 + self.weight)
 
 
-def _gemma3_rope_float64(self, x, position_ids, layer_type):
-    """Gemma 3's plain RoPE tables for ``layer_type`` (its own base), the angles in float64 as attn_core's."""
-    params = self.config.rope_parameters[layer_type]
+def _half_rope_float64(params: dict, dim: int, x, position_ids):
+    """Plain RoPE tables for ``rope_parameters`` ``params``, the angles in float64 as attn_core's (Gemma 2 and 3)."""
     assert params["rope_type"] == "default", params
-    dim = self.config.head_dim
     inv_freq = params["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, D/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, D): the "half" layout
     return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _gemma3_rope_float64(self, x, position_ids, layer_type):
+    """Gemma 3's plain RoPE tables for ``layer_type`` (its own base), the angles in float64 as attn_core's."""
+    return _half_rope_float64(self.config.rope_parameters[layer_type], self.config.head_dim, x, position_ids)
 
 
 @pytest.fixture
@@ -228,13 +231,7 @@ def gemma2_config(**kw) -> Gemma2Config:
 
 def _gemma2_rope_float64(self, x, position_ids):
     """Gemma 2's plain RoPE tables (one base), the angles in float64 as attn_core's."""
-    params = self.config.rope_parameters
-    assert params["rope_type"] == "default", params
-    dim = self.config.head_dim
-    inv_freq = params["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, D/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, D): the "half" layout
-    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    return _half_rope_float64(self.config.rope_parameters, self.config.head_dim, x, position_ids)
 
 
 @pytest.fixture

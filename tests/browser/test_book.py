@@ -228,6 +228,15 @@ def test_chapter_one_shows_widget_math_and_explorer(browser, server):
     assert widgets > 0 and math > 0 and cells == 36 and badge == 1 and launch >= 2, counts
 
 
+def _step_through_layers(page, explorer, layer, steps: int, what: str) -> None:
+    """Press → on the layer slider ``steps`` times; each press must change the explorer's picture."""
+    layer.focus()
+    for i in range(steps):
+        before = _picture(explorer)
+        page.keyboard.press("ArrowRight")
+        assert _picture(explorer) != before, f"{what} {i + 1} changed nothing"
+
+
 def test_chapter_17_compares_four_trained_maps(browser, server):
     """Chapter 17's explorer: four layers (softmax, linear, DeltaNet, Gated DeltaNet), no temperature slider."""
     path = "book/17_linear_attention.html"
@@ -239,11 +248,7 @@ def test_chapter_17_compares_four_trained_maps(browser, server):
     assert explorer.locator('input[data-control="tau"]').count() == 0  # |M| of the delta rule is not a softmax
     layer = explorer.locator('input[data-control="layer"]')
     assert layer.get_attribute("max") == "3", "expected 4 layers: softmax, linear, DeltaNet, Gated DeltaNet"
-    layer.focus()
-    for i in range(3):
-        before = _picture(explorer)
-        page.keyboard.press("ArrowRight")
-        assert _picture(explorer) != before, f"{path}: moving to map {i + 1} changed nothing"
+    _step_through_layers(page, explorer, layer, 3, f"{path}: moving to map")
     page.close()
     assert not visit.problems, "\n".join(visit.problems)
 
@@ -260,11 +265,7 @@ def test_chapter_17_hybrid_explorer_steps_through_its_four_layers(browser, serve
     layer = explorer.locator('input[data-control="layer"]')
     assert layer.get_attribute("max") == "3", "expected 4 layers: 3 Gated DeltaNet, 1 attention"
     assert "hybrid" in explorer.inner_text()
-    layer.focus()
-    for i in range(3):
-        before = _picture(explorer)
-        page.keyboard.press("ArrowRight")
-        assert _picture(explorer) != before, f"{path}: moving to layer {i + 1} of the hybrid changed nothing"
+    _step_through_layers(page, explorer, layer, 3, f"{path}: moving to the hybrid's layer")
     page.close()
     assert not visit.problems, "\n".join(visit.problems)
 
