@@ -452,6 +452,21 @@ class DecoderConfig:
         return self.n_heads if self.linear_n_heads is None else self.linear_n_heads
 
     @property
+    def resolved_linear_head_dim(self) -> int:
+        """Query/key head width of a ``"linear"`` layer: ``linear_head_dim``, else the attention's."""
+        return self.resolved_head_dim if self.linear_head_dim is None else self.linear_head_dim
+
+    @property
+    def resolved_linear_n_value_heads(self) -> int:
+        """Value heads of a ``"linear"`` layer: ``linear_n_value_heads``, else its query/key heads."""
+        return self.resolved_linear_n_heads if self.linear_n_value_heads is None else self.linear_n_value_heads
+
+    @property
+    def resolved_linear_value_head_dim(self) -> int:
+        """Value head width of a ``"linear"`` layer: ``linear_value_head_dim``, else its query/key width."""
+        return self.resolved_linear_head_dim if self.linear_value_head_dim is None else self.linear_value_head_dim
+
+    @property
     def resolved_layer_types(self) -> tuple[str, ...]:
         """The type of each layer: ``layer_types``, else every layer sliding if ``sliding_window``, else full."""
         if self.layer_types is not None:

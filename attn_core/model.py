@@ -173,13 +173,12 @@ class DecoderLM(nn.Module):
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
         if c.resolved_layer_types[i] == "linear":  # Gated DeltaNet in the attention's place (chapter 17)
-            head_dim = c.resolved_head_dim if c.linear_head_dim is None else c.linear_head_dim
             attention = GatedDeltaNet(
                 c.d_model,
                 c.resolved_linear_n_heads,
-                head_dim,
-                n_value_heads=c.linear_n_value_heads,
-                value_head_dim=c.linear_value_head_dim,
+                c.resolved_linear_head_dim,
+                n_value_heads=c.resolved_linear_n_value_heads,
+                value_head_dim=c.resolved_linear_value_head_dim,
                 conv_size=c.linear_conv_size,
                 **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
             )

@@ -163,10 +163,8 @@ def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, 
 
 def _linear_state_elements(config: DecoderConfig) -> int:
     """Elements of one ``"linear"`` layer's cache per sequence: convolution history and state."""
-    h_k = config.resolved_linear_n_heads
-    d_k = config.resolved_head_dim if config.linear_head_dim is None else config.linear_head_dim
-    h_v = h_k if config.linear_n_value_heads is None else config.linear_n_value_heads
-    d_v = d_k if config.linear_value_head_dim is None else config.linear_value_head_dim
+    h_k, d_k = config.resolved_linear_n_heads, config.resolved_linear_head_dim
+    h_v, d_v = config.resolved_linear_n_value_heads, config.resolved_linear_value_head_dim
     conv_channels = 2 * h_k * d_k + h_v * d_v  # q, k and v go through the short convolution
     return conv_channels * (config.linear_conv_size - 1) + h_v * d_k * d_v
 
