@@ -21,6 +21,11 @@ NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # held to plain SSE kernels, which sum in other orders. Override to try another, e.g.
 #   make lessons FORCED_KERNELS="ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"
 FORCED_KERNELS ?= ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+# ... and a third time perturbed: every optimizer multiplies the parameters it trains by
+# 1 + 1e-6·N(0, 1) when it is created (tests/perturb/sitecustomize.py, loaded at every
+# Python start-up through PYTHONPATH), standing in for another CPU vendor's rounding. A
+# trained claim that flips under that nudge is a claim about one machine's bits.
+PERTURBED := PYTHONPATH=$(CURDIR)/tests/perturb ATTN_CORE_PERTURB=1e-6
 NBVAL := pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -n 2 --dist loadscope
 
 .PHONY: book test setup lint unit lessons colab browser bench clean nbsync
@@ -73,6 +78,8 @@ lessons: setup
 	$(NB_ENV) $(PY) -m $(NBVAL)
 	@echo "== lessons, forced kernels: $(FORCED_KERNELS)"
 	$(NB_ENV) $(FORCED_KERNELS) $(PY) -m $(NBVAL)
+	@echo "== lessons, perturbed: every optimizer nudges its parameters by a relative 1e-6"
+	$(NB_ENV) $(PERTURBED) $(PY) -m $(NBVAL)
 
 colab: setup $(COLAB_VENV)/.installed
 	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style

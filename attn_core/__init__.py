@@ -44,7 +44,7 @@ from . import convert, heads, linear_attention, measure, tasks, timing
 from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention
 from .blocks import TransformerBlock
 from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
-from .compare import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
+from .compare import assert_above, assert_below, assert_between, assert_close, assert_differ, format_value, max_abs_diff
 from .config import DecoderConfig
 from .convert import from_hf
 from .core import attention
@@ -92,6 +92,8 @@ __all__ = [
     "assert_differ",
     "assert_above",
     "assert_below",
+    "assert_between",
+    "format_value",
     "max_abs_diff",
     "attention",
     "causal_mask",

@@ -10,19 +10,26 @@ lessons print the tolerance a result is held to and *assert* it:
     >>> assert_close(ours, reference, label="attn_core vs SDPA")
     attn_core vs SDPA: equal within float32 rounding (max |Δ| < 1e-05)
 
-a trained or measured result is printed as the bound it is held to, not one run's digits
-(training amplifies the CPU's rounding differences):
+a trained or measured result is printed as what was measured *and* the bound it is held
+to, in one fixed format, ``label: <value> (held above <bound>)``:
 
     >>> assert_above(accuracy, 0.95, label="token accuracy")
-    token accuracy: above 0.95
+    token accuracy: 0.969 (held above 0.95)
+
+    >>> assert_between(gap, 0.1, 0.5, label="gap in bits/char")
+    gap in bits/char: 0.24 (held between 0.1 and 0.5)
 
 and, for a result that must differ (a bug's output, an ablation), the lower bound:
 
     >>> assert_differ(buggy, reference, more_than=0.1, label="without the mask")
-    without the mask: differs (max |Δ| > 0.1)
+    without the mask: max |Δ| 0.83 (held above 0.1)
 
-Both raise ``AssertionError`` (with the measured value) when the claim fails, so a
-lesson that uses them still fails when ``attn_core`` is wrong.
+The reader sees the measurement; the guarantee is the bound. Training amplifies a CPU's
+rounding differences, so the value's digits may differ on another machine: the lessons'
+nbval sanitize file masks exactly the value slot (the number right before ``" (held "``),
+and compares the label, the bound and the verdict. All of them raise ``AssertionError``
+(with the measured value) when the claim fails, so a lesson that uses them still fails
+when ``attn_core`` is wrong.
 
 Shapes:
     actual, expected: any two tensors (or array-likes) of the same shape
@@ -32,7 +39,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["DEFAULT_TOLERANCE", "max_abs_diff", "assert_close", "assert_differ", "assert_above", "assert_below"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "max_abs_diff",
+    "assert_close",
+    "assert_differ",
+    "assert_above",
+    "assert_below",
+    "assert_between",
+    "format_value",
+]
 
 # The default tolerance per dtype: a few hundred units in the last place of a result of
 # order one, loose enough for any kernel's summation order (sums over a few hundred
@@ -129,7 +145,7 @@ def assert_close(
 
 
 def assert_differ(actual: object, expected: object, *, more_than: float, label: str = "", quiet: bool = False) -> float:
-    """Assert ``max |actual - expected| > more_than`` and print the claim.
+    """Assert ``max |actual - expected| > more_than`` and print ``label: max |Δ| <value> (held above <bound>)``.
 
     For results that must *not* agree: a planted bug, an ablation, a layer without its mask.
 
@@ -149,31 +165,46 @@ def assert_differ(actual: object, expected: object, *, more_than: float, label: 
     if not diff > more_than:
         raise AssertionError(f"{prefix}max |Δ| = {diff:.3g} is not above {more_than:g}")
     if not quiet:
-        print(f"{prefix}differs (max |Δ| > {more_than:g})")
+        print(f"{prefix}max |Δ| {format_value(diff)} (held above {more_than:g})")
     return diff
 
 
-def _assert_bound(value: object, bound: object, side: str, label: str, quiet: bool) -> float:
-    """The one check behind :func:`assert_above` (``side="above"``) and :func:`assert_below`."""
-    for name, x in (("value", value), ("bound", bound)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            if isinstance(x, torch.Tensor) and x.numel() == 1:
-                continue
-            raise TypeError(f"{name} must be a number, got {type(x).__name__} ({x!r})")
-    v, b = float(value), float(bound)
-    prefix = f"{label}: " if label else ""
-    if not (v > b if side == "above" else v < b):
-        raise AssertionError(f"{prefix}{v:.4g} is not {side} {b:g}")
+def format_value(value: float) -> str:
+    """A measured value as the lessons print it: three significant digits, whole numbers whole.
+
+    ``0.96875 -> "0.969"``, ``163.0 -> "163"``, ``524288 -> "524,288"``, ``1.3e-15 -> "1.3e-15"``.
+    """
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        return str(v)
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    return f"{v:.3g}"
+
+
+def _as_number(name: str, x: object) -> float:
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and not x.dtype == torch.bool:
+        return float(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(x).__name__} ({x!r})")
+    return float(x)
+
+
+def _claim(prefix: str, v: float, held: str, ok: bool, failed: str, quiet: bool) -> float:
+    """Raise if the claim failed, else print ``prefix<value> (held <held>)``; return the value."""
+    if not ok:
+        raise AssertionError(f"{prefix}{v:.4g} is not {failed}")
     if not quiet:
-        print(f"{prefix}{side} {b:g}")
+        print(f"{prefix}{format_value(v)} (held {held})")
     return v
 
 
 def assert_above(value: object, bound: float, *, label: str = "", quiet: bool = False) -> float:
-    """Assert ``value > bound`` and print ``"label: above bound"`` (not the value itself).
+    """Assert ``value > bound`` and print ``"label: <value> (held above <bound>)"``.
 
-    For a trained or measured result whose digits vary from CPU to CPU: the claim the
-    text makes is the bound, and the lesson fails if it does not hold.
+    For a trained or measured result whose digits vary from CPU to CPU: the reader sees
+    the value, the claim the text makes is the bound, and the lesson fails if it does not
+    hold (the value's digits are masked when nbval compares the output).
 
     Returns:
         ``value`` as a float.
@@ -182,14 +213,34 @@ def assert_above(value: object, bound: float, *, label: str = "", quiet: bool = 
         AssertionError: ``value`` is not above ``bound`` (the message gives both).
         TypeError: ``value`` or ``bound`` is not a number.
     """
-    return _assert_bound(value, bound, "above", label, quiet)
+    v, b = _as_number("value", value), _as_number("bound", bound)
+    prefix = f"{label}: " if label else ""
+    return _claim(prefix, v, f"above {b:g}", v > b, f"above {b:g}", quiet)
 
 
 def assert_below(value: object, bound: float, *, label: str = "", quiet: bool = False) -> float:
-    """Assert ``value < bound`` and print ``"label: below bound"`` (see :func:`assert_above`).
+    """Assert ``value < bound`` and print ``"label: <value> (held below <bound>)"``.
 
     Raises:
         AssertionError: ``value`` is not below ``bound``.
         TypeError: ``value`` or ``bound`` is not a number.
     """
-    return _assert_bound(value, bound, "below", label, quiet)
+    v, b = _as_number("value", value), _as_number("bound", bound)
+    prefix = f"{label}: " if label else ""
+    return _claim(prefix, v, f"below {b:g}", v < b, f"below {b:g}", quiet)
+
+
+def assert_between(value: object, low: float, high: float, *, label: str = "", quiet: bool = False) -> float:
+    """Assert ``low < value < high`` and print ``"label: <value> (held between <low> and <high>)"``.
+
+    Raises:
+        AssertionError: ``value`` is outside the open interval.
+        TypeError: an argument is not a number.
+        ValueError: ``low >= high``.
+    """
+    v, lo, hi = _as_number("value", value), _as_number("low", low), _as_number("high", high)
+    if not lo < hi:
+        raise ValueError(f"low must be below high, got low={lo:g}, high={hi:g}")
+    prefix = f"{label}: " if label else ""
+    held = f"between {lo:g} and {hi:g}"
+    return _claim(prefix, v, held, lo < v < hi, held, quiet)

@@ -5,7 +5,15 @@ import math
 import pytest
 import torch
 
-from attn_core import assert_above, assert_below, assert_close, assert_differ, max_abs_diff
+from attn_core import (
+    assert_above,
+    assert_below,
+    assert_between,
+    assert_close,
+    assert_differ,
+    format_value,
+    max_abs_diff,
+)
 
 
 def test_max_abs_diff_in_float64():
@@ -47,7 +55,7 @@ def test_assert_close_fails_with_the_measured_value():
 
 def test_assert_differ(capsys):
     assert assert_differ(torch.zeros(2), torch.ones(2), more_than=0.5, label="bug") == 1.0
-    assert capsys.readouterr().out == "bug: differs (max |Δ| > 0.5)\n"
+    assert capsys.readouterr().out == "bug: max |Δ| 1 (held above 0.5)\n"
     with pytest.raises(AssertionError, match="is not above 0.5"):
         assert_differ(torch.zeros(2), torch.zeros(2), more_than=0.5)
 
@@ -55,7 +63,13 @@ def test_assert_differ(capsys):
 def test_bounds(capsys):
     assert assert_above(0.97, 0.95, label="acc") == 0.97
     assert assert_below(torch.tensor(0.1), 0.2, label="loss") == pytest.approx(0.1)
-    assert capsys.readouterr().out == "acc: above 0.95\nloss: below 0.2\n"
+    assert capsys.readouterr().out == "acc: 0.97 (held above 0.95)\nloss: 0.1 (held below 0.2)\n"
+    assert assert_between(0.24, 0.1, 0.5, label="gap") == 0.24
+    assert capsys.readouterr().out == "gap: 0.24 (held between 0.1 and 0.5)\n"
+    with pytest.raises(AssertionError, match="0.6 is not between 0.1 and 0.5"):
+        assert_between(0.6, 0.1, 0.5)
+    with pytest.raises(ValueError, match="low must be below high, got low=0.5, high=0.1"):
+        assert_between(0.3, 0.5, 0.1)
     with pytest.raises(AssertionError, match="0.9 is not above 0.95"):
         assert_above(0.9, 0.95)
     with pytest.raises(AssertionError, match="is not below"):
@@ -92,3 +106,48 @@ def test_quiet_prints_nothing(capsys):
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0.96875, "0.969"),
+        (163.0, "163"),
+        (524288, "524,288"),
+        (1.3e-15, "1.3e-15"),
+        (-2.5, "-2.5"),
+        (float("inf"), "inf"),
+    ],
+)
+def test_format_value(value, text):
+    assert format_value(value) == text
+
+
+def _sanitize(text):
+    """Apply tests/nbval_sanitize.cfg the way nbval does (each regex, in file order)."""
+    import pathlib
+    import re
+
+    from nbval.plugin import get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((pathlib.Path(__file__).parent / "nbval_sanitize.cfg").read_text())
+    for regex, replace in patterns:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def test_sanitize_masks_only_the_value_slot(capsys):
+    assert_above(0.969, 0.95, label="token accuracy")
+    assert_above(0.971, 0.95, label="token accuracy")
+    assert_differ(torch.zeros(2), torch.full((2,), 0.83), more_than=0.1, label="no mask")
+    assert_between(1.5e-3, 1e-4, 2e-2, label="gap")
+    a, b, c, d = capsys.readouterr().out.splitlines()
+    assert _sanitize(a) == _sanitize(b) == "token accuracy: VALUE (held above 0.95)"
+    assert _sanitize(c) == "no mask: max |Δ| VALUE (held above 0.1)"
+    assert _sanitize(d) == "gap: VALUE (held between 0.0001 and 0.02)"
+    # The label, the bound and the verdict are still compared.
+    assert _sanitize(a) != _sanitize("token accuracy: 0.969 (held above 0.9)")
+    assert _sanitize(a) != _sanitize("token accurac: 0.969 (held above 0.95)")
+    assert _sanitize(a) != _sanitize("token accuracy: 0.969 (held below 0.95)")
+    # Numbers elsewhere in a line are not masked.
+    assert _sanitize("3 heads, 0.5 each") == "3 heads, 0.5 each"

@@ -99,9 +99,29 @@ def test_ratio_summary_quartiles_and_verdict():
     assert noisy.verdict == "indistinguishable"  # 1 lies between the quartiles
     few = ratio_summary(Timing("e", [1.5, 3.0]), Timing("f", [1.0, 1.0]))
     assert (few.low, few.high) == (1.5, 3.0)  # fewer than 4 rounds: the range
-    assert str(s) == "2.00 [1.90-2.15]"
+    assert s.ci_low <= s.median <= s.ci_high and 1.8 <= s.ci_low and s.ci_high <= 2.2
+    assert str(s) == f"2.00× (95% CI {s.ci_low:.2f}-{s.ci_high:.2f})"
     with pytest.raises(ValueError, match="different lengths"):
         ratio_summary(Timing("a", [1.0]), Timing("b", [1.0, 2.0]))
+    with pytest.raises(ValueError, match="margin must be > 0, got margin=0"):
+        ratio_summary(a, b, margin=0)
+
+
+def test_ratio_verdict_uses_the_interval_and_the_equivalence_margin():
+    base = Timing("base", [1.0] * 9)
+    # Within ±10% in every round: equivalent, although every ratio is above 1.
+    close = ratio_summary(Timing("close", [1.02, 1.03, 1.04, 1.02, 1.05, 1.03, 1.04, 1.02, 1.03]), base)
+    assert close.verdict == "equivalent" and close.ci_low > 1
+    # Clearly above 1 and beyond the margin: slower; the mirror image is faster.
+    slow = Timing("slow", [1.5, 1.6, 1.4, 1.5, 1.55, 1.45, 1.5, 1.6, 1.4])
+    assert ratio_summary(slow, base).verdict == "slower"
+    assert ratio_summary(base, slow).verdict == "faster"
+    # 1 inside a wide interval: the noise cannot tell.
+    wide = ratio_summary(Timing("wide", [0.6, 1.5, 0.7, 1.6, 0.8, 1.4, 1.0, 0.9, 1.3]), base)
+    assert wide.ci_low < 1 < wide.ci_high and wide.verdict == "indistinguishable"
+    # A wider margin turns the same measurement into "equivalent"; the interval is seeded.
+    assert ratio_summary(slow, base, margin=0.7).verdict == "equivalent"
+    assert ratio_summary(slow, base).ci_low == ratio_summary(slow, base).ci_low
 
 
 def test_clock_argument_is_checked():

@@ -11,7 +11,9 @@ Used by chapters 12-14 and by the ``benchmarks`` package (which also import it a
   ratios (each round's functions ran within moments of each other). They agree on a
   quiet machine; the second is the more robust on a busy one.
 * **Noise** is stated, not hidden: :func:`ratio_summary` gives the quartiles of the
-  per-round ratios, and calls a difference only when they all lie on one side of 1.
+  per-round ratios and a 95% bootstrap interval on their median, and its verdict is
+  "slower"/"faster" only when the interval lies on one side of 1, "equivalent" when it
+  lies within ±10% of 1, and "indistinguishable" otherwise.
 * On a machine shared with other programs, ``clock="cpu"`` counts the CPU seconds of
   this process (``time.process_time``) instead of wall seconds: other programs' work
   does not inflate it (with several threads it sums them: it measures work, not latency).
@@ -24,6 +26,7 @@ Shape legend:
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -40,6 +43,7 @@ __all__ = [
     "paired_ratios",
     "RatioSummary",
     "ratio_summary",
+    "EQUIVALENCE_MARGIN",
     "matmul_throughput",
     "sync",
     "CLOCKS",
@@ -156,51 +160,90 @@ def paired_ratios(a: Timing, b: Timing) -> list[float]:
     return [x / y for x, y in zip(a.seconds, b.seconds)]
 
 
+EQUIVALENCE_MARGIN = 0.10  # two timings within ±10% of each other are "equivalent"
+CONFIDENCE = 0.95  # of the interval on a ratio
+_BOOTSTRAP_RESAMPLES = 2000
+
+
+def _bootstrap_median_interval(ratios: list[float]) -> tuple[float, float]:
+    """A percentile-bootstrap interval on the median of the per-round ratios.
+
+    Resample the rounds with replacement, take each resample's median, and keep the middle
+    ``CONFIDENCE`` of those medians. The generator is seeded: the same timings always give
+    the same interval (the timings themselves are what varies from run to run).
+    """
+    rng = random.Random(0)
+    n = len(ratios)
+    medians = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(_BOOTSTRAP_RESAMPLES))
+    tail = (1 - CONFIDENCE) / 2
+    return medians[int(tail * _BOOTSTRAP_RESAMPLES)], medians[int((1 - tail) * _BOOTSTRAP_RESAMPLES) - 1]
+
+
 @dataclass(frozen=True)
 class RatioSummary:
-    """The per-round ratios of two timings: their median and the spread around it.
+    """The per-round ratios of two timings: their median, spread and confidence interval.
+
+    The book's one rule for a timing verdict (chapters 5, 7, 12-14, 16, 17 and
+    ``benchmarks``): time in interleaved rounds (:func:`time_interleaved`), take the
+    median of the per-round ratios, put a 95% bootstrap interval on it, and call
+
+    * ``"equivalent"`` when the whole interval lies within ±``margin`` (10%) of 1,
+    * ``"slower"`` when it lies above 1, ``"faster"`` when it lies below 1,
+    * ``"indistinguishable"`` otherwise (1 is inside the interval, and so is a
+      difference larger than the margin: the noise cannot tell).
 
     Attributes:
         median: Median of the per-round ratios.
         low: Their lower quartile (the minimum for fewer than 4 rounds).
         high: Their upper quartile (the maximum for fewer than 4 rounds).
         rounds: The number of rounds.
+        ci_low: Lower end of the 95% bootstrap interval on the median.
+        ci_high: Upper end of that interval.
+        margin: The equivalence margin of :attr:`verdict`.
     """
 
     median: float
     low: float
     high: float
     rounds: int
+    ci_low: float
+    ci_high: float
+    margin: float = EQUIVALENCE_MARGIN
 
     @property
     def verdict(self) -> str:
-        """``"slower"`` if even the lower quartile is above 1, ``"faster"`` if even the upper
-        one is below 1, ``"indistinguishable"`` when 1 lies within the spread (the noise)."""
-        if self.low > 1:
+        """``"equivalent"``, ``"slower"``, ``"faster"`` or ``"indistinguishable"`` (see the class)."""
+        if 1 / (1 + self.margin) <= self.ci_low and self.ci_high <= 1 + self.margin:
+            return "equivalent"
+        if self.ci_low > 1:
             return "slower"
-        if self.high < 1:
+        if self.ci_high < 1:
             return "faster"
         return "indistinguishable"
 
     def __str__(self) -> str:
-        return f"{self.median:.2f} [{self.low:.2f}-{self.high:.2f}]"
+        return f"{self.median:.2f}× (95% CI {self.ci_low:.2f}-{self.ci_high:.2f})"
 
 
-def ratio_summary(a: Timing, b: Timing) -> RatioSummary:
-    """Median and quartiles of ``a``'s time over ``b``'s, round by round.
+def ratio_summary(a: Timing, b: Timing, *, margin: float = EQUIVALENCE_MARGIN) -> RatioSummary:
+    """Median, quartiles and 95% interval of ``a``'s time over ``b``'s, round by round.
 
-    The quartiles are the noise of the comparison: the difference between ``a`` and
-    ``b`` is real only when both lie on the same side of 1 (:attr:`RatioSummary.verdict`).
+    Args:
+        a, b: Timings of the same rounds (from one :func:`time_interleaved` call).
+        margin: The relative difference below which the two count as equivalent.
 
     Raises:
-        ValueError: The timings have different numbers of rounds.
+        ValueError: The timings have different numbers of rounds, or ``margin <= 0``.
     """
+    if not margin > 0:
+        raise ValueError(f"margin must be > 0, got margin={margin}")
     ratios = paired_ratios(a, b)
     if len(ratios) < 4:
         low, high = min(ratios), max(ratios)
     else:
         low, _, high = statistics.quantiles(ratios, n=4)
-    return RatioSummary(statistics.median(ratios), low, high, len(ratios))
+    ci_low, ci_high = _bootstrap_median_interval(ratios)
+    return RatioSummary(statistics.median(ratios), low, high, len(ratios), ci_low, ci_high, margin)
 
 
 def matmul_throughput(
