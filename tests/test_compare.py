@@ -149,5 +149,8 @@ def test_sanitize_masks_only_the_value_slot(capsys):
     assert _sanitize(a) != _sanitize("token accuracy: 0.969 (held above 0.9)")
     assert _sanitize(a) != _sanitize("token accurac: 0.969 (held above 0.95)")
     assert _sanitize(a) != _sanitize("token accuracy: 0.969 (held below 0.95)")
+    # A timing's interval is masked, its label, bound and verdict are not.
+    line = "MHA / MQA: 6.38 (held above 1.2), 95% CI 5.91-6.8, slower"
+    assert _sanitize(line) == "MHA / MQA: VALUE (held above 1.2), 95% CI VALUES, slower"
     # Numbers elsewhere in a line are not masked.
     assert _sanitize("3 heads, 0.5 each") == "3 heads, 0.5 each"

@@ -129,3 +129,23 @@ def test_clock_argument_is_checked():
         time_interleaved({"a": lambda: None}, rounds=1, clock="gpu")
     with pytest.raises(ValueError, match="clock='cpu' times CPU work only"):
         time_interleaved({"a": lambda: None}, rounds=1, clock="cpu", device="meta")
+
+
+def test_assert_ratio_prints_the_median_beside_its_bounds(capsys):
+    from attn_core.measure import assert_ratio
+
+    slow = Timing("slow", [1.5, 1.6, 1.4, 1.5, 1.55, 1.45, 1.5, 1.6, 1.4])
+    s = ratio_summary(slow, Timing("base", [1.0] * 9))
+    assert assert_ratio(s, label="slow / base", above=1.2, verdict="slower") is s
+    assert_ratio(s, label="slow / base", above=1.2, below=2)
+    a, b = capsys.readouterr().out.splitlines()
+    assert a == f"slow / base: 1.5 (held above 1.2), 95% CI {s.ci_low:.3g}-{s.ci_high:.3g}, slower"
+    assert b.startswith("slow / base: 1.5 (held between 1.2 and 2), 95% CI ")
+    with pytest.raises(AssertionError, match=r"median ratio 1.5 .* is not above 2"):
+        assert_ratio(s, label="slow / base", above=2)
+    with pytest.raises(AssertionError, match="verdict 'slower'"):
+        assert_ratio(s, label="slow / base", above=1, verdict="equivalent")
+    with pytest.raises(ValueError, match="give a bound"):
+        assert_ratio(s, label="slow / base")
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        assert_ratio(s, label="x", above=1, verdict="quicker")

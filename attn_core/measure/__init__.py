@@ -20,6 +20,7 @@ from .implementations import attention_implementations
 from .timing import (
     RatioSummary,
     Timing,
+    assert_ratio,
     matmul_throughput,
     paired_ratio,
     paired_ratios,
@@ -35,6 +36,7 @@ __all__ = [
     "paired_ratios",
     "RatioSummary",
     "ratio_summary",
+    "assert_ratio",
     "matmul_throughput",
     "sync",
     "peak_tensor_memory",

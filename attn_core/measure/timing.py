@@ -43,6 +43,7 @@ __all__ = [
     "paired_ratios",
     "RatioSummary",
     "ratio_summary",
+    "assert_ratio",
     "EQUIVALENCE_MARGIN",
     "matmul_throughput",
     "sync",
@@ -244,6 +245,58 @@ def ratio_summary(a: Timing, b: Timing, *, margin: float = EQUIVALENCE_MARGIN) -
         low, _, high = statistics.quantiles(ratios, n=4)
     ci_low, ci_high = _bootstrap_median_interval(ratios)
     return RatioSummary(statistics.median(ratios), low, high, len(ratios), ci_low, ci_high, margin)
+
+
+def assert_ratio(
+    summary: RatioSummary,
+    *,
+    label: str,
+    above: float | None = None,
+    below: float | None = None,
+    verdict: str | None = None,
+    quiet: bool = False,
+) -> RatioSummary:
+    """Assert what a timing shows and print it: ``label: <median> (held above <bound>), 95% CI <lo>-<hi>``.
+
+    The timing claims of the lessons, in one format. The median of the per-round ratios
+    stands in the value slot that the lessons' nbval sanitize file masks (as for
+    :func:`attn_core.assert_above`), and so do the interval's ends: a timing's digits
+    cannot be the same on two machines, or two runs. What is compared is the label, the
+    bounds and the verdict, which the call asserts.
+
+    Args:
+        summary: From :func:`ratio_summary`.
+        label: What the ratio is (``"MHA time / MQA time"``).
+        above, below: Bounds on the median ratio; at least one. Choose them with a margin
+            that holds on a loaded machine and on another CPU.
+        verdict: If given, :attr:`RatioSummary.verdict` must equal it, and it is printed.
+        quiet: Assert only.
+
+    Returns:
+        ``summary``.
+
+    Raises:
+        AssertionError: A bound or the verdict does not hold (the message gives the measurement).
+        ValueError: Neither bound is given, or ``verdict`` is not one of the four verdicts.
+    """
+    if above is None and below is None:
+        raise ValueError(f"{label}: give a bound (above= or below=) that the median ratio is held to")
+    verdicts = ("equivalent", "slower", "faster", "indistinguishable")
+    if verdict is not None and verdict not in verdicts:
+        raise ValueError(f"verdict must be one of {verdicts}, got verdict={verdict!r}")
+    m = summary.median
+    if above is not None and below is not None:
+        held = f"between {above:g} and {below:g}"
+    else:
+        held = f"above {above:g}" if above is not None else f"below {below:g}"
+    if (above is not None and not m > above) or (below is not None and not m < below):
+        raise AssertionError(f"{label}: median ratio {m:.3g} ({summary}) is not {held}")
+    if verdict is not None and summary.verdict != verdict:
+        raise AssertionError(f"{label}: verdict {summary.verdict!r} ({summary}), expected {verdict!r}")
+    if not quiet:
+        tail = f", {verdict}" if verdict is not None else ""
+        print(f"{label}: {m:.3g} (held {held}), 95% CI {summary.ci_low:.3g}-{summary.ci_high:.3g}{tail}")
+    return summary
 
 
 def matmul_throughput(

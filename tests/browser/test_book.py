@@ -90,6 +90,8 @@ class Visit:
         self.page.goto(base + path)
         self.page.wait_for_load_state("networkidle")
         self.page.wait_for_timeout(500)  # widgets and MathJax render after load
+        if (SITE / path).is_file():
+            _wait_for_explorers(self.page, path)
 
     def _route(self, base: str):
         def handle(route) -> None:
@@ -150,6 +152,19 @@ def _explorer_pages() -> list[str]:
     if not SITE.exists():
         return ["book/01_self_attention.html"]
     return [p for p in _pages() if 'class="attn-explorer"' in (SITE / p).read_text()]
+
+
+def _wait_for_explorers(page, path: str, timeout_ms: int = 60_000) -> None:
+    """Wait until every explorer of the page has been built by its script.
+
+    On a busy machine the pages' scripts can run well after the load event; counting the
+    explorers before then found none. The page's source says how many there are; each one's
+    script marks it ``data-ready`` when it has drawn itself.
+    """
+    expected = (SITE / path).read_text().count('class="attn-explorer"')
+    page.wait_for_function(
+        "n => document.querySelectorAll('.attn-explorer[data-ready]').length >= n", arg=expected, timeout=timeout_ms
+    )
 
 
 def _picture(explorer) -> str:
