@@ -17,7 +17,15 @@ import torch
 from torch import nn
 
 from .cache import ContextKVCache, KVCache, RollingKVCache, storage_like
-from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
+from .checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_made_for,
+    check_number,
+    check_tensor,
+)
 from .core import attend
 from .gating import GATE_KINDS, gate_width, output_gate
 from .masks import check_window, position_mask
@@ -113,7 +121,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else check_int("head_dim", head_dim)
-        self.d_context, self.causal = d_context, causal
+        self.d_context, self.causal = d_context, check_bool("causal", causal)
+        check_bool("bias", bias)
         self.dropout = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
         self.rope = check_rope(rope, self.head_dim)
         kv_width = n_kv_heads * self.head_dim
@@ -188,7 +197,7 @@ class MultiHeadAttention(nn.Module):
         Shapes:
             context: ``(B, T_k, d_context)``; returns keys and values ``(B, H_kv, T_k, D)``
         """
-        check_tensor("context", context, ("B", "T", ("d_context", self.d_context)))
+        check_tensor("context", context, ("B", "T", ("d_context", self.d_context)), like=self.q_proj.weight)
         self._check_cross_cacheable()
         k = self._split_heads(self.k_proj(context), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         v = self._split_heads(self.v_proj(context), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
@@ -236,13 +245,20 @@ class MultiHeadAttention(nn.Module):
             output: ``(B, T_q, d_model)``
             weights: ``(B, H, T_q, T_k)``; with a cache ``T_k`` counts the cached positions.
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=self.q_proj.weight)
         check_instance("kv_cache", kv_cache, (KVCache, RollingKVCache), optional=True)
         rolling = isinstance(kv_cache, RollingKVCache)
         if rolling:
             self._check_rolling(kv_cache, mask)
+        if kv_cache is not None:
+            check_made_for(
+                "kv_cache",
+                kv_cache.made_for,
+                {"batch_size": x.shape[0], "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim},
+                fix="make it with this layer's make_cache(batch_size, max_len)",
+            )
         if context is not None:
-            check_tensor("context", context, ("B", "T", ("d_context", self.d_context)))
+            check_tensor("context", context, ("B", "T", ("d_context", self.d_context)), like=self.q_proj.weight)
             if context.shape[0] != x.shape[0]:
                 raise ValueError(
                     f"x and context must have the same batch size, got {x.shape[0]} and {context.shape[0]}"

@@ -22,7 +22,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention
 from .cache import KVCache, LatentKVCache
-from .checks import check_choice, check_instance, check_int, check_number, check_tensor
+from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor, first_weight
 from .core import split_result
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, NORM_POSITIONS, make_norm
@@ -146,6 +146,9 @@ class TransformerBlock(nn.Module):
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.d_model = d_model
         self.dropout_p = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        for name, flag in (("causal", causal), ("qk_norm", qk_norm), ("sinks", sinks)):
+            if flag is not None:  # None: the default; bool(flag) below would take 1 or "no" as true
+                check_bool(name, flag)
         if attention is None:
             attention = MultiHeadAttention(
                 d_model,
@@ -214,7 +217,7 @@ class TransformerBlock(nn.Module):
             output: ``(B, T, d_model)``
             weights: ``(B, H, T, T_k)``, ``T_k = past + T`` with a cache
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
         pre = self.norm_position == "pre"
         result = self.attn(self.attn_norm(x) if pre else x, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
         a, weights = split_result(result, return_weights)
@@ -267,7 +270,7 @@ class SandwichBlock(TransformerBlock):
         Shapes:
             x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
         result = self.attn(self.attn_norm(x), mask=mask, kv_cache=kv_cache, return_weights=return_weights)
         a, weights = split_result(result, return_weights)
         x = x + self.resid_dropout(self.attn_post_norm(a))  # x + norm₂(f(norm₁(x)))

@@ -47,6 +47,7 @@ class _SlotCache:
     def __init__(self, shapes: dict[str, tuple[int, ...]], max_len: int, *, seq_dim: int, dtype, device) -> None:
         check_int("max_len", max_len)
         self.max_len, self.seq_dim, self._size = max_len, seq_dim, 0
+        self._made_for: dict[str, int] = {}  # filled in by each kind of cache
         self._store = {}
         for name, shape in shapes.items():
             full = list(shape)
@@ -58,6 +59,11 @@ class _SlotCache:
         """Number of positions stored."""
         return self._size
 
+    @property
+    def made_for(self) -> dict[str, int]:
+        """The sizes the cache was made for, by name: what a layer compares with its own (``check_made_for``)."""
+        return dict(self._made_for)
+
     def reset(self) -> None:
         """Forget every stored position (the memory is kept for reuse)."""
         self._size = 0
@@ -65,7 +71,7 @@ class _SlotCache:
     def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
         T_new = None
         for name, t in new.items():
-            check_tensor(name, t)
+            check_tensor(name, t, floating=True)  # an integer tensor would be cast silently by copy_
             stored = self._store[name]
             expected = list(stored.shape)
             expected[self.seq_dim] = t.shape[self.seq_dim] if t.dim() == stored.dim() else -1
@@ -134,6 +140,7 @@ class KVCache(_SlotCache):
             check_int("head_dim", head_dim),
         )
         super().__init__({"k": shape, "v": shape}, max_len, seq_dim=2, dtype=dtype, device=device)
+        self._made_for = dict(zip(("batch_size", "n_kv_heads", "head_dim"), shape))
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``k`` and ``v``; return every stored key and value (views, no copy).
@@ -183,6 +190,7 @@ class LatentKVCache(_SlotCache):
             dtype=dtype,
             device=device,
         )
+        self._made_for = {"batch_size": batch_size, "d_latent": d_latent, "d_rope": d_rope}
 
     def update(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append the latent and the RoPE key; return everything stored (views, no copy).
@@ -247,6 +255,12 @@ class RollingKVCache:
         self._pos = torch.full((self.slots,), -1, dtype=torch.long, device=device)  # -1: empty slot
         self._size = 0
         self.key_positions: torch.Tensor | None = None
+        self._made_for = dict(zip(("batch_size", "n_kv_heads", "head_dim"), shape))
+
+    @property
+    def made_for(self) -> dict[str, int]:
+        """The sizes the cache was made for, by name (as :attr:`KVCache.made_for`)."""
+        return dict(self._made_for)
 
     @property
     def size(self) -> int:
@@ -291,7 +305,7 @@ class RollingKVCache:
         """
         B, H, _, D = self._k.shape
         for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, ("B", "H_kv", "T_new", "D"))
+            check_tensor(name, t, ("B", "H_kv", "T_new", "D"), floating=True)
             if (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D):
                 raise ValueError(f"{name} must have shape ({B}, {H}, T_new, {D}), got {tuple(t.shape)}")
         if k.shape != v.shape:
@@ -340,8 +354,8 @@ class ContextKVCache:
     """
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        check_tensor("k", k, ("B", "H_kv", "T_k", "D"))
-        check_tensor("v", v, ("B", "H_kv", "T_k", "D"))
+        check_tensor("k", k, ("B", "H_kv", "T_k", "D"), floating=True)
+        check_tensor("v", v, ("B", "H_kv", "T_k", "D"), floating=True)
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
         self.k, self.v = k.detach(), v.detach()  # values, not the graph

@@ -11,6 +11,11 @@ so that ``self.d = check_int("d", d)`` checks and stores in one line.
 Shape patterns (:func:`check_tensor`): a tuple of axis names such as
 ``("B", "T", ("d_model", 8))``. A string is an axis of any size; a ``(name, size)`` pair
 must have that size; a leading ``"..."`` stands for any number of leading axes.
+
+Every check reads only Python values and a tensor's metadata (shape, dtype, device), never
+its data: a check costs no host-device synchronisation, so the layers run them on every
+call, decoding steps included. The checks that must read data (:func:`check_index_range`)
+are for functions off that path.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ __all__ = [
     "check_instance",
     "check_callable",
     "check_tensor",
+    "check_like",
+    "check_mask",
+    "check_index_range",
+    "check_made_for",
+    "first_weight",
 ]
 
 
@@ -138,6 +148,8 @@ def check_tensor(
     *,
     floating: bool = False,
     integer: bool = False,
+    like: torch.Tensor | None = None,
+    owner: str = "the layer's weights",
 ) -> torch.Tensor:
     """Return ``value`` if it is a tensor of the given shape pattern and dtype kind; raise otherwise.
 
@@ -148,10 +160,14 @@ def check_tensor(
             or ``("...", "T", "D")``; ``None`` accepts any shape.
         floating: Require a floating-point dtype.
         integer: Require an integer dtype (token ids; ``bool`` is refused).
+        like: A tensor whose dtype and device ``value`` must share (a layer's weight):
+            see :func:`check_like`, which is called after the shape check.
+        owner: What ``like`` is, for the message (plural: "the layer's weights").
 
     Raises:
-        TypeError: Not a tensor, or the wrong kind of dtype.
-        ValueError: A shape that does not fit the pattern; the message shows both.
+        TypeError: Not a tensor, or the wrong kind of dtype (or not ``like``'s dtype).
+        ValueError: A shape that does not fit the pattern; the message shows both. A device
+            unlike ``like``'s.
     """
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -162,7 +178,133 @@ def check_tensor(
     if shape is not None and not _fits(tuple(value.shape), shape):
         axes = ", ".join(a if isinstance(a, str) else f"{a[0]}={a[1]}" for a in shape)
         raise ValueError(f"{name} must have shape ({axes}), got {tuple(value.shape)}")
+    if like is not None:
+        check_like(name, value, like, owner=owner)
     return value
+
+
+# The method that casts a tensor or a module to a dtype, for the hint in check_like's message.
+_CAST_METHOD = {torch.float32: "float", torch.float64: "double", torch.float16: "half", torch.bfloat16: "bfloat16"}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _cast_hint(dtype: torch.dtype) -> str:
+    method = _CAST_METHOD.get(dtype)
+    return f".{method}()" if method else f".to({dtype})"
+
+
+def check_like(
+    name: str, value: torch.Tensor, reference: torch.Tensor, *, owner: str = "the layer's weights", fix: str = ""
+) -> torch.Tensor:
+    """Return ``value`` if it has ``reference``'s dtype and device; raise a message that says how to fix it.
+
+    The input of a layer must have the dtype and the device of its weights, or the first
+    matmul fails deep inside torch ("expected m1 and m2 to have the same dtype"). The
+    usual slips: a float64 tensor made from NumPy, integer token ids given to a layer
+    that expects activations, a layer moved to the GPU and an input left on the CPU.
+    Under ``torch.autocast`` the activations legitimately differ from the weights, so the
+    dtype is not compared there.
+
+    Args:
+        name: The argument's name, for the message.
+        value: The tensor passed.
+        reference: The tensor it must match (a weight, a cache's storage).
+        owner: What ``reference`` is, plural, for the message.
+        fix: The hint after the colon; the default suggests casting the input or the layer.
+
+    Raises:
+        TypeError: ``value.dtype != reference.dtype``, e.g. "x has dtype float64 but the
+            layer's weights are float32: call .float() on the input or .double() on the layer".
+        ValueError: ``value.device != reference.device``.
+    """
+    if value.dtype != reference.dtype and not _autocast_on(value.device.type):
+        if fix:
+            hint = fix
+        elif not value.dtype.is_floating_point:
+            hint = (
+                f"the input must hold floating-point values (token ids go through an embedding first), "
+                f"e.g. {name}{_cast_hint(reference.dtype)}"
+            )
+        else:
+            hint = f"call {_cast_hint(reference.dtype)} on the input or {_cast_hint(value.dtype)} on the layer"
+        raise TypeError(
+            f"{name} has dtype {_dtype_name(value.dtype)} but {owner} are {_dtype_name(reference.dtype)}: {hint}"
+        )
+    if value.device != reference.device:
+        raise ValueError(
+            f"{name} is on {value.device} but {owner} are on {reference.device}: "
+            f"call .to('{reference.device}') on the input or .to('{value.device}') on the layer"
+        )
+    return value
+
+
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 asks per device kind, without an argument
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
+def check_mask(
+    name: str,
+    mask: object,
+    shape: tuple,
+    *,
+    allow_float: bool = True,
+    target: str = "the scores' shape",
+    context: str = "",
+) -> torch.Tensor | None:
+    """Return ``mask`` (or None) if it is a boolean mask, or a float bias, of a shape that broadcasts to ``shape``.
+
+    The one rule of every mask in attn_core: boolean, ``True`` = may attend; or floating,
+    added to the scores (``-inf`` or ``torch.finfo(dtype).min`` where blocked). An integer
+    mask is refused: a 0/1 tensor would be added as a bias of 0 and 1 and block nothing.
+
+    Args:
+        name: The argument's name, for the message.
+        mask: What was passed.
+        shape: The shape the mask must broadcast to, e.g. the scores' ``(B, H, T_q, T_k)``.
+        allow_float: Accept a float bias too (``False``: boolean only).
+        target, context: What ``shape`` is, and where it comes from, for the message.
+
+    Raises:
+        TypeError: Not a tensor, or a dtype that is neither boolean nor (if allowed) floating.
+        ValueError: A shape that does not broadcast to ``shape``.
+    """
+    if mask is None:
+        return None
+    check_tensor(name, mask)
+    if mask.dtype != torch.bool and not (allow_float and mask.dtype.is_floating_point):
+        kinds = "boolean (True = may attend) or floating (an additive bias)" if allow_float else "boolean"
+        extra = ": convert a 0/1 mask with .bool()" if not mask.dtype.is_floating_point else ""
+        raise TypeError(f"{name} must be {kinds}, got dtype={mask.dtype}{extra}")
+    try:
+        ok = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to {target} {tuple(shape)}{context}")
+    return mask
+
+
+def check_index_range(name: str, value: torch.Tensor, high: int, *, what: str = "index") -> torch.Tensor:
+    """Return ``value`` if every entry is in ``[0, high)``; raise ``ValueError`` naming the first bad one.
+
+    Reads the data (one host-device synchronisation on a GPU): for losses and statistics,
+    not for a layer's forward on the decoding path.
+    """
+    if value.numel() and (bool((value < 0).any()) or bool((value >= high).any())):
+        bad = value[(value < 0) | (value >= high)].flatten()[0].item()
+        raise ValueError(f"every {what} in {name} must be in [0, {high}), got {bad} (in {name}={_preview(value)})")
+    return value
+
+
+def _preview(t: torch.Tensor, n: int = 8) -> str:
+    flat = t.flatten().tolist()
+    return str(flat[:n])[:-1] + ", ...]" if len(flat) > n else str(flat)
 
 
 def _fits(actual: tuple[int, ...], pattern: tuple) -> bool:
@@ -171,3 +313,37 @@ def _fits(actual: tuple[int, ...], pattern: tuple) -> bool:
         return False
     tail = actual[len(actual) - len(rest) :]
     return all(isinstance(axis, str) or size == axis[1] for size, axis in zip(tail, rest))
+
+
+def first_weight(module: torch.nn.Module) -> torch.Tensor | None:
+    """The module's first floating-point parameter (or buffer): the dtype and device its inputs must have.
+
+    What :func:`check_like` compares an input with when a module has no single obvious
+    weight (a block, a mixture of experts). ``None`` for a module without any.
+    """
+    for t in module.parameters():
+        if t.is_floating_point():
+            return t
+    for t in module.buffers():
+        if t.is_floating_point():
+            return t
+    return None
+
+
+def check_made_for(name: str, holds: dict[str, object], needs: dict[str, object], *, fix: str) -> None:
+    """Raise ``ValueError`` if an object prepared earlier (a cache) was made for other sizes than this call needs.
+
+    Args:
+        name: The argument's name (``kv_cache``).
+        holds: The sizes it was made for, e.g. ``{"batch_size": 3, "n_kv_heads": 2}``.
+        needs: The sizes this call needs, under the same names.
+        fix: How to make the right one, after the colon.
+
+    Example: ``kv_cache was made for batch_size=3, but this call needs batch_size=2: make it with
+    this layer's make_cache(2, max_len)``.
+    """
+    bad = [key for key in needs if holds.get(key) != needs[key]]
+    if bad:
+        made = ", ".join(f"{key}={holds.get(key)!r}" for key in bad)
+        need = ", ".join(f"{key}={needs[key]!r}" for key in bad)
+        raise ValueError(f"{name} was made for {made}, but this call needs {need}: {fix}")

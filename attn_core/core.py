@@ -25,7 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .checks import check_number, check_tensor
+from .checks import check_bool, check_mask, check_number, check_tensor
 from .masks import causal_mask, check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
@@ -76,23 +76,9 @@ def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
         raise ValueError(
             f"q and k batch dimensions do not broadcast: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
         ) from None
-    if mask is not None:
-        check_tensor("mask", mask)
-        if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-            raise TypeError(
-                f"mask must be boolean (True = may attend) or floating (an additive bias), got dtype={mask.dtype}"
-            )
-        heads = (q.shape[-3],) if q.dim() >= 3 else ()
-        scores_shape = (*batch, *heads, q.shape[-2], k.shape[-2])
-        try:
-            ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} "
-                f"(from q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)})"
-            )
+    heads = (q.shape[-3],) if q.dim() >= 3 else ()
+    scores_shape = (*batch, *heads, q.shape[-2], k.shape[-2])
+    check_mask("mask", mask, scores_shape, context=f" (from q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)})")
     if scale is not None:
         check_number("scale", scale, low=0.0, low_open=True)
     check_number("dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
@@ -100,13 +86,22 @@ def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
 
 
 def _combine_masks(mask, is_causal, T_q, T_k, device, window=None):
-    """Split ``mask`` into a boolean ``allowed`` part and a float ``bias`` part, adding causality (and a window)."""
+    """Split ``mask`` into a boolean ``allowed`` part and a finite float ``bias`` part, adding causality (and a window).
+
+    Shapes:
+        mask: broadcastable to ``(..., T_q, T_k)``; allowed, bias: as ``mask`` (or ``(T_q, T_k)``), or None
+    """
     allowed = bias = None
     if mask is not None:
         if mask.dtype == torch.bool:
             allowed = mask
         else:
-            bias = mask
+            # An additive mask blocks a key with -inf, or with finfo(dtype).min (Hugging Face's
+            # convention). Read both as "blocked", so that a query whose keys are all blocked
+            # gets zeros as with a boolean mask, not NaN (-inf: softmax of -inf everywhere)
+            # nor the mean of the values (finfo.min: every score equally low).
+            blocked = mask <= torch.finfo(mask.dtype).min  # (..., T_q, T_k); a tensor op, no sync
+            allowed, bias = ~blocked, mask.masked_fill(blocked, 0.0)
     if is_causal:
         # Bottom-right aligned, so it is also right for T_q < T_k (decoding with a cache).
         causal = causal_mask(T_q, T_k, window=window, device=device)  # (T_q, T_k)
@@ -157,7 +152,9 @@ def attention(
     Returns:
         The output, or ``(output, weights)`` if ``return_weights``. The weights are the
         softmax probabilities *before* dropout. A query whose keys are all masked gets
-        zero weights and a zero output, never NaN.
+        zero weights and a zero output, never NaN, on both paths and in the gradients,
+        whatever the mask's form: ``False`` in a boolean mask, ``-inf`` or
+        ``torch.finfo(dtype).min`` in a float one (both read as "blocked").
 
     Shapes:
         q: ``(..., H, T_q, D)``
@@ -170,12 +167,14 @@ def attention(
 
     Raises:
         TypeError: Non-tensor inputs, non-floating or mismatched dtypes, a mask that is
-            neither boolean nor floating.
+            neither boolean nor floating, a non-bool ``is_causal`` or ``return_weights``.
         ValueError: Mismatched ranks or widths, head counts that do not divide, a mask
             that does not broadcast, a bad ``scale`` or ``dropout_p``, a ``softcap`` <= 0,
             a ``window`` <= 0 or without ``is_causal``, ``sinks`` not of shape ``(H,)``.
     """
     groups = check_qkv(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)
+    check_bool("is_causal", is_causal)  # SDPA refuses a non-bool; the explicit path would take 1 or "no" as true
+    check_bool("return_weights", return_weights)
     if softcap is not None:
         softcap = check_number("softcap", softcap, low=0.0, low_open=True)
     window = check_window(window)

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from .cache import LatentKVCache, storage_like
-from .checks import check_choice, check_instance, check_int, check_number, check_tensor
+from .checks import check_bool, check_choice, check_instance, check_int, check_made_for, check_number, check_tensor
 from .core import attend
 from .norms import RMSNorm
 from .positional import ROPE_LAYOUTS, RotaryEmbedding
@@ -240,8 +240,16 @@ class MultiHeadLatentAttention(nn.Module):
             x: ``(B, T, d_model)``
             output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=self.kv_down.weight)
         check_instance("kv_cache", kv_cache, LatentKVCache, optional=True)
+        if kv_cache is not None:
+            check_made_for(
+                "kv_cache",
+                kv_cache.made_for,
+                {"batch_size": x.shape[0], "d_latent": self.kv_down.out_features, "d_rope": self.rope_dim},
+                fix="make it with this layer's make_cache(batch_size, max_len)",
+            )
+        check_bool("absorbed", absorbed)
         mask = head_mask(mask)  # (B, T, T_k) -> (B, 1, T, T_k): the same for every head
         past = 0 if kv_cache is None else kv_cache.size
         q_c, q_r = self.queries(x, offset=past)  # (B, H, T, d_h), (B, H, T, d_r)

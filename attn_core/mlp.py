@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_choice, check_int, check_number
+from .checks import check_choice, check_int, check_number, check_tensor
 
 __all__ = [
     "FeedForward",
@@ -85,6 +85,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
+        check_tensor("x", x, ("...", ("d_model", self.d_model)), like=self.up_proj.weight)
         return self.dropout(self.down_proj(F.gelu(self.up_proj(x), approximate=self.approximate)))
 
     def extra_repr(self) -> str:
@@ -150,6 +151,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
+        check_tensor("x", x, ("...", ("d_model", self.d_model)), like=self.up_proj.weight)
         gate = _GLU_GATES[self.activation](self.gate_proj(x))  # (..., d_ff)
         return self.dropout(self.down_proj(gate * self.up_proj(x)))
 

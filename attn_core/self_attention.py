@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import check_int, check_tensor
+from .checks import check_bool, check_int, check_tensor
 from .core import attention
 
 __all__ = ["SelfAttention"]
@@ -40,7 +40,8 @@ class SelfAttention(nn.Module):
         super().__init__()
         check_int("d_in", d_in)
         check_int("d_out", d_out)
-        self.d_in, self.d_out, self.causal = d_in, d_out, causal
+        self.d_in, self.d_out, self.causal = d_in, d_out, check_bool("causal", causal)
+        check_bool("bias", bias)
         self.q_proj = nn.Linear(d_in, d_out, bias=bias)
         self.k_proj = nn.Linear(d_in, d_out, bias=bias)
         self.v_proj = nn.Linear(d_in, d_out, bias=bias)
@@ -60,7 +61,7 @@ class SelfAttention(nn.Module):
             output: ``(B, T, d_out)``
             weights: ``(B, T, T)``
         """
-        check_tensor("x", x, ("B", "T", ("d_in", self.d_in)))
+        check_tensor("x", x, ("B", "T", ("d_in", self.d_in)), like=self.q_proj.weight)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # each (B, T, d_out)
         return attention(q, k, v, mask=mask, is_causal=self.causal, return_weights=return_weights)
 

@@ -91,6 +91,43 @@ def test_fully_masked_rows_give_zeros_not_nan(explicit):
     assert not torch.isnan(q.grad).any()
 
 
+def _mask_form(allowed: torch.Tensor, form: str) -> torch.Tensor:
+    """The boolean mask ``allowed`` written as ``form``: itself, or an additive bias of -inf or finfo.min."""
+    if form == "bool":
+        return allowed
+    blocked = float("-inf") if form == "-inf" else torch.finfo(torch.float64).min
+    return torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, blocked)
+
+
+@pytest.mark.parametrize("form", ["bool", "-inf", "finfo.min"])
+@pytest.mark.parametrize("softcap", [None, 30.0])
+@pytest.mark.parametrize("sinks", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_mask_form_gives_the_same_result_on_both_paths(form, softcap, sinks, causal):
+    # Query 1 sees nothing (fully masked), query 2 only key 0; the rest see every key but key 3.
+    allowed = torch.ones(4, 5, dtype=torch.bool)
+    allowed[:, 3], allowed[1], allowed[2, 1:] = False, False, False
+    q, k, v = _qkv(2, 2, 4, 8, T_k=5)
+    sink = torch.tensor([0.5, -1.0], dtype=torch.float64) if sinks else None
+    kwargs = dict(is_causal=causal, softcap=softcap, sinks=sink)
+    results = []
+    for mask, explicit in ((allowed, True), (_mask_form(allowed, form), True), (_mask_form(allowed, form), False)):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        r = attention(*leaves, mask=mask, return_weights=explicit, **kwargs)
+        out = r[0] if explicit else r
+        out.pow(2).sum().backward()
+        results.append((out.detach(), *(t.grad for t in leaves)))
+        assert (out[:, :, 1] == 0).all(), "a fully masked query must give zeros"
+        assert all(torch.isfinite(t).all() for t in results[-1]), "values and gradients must be NaN-free"
+        if explicit:
+            assert (r[1][:, :, 1] == 0).all()
+            assert (r[1][..., 3] == 0).all()
+    reference = results[0]  # boolean mask, explicit path
+    for result in results[1:]:
+        for got, want in zip(result, reference):
+            assert (got - want).abs().max().item() <= 1e-12
+
+
 def test_half_precision_softmax_in_float32():
     q, k, v = _qkv(1, 2, 8, 16, dtype=torch.float16)
     q = q * 30  # large scores: a float16 softmax would lose most digits
