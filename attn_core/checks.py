@@ -197,7 +197,13 @@ def _cast_hint(dtype: torch.dtype) -> str:
 
 
 def check_like(
-    name: str, value: torch.Tensor, reference: torch.Tensor, *, owner: str = "the layer's weights", fix: str = ""
+    name: str,
+    value: torch.Tensor,
+    reference: torch.Tensor,
+    *,
+    owner: str = "the layer's weights",
+    verb: str = "are",
+    fix: str = "",
 ) -> torch.Tensor:
     """Return ``value`` if it has ``reference``'s dtype and device; raise a message that says how to fix it.
 
@@ -212,8 +218,9 @@ def check_like(
         name: The argument's name, for the message.
         value: The tensor passed.
         reference: The tensor it must match (a weight, a cache's storage).
-        owner: What ``reference`` is, plural, for the message.
-        fix: The hint after the colon; the default suggests casting the input or the layer.
+        owner, verb: What ``reference`` is, for the message: "the layer's weights" "are", "q" "is".
+        fix: The hint after the dtype message's colon; the default suggests casting the input
+            or the layer.
 
     Raises:
         TypeError: ``value.dtype != reference.dtype``, e.g. "x has dtype float64 but the
@@ -231,12 +238,13 @@ def check_like(
         else:
             hint = f"call {_cast_hint(reference.dtype)} on the input or {_cast_hint(value.dtype)} on the layer"
         raise TypeError(
-            f"{name} has dtype {_dtype_name(value.dtype)} but {owner} are {_dtype_name(reference.dtype)}: {hint}"
+            f"{name} has dtype {_dtype_name(value.dtype)} but {owner} {verb} {_dtype_name(reference.dtype)}: {hint}"
         )
     if value.device != reference.device:
+        layer = f" or .to('{value.device}') on the layer" if owner == "the layer's weights" else ""
         raise ValueError(
-            f"{name} is on {value.device} but {owner} are on {reference.device}: "
-            f"call .to('{reference.device}') on the input or .to('{value.device}') on the layer"
+            f"{name} is on {value.device} but {owner} {verb} on {reference.device}: "
+            f"call .to('{reference.device}') on {name}{layer}"
         )
     return value
 
@@ -290,15 +298,20 @@ def check_mask(
     return mask
 
 
-def check_index_range(name: str, value: torch.Tensor, high: int, *, what: str = "index") -> torch.Tensor:
+def check_index_range(
+    name: str, value: torch.Tensor, high: int, *, what: str = "index", high_name: str = ""
+) -> torch.Tensor:
     """Return ``value`` if every entry is in ``[0, high)``; raise ``ValueError`` naming the first bad one.
+
+    ``what`` names one entry ("expert id"), ``high_name`` the bound ("n_experts"), for the message.
 
     Reads the data (one host-device synchronisation on a GPU): for losses and statistics,
     not for a layer's forward on the decoding path.
     """
     if value.numel() and (bool((value < 0).any()) or bool((value >= high).any())):
         bad = value[(value < 0) | (value >= high)].flatten()[0].item()
-        raise ValueError(f"every {what} in {name} must be in [0, {high}), got {bad} (in {name}={_preview(value)})")
+        bound = f"{high_name}={high}" if high_name else f"{high}"
+        raise ValueError(f"every {what} in {name} must be in [0, {bound}), got {bad} (in {name}={_preview(value)})")
     return value
 
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import storage_like
-from .checks import check_instance, check_int, check_tensor
+from .checks import check_bool, check_instance, check_int, check_made_for, check_tensor
 from .linear_attention import delta_rule_chunked, delta_rule_matrix, l2_normalize
 from .norms import RMSNorm
 from .shapes import merge_heads, split_heads
@@ -63,6 +63,9 @@ class GatedDeltaNetCache:
         self.conv_state = torch.zeros(batch_size, conv_channels, conv_size - 1, dtype=dtype, device=device)
         self.state = torch.zeros(batch_size, n_heads, head_dim, value_head_dim, dtype=dtype, device=device)
         self.size = 0
+        sizes = (batch_size, conv_channels, conv_size, n_heads, head_dim, value_head_dim)
+        names = ("batch_size", "conv_channels", "conv_size", "n_heads", "head_dim", "value_head_dim")
+        self.made_for = dict(zip(names, sizes))  # what GatedDeltaNet compares with its own sizes
 
     def reset(self) -> None:
         """Back to an empty sequence."""
@@ -170,15 +173,28 @@ class GatedDeltaNet(nn.Module):
         Shapes:
             x, output: ``(B, T, d_model)``; weights: ``(B, H_v, T, T)``
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True)
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True, like=self.q_proj.weight)
         if mask is not None:
             raise ValueError("GatedDeltaNet is causal by construction and takes no mask, got a mask")
         check_instance("kv_cache", kv_cache, GatedDeltaNetCache, optional=True)
+        check_bool("return_weights", return_weights)
         if kv_cache is not None and return_weights:
             raise ValueError("return_weights=True needs a whole sequence from an empty state, got a kv_cache")
         B, T, _ = x.shape
-        if kv_cache is not None and kv_cache.conv_state.shape[0] != B:
-            raise ValueError(f"kv_cache was made for batch_size={kv_cache.conv_state.shape[0]}, got x with B={B}")
+        if kv_cache is not None:
+            check_made_for(
+                "kv_cache",
+                kv_cache.made_for,
+                {
+                    "batch_size": B,
+                    "conv_channels": self.conv.in_channels,
+                    "conv_size": self.conv_size,
+                    "n_heads": self.n_value_heads,
+                    "head_dim": self.head_dim,
+                    "value_head_dim": self.value_head_dim,
+                },
+                fix="make it with this layer's make_cache(batch_size)",
+            )
 
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)  # (B, C_conv, T)
         history = x.new_zeros(B, qkv.shape[1], self.conv_size - 1) if kv_cache is None else kv_cache.conv_state

@@ -43,7 +43,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .checks import check_callable, check_choice, check_instance, check_int, check_number, check_tensor
+from .checks import check_callable, check_choice, check_instance, check_int, check_like, check_number, check_tensor
 from .masks import causal_mask
 
 __all__ = [
@@ -97,10 +97,20 @@ def _check_qk(q: torch.Tensor, k: torch.Tensor) -> None:
     check_tensor("k", k, ("B", "H", "T", "D_k"), floating=True)
     if q.shape != k.shape:
         raise ValueError(f"q and k must have the same shape (B, H, T, D_k), got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    _like_q("k", k, q)
+
+
+def _like_q(name: str, t: torch.Tensor, q: torch.Tensor) -> None:
+    """Every tensor of one call must have ``q``'s dtype and device.
+
+    Otherwise the three forms would disagree: one promotes a mixed product, another fails inside torch.
+    """
+    check_like(name, t, q, owner="q", verb="is", fix="give every input q's dtype with .to(q.dtype)")
 
 
 def _check_v(k: torch.Tensor, v: torch.Tensor) -> None:
     check_tensor("v", v, ("B", "H", "T", "D_v"), floating=True)
+    _like_q("v", v, k)
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must have shape (B, H, T, D_v) = {tuple(k.shape[:3])} + (D_v,), got {tuple(v.shape)}")
 
@@ -112,12 +122,14 @@ def _check_gates(k: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None) ->
         check_tensor(name, gate, ("B", "H", "T"), floating=True)
         if gate.shape != k.shape[:3]:
             raise ValueError(f"{name} must have shape (B, H, T) = {tuple(k.shape[:3])}, got {tuple(gate.shape)}")
+        _like_q(name, gate, k)
 
 
-def _check_state(name: str, state: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+def _check_state(name: str, state: torch.Tensor, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     check_tensor(name, state, floating=True)
     if tuple(state.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(state.shape)}")
+    _like_q(name, state, like)
     return state
 
 
@@ -182,8 +194,8 @@ def _linear_state(q, v, initial_state):
     check_instance("initial_state", initial_state, tuple)
     if len(initial_state) != 2:
         raise ValueError(f"initial_state must be a pair (S, z), got {len(initial_state)} tensors")
-    S = _check_state("initial_state[0] (S)", initial_state[0], (B, H, D_k, v.shape[-1]))
-    z = _check_state("initial_state[1] (z)", initial_state[1], (B, H, D_k))
+    S = _check_state("initial_state[0] (S)", initial_state[0], (B, H, D_k, v.shape[-1]), v)
+    z = _check_state("initial_state[1] (z)", initial_state[1], (B, H, D_k), v)
     return S, z
 
 
@@ -288,7 +300,7 @@ def _delta_state(k, v, initial_state):
     B, H, _, D_k = k.shape
     if initial_state is None:
         return k.new_zeros(B, H, D_k, v.shape[-1])
-    return _check_state("initial_state", initial_state, (B, H, D_k, v.shape[-1]))
+    return _check_state("initial_state", initial_state, (B, H, D_k, v.shape[-1]), k)
 
 
 def _decays(G: torch.Tensor) -> torch.Tensor:

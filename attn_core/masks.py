@@ -62,7 +62,14 @@ def position_mask(
 
     Shapes:
         q_pos: ``(T_q,)``; k_pos: ``(T_k,)``; output: ``(T_q, T_k)``
+
+    Raises:
+        TypeError: A position tensor that is not an integer tensor (a list, floats).
+        ValueError: A position tensor that is not 1-D; a bad ``window`` or ``sink_tokens``.
     """
+    # 1-D integer tensors: a list would fail at the indexing below, a 2-D tensor would broadcast silently.
+    check_tensor("q_pos", q_pos, ("T_q",), integer=True)
+    check_tensor("k_pos", k_pos, ("T_k",), integer=True)
     window = check_window(window)
     sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
     q, k = q_pos[:, None], k_pos[None, :]  # (T_q, 1), (1, T_k)

@@ -246,7 +246,14 @@ class DecoderLM(nn.Module):
             if not isinstance(caches, (list, tuple)) or len(caches) != c.n_layers:
                 got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
                 raise ValueError(f"caches must be a list of n_layers={c.n_layers} caches (make_caches), got {got}")
-            offset = caches[0].size
+            for i, (block, cache) in enumerate(zip(self.blocks, caches)):
+                # Only a layer that reads another's keys and values (config.kv_share) has no cache.
+                if cache is None and not getattr(block.attn, "_kv_source", ()):
+                    raise ValueError(
+                        f"caches[{i}] is None, but layer {i} keeps its own keys and values: "
+                        f"pass caches=model.make_caches(batch_size)"
+                    )
+            offset = next((cache.size for cache in caches if cache is not None), 0)
         if c.positional == "learned" and offset + idx.shape[1] > c.max_len:
             raise ValueError(
                 f"positions {offset}..{offset + idx.shape[1] - 1} exceed max_len={c.max_len} "

@@ -46,7 +46,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor
+from .checks import (
+    check_bool,
+    check_choice,
+    check_index_range,
+    check_instance,
+    check_int,
+    check_number,
+    check_tensor,
+)
 from .mlp import SwiGLU, swiglu_hidden_dim
 
 __all__ = [
@@ -194,7 +202,7 @@ class TopKRouter(nn.Module):
         Shapes:
             x: ``(N, d_model)``; logits, probs: ``(N, E)``; experts, weights: ``(N, k)``
         """
-        check_tensor("x", x, ("N", ("d_model", self.d_model)))
+        check_tensor("x", x, ("N", ("d_model", self.d_model)), like=self.proj.weight)
         dtype = torch.promote_types(x.dtype, torch.float32)  # fp32 at least: close choices stay stable
         logits = F.linear(
             x.to(dtype), self.proj.weight.to(dtype), None if self.proj.bias is None else self.proj.bias.to(dtype)
@@ -254,8 +262,10 @@ def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor, n_experts: i
         probs: ``(N, E)``; experts: ``(N, k)``; output: a scalar
     """
     check_int("n_experts", n_experts)
-    check_tensor("probs", probs, ("N", ("E", n_experts)))
+    check_tensor("probs", probs, ("N", ("E", n_experts)), floating=True)
     check_tensor("experts", experts, (("N", probs.shape[0]), "k"), integer=True)
+    # bincount would fail on a negative id and grow past E on a large one: name the id instead.
+    check_index_range("experts", experts, n_experts, what="expert id", high_name="n_experts")
     counts = torch.bincount(experts.reshape(-1), minlength=n_experts).to(probs.dtype)  # (E,)
     f = counts / experts.numel()
     return n_experts * (f * probs.mean(0)).sum()
@@ -405,7 +415,7 @@ class MixtureOfExperts(nn.Module):
         Shapes:
             x: ``(..., d_model)``; output: ``(..., d_model)``
         """
-        check_tensor("x", x, ("...", ("d_model", self.d_model)))
+        check_tensor("x", x, ("...", ("d_model", self.d_model)), like=self.router.proj.weight)
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.d_model)  # (..., d) -> (N, d): routing is per token
         r = self.router(flat)

@@ -27,7 +27,16 @@ import torch
 from torch import nn
 
 from .cache import KVCache, storage_like
-from .checks import check_choice, check_instance, check_int, check_number, check_tensor
+from .checks import (
+    check_bool,
+    check_choice,
+    check_instance,
+    check_int,
+    check_made_for,
+    check_number,
+    check_tensor,
+    first_weight,
+)
 from .core import attend, split_result
 from .masks import causal_mask
 from .mistakes import leaky_shaped_attention as _leaky_shaped_attention  # noqa: F401 (chapter 11 imports this old name)
@@ -55,8 +64,17 @@ def centring_matrix(
 
     Shapes:
         output: ``(T_q, T_k)``
+
+    Raises:
+        TypeError, ValueError: A length that is not an int >= 1, a non-bool ``causal``, a
+            ``dtype`` that is not floating-point.
     """
-    T_k = T_q if T_k is None else T_k
+    T_q = check_int("T_q", T_q)
+    T_k = T_q if T_k is None else check_int("T_k", T_k)  # 0 keys would divide by zero below
+    check_bool("causal", causal)
+    check_instance("dtype", dtype, torch.dtype)
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point dtype (the entries are 1/n), got dtype={dtype}")
     if not causal:
         return torch.full((T_q, T_k), 1.0 / T_k, device=device, dtype=dtype)
     allowed = causal_mask(T_q, T_k, device=device)  # (T_q, T_k)
@@ -121,7 +139,7 @@ class ShapedAttention(nn.Module):
             check_number(name, value)
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.n_kv_heads = n_heads  # for caches: one stored key/value head per head
-        self.causal = bool(causal)
+        self.causal = check_bool("causal", causal)  # bool(1) or bool("no") would pass silently
         self.rope = check_rope(rope, self.head_dim)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -164,8 +182,15 @@ class ShapedAttention(nn.Module):
             output: ``(B, T, d_model)``
             weights: ``(B, H, T, T_k)``
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=self.q_proj.weight)
         check_instance("kv_cache", kv_cache, KVCache, optional=True)
+        if kv_cache is not None:
+            check_made_for(
+                "kv_cache",
+                kv_cache.made_for,
+                {"batch_size": x.shape[0], "n_kv_heads": self.n_heads, "head_dim": self.head_dim},
+                fix="make it with this layer's make_cache(batch_size, max_len)",
+            )
         B, T, _ = x.shape
         q = split_heads(self.q_proj(x), self.n_heads)  # (B, T, d_model) -> (B, H, T, D)
         k = split_heads(self.k_proj(x), self.n_heads)  # (B, T, d_model) -> (B, H, T, D)
@@ -287,7 +312,7 @@ class SimplifiedBlock(nn.Module):
         Shapes:
             x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)))
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
         n = self.attn_norm(x)
         result = self.attn(n, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
         h, weights = split_result(result, return_weights)

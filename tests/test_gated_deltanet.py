@@ -82,7 +82,7 @@ def test_gated_deltanet_bad_input():
         layer(x, kv_cache={})
     with pytest.raises(ValueError, match="return_weights=True needs a whole sequence"):
         layer(x, kv_cache=layer.make_cache(2), return_weights=True)
-    with pytest.raises(ValueError, match="kv_cache was made for batch_size=1, got x with B=2"):
+    with pytest.raises(ValueError, match="kv_cache was made for batch_size=1, but this call needs batch_size=2"):
         layer(x, kv_cache=layer.make_cache(1))
     with pytest.raises(ValueError, match="n_value_heads=3 is not a multiple of n_heads=2"):
         GatedDeltaNet(16, 2, 8, n_value_heads=3)

@@ -233,7 +233,9 @@ def test_bad_input_names_the_value():
     with pytest.raises(ValueError, match=r"initial_state must be a pair \(S, z\), got 1 tensors"):
         la.linear_attention_chunked(q, k, v, initial_state=(torch.zeros(2, 3, 5, 4, dtype=F64),))
     with pytest.raises(ValueError, match=r"initial_state\[1\] \(z\) must have shape \(2, 3, 5\), got \(2, 3\)"):
-        la.linear_attention_recurrent(q, k, v, initial_state=(torch.zeros(2, 3, 5, 4), torch.zeros(2, 3)))
+        la.linear_attention_recurrent(
+            q, k, v, initial_state=(torch.zeros(2, 3, 5, 4, dtype=F64), torch.zeros(2, 3, dtype=F64))
+        )
     with pytest.raises(ValueError, match="feature_map must be one of .*got feature_map='softmax'"):
         la.linear_attention_matrix(q, k, feature_map="softmax")
     with pytest.raises(TypeError, match="feature_map must be callable, got int"):
