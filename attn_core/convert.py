@@ -71,9 +71,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .attention import MultiHeadAttention
 from .checks import check_instance
 from .config import DecoderConfig
 from .gated_deltanet import GatedDeltaNet
+from .mla import MultiHeadLatentAttention
 from .model import DecoderLM
 from .moe import MixtureOfExperts
 
@@ -336,6 +338,43 @@ def _hf_model_type(hf_attn: nn.Module) -> str | None:
     return getattr(getattr(hf_attn, "config", None), "model_type", None)
 
 
+def _check_attention_kinds(attn: object, hf_attn: object) -> None:
+    """``attn`` an attn_core attention layer, ``hf_attn`` a Hugging Face attention layer (not its decoder layer)."""
+    check_instance("attn", attn, (MultiHeadAttention, MultiHeadLatentAttention))
+    check_instance("hf_attn", hf_attn, nn.Module)
+    if hasattr(hf_attn, "self_attn"):  # a decoder layer: the usual slip
+        raise TypeError(
+            f"hf_attn is a decoder layer ({type(hf_attn).__name__}), not its attention: pass layer.self_attn"
+        )
+    if not any(hasattr(hf_attn, name) for name in ("q_proj", "q_a_proj", "q_b_proj")) or not hasattr(hf_attn, "o_proj"):
+        raise TypeError(
+            f"hf_attn must be a Hugging Face attention layer (with q_proj/o_proj, e.g. LlamaAttention), "
+            f"got {type(hf_attn).__name__}"
+        )
+
+
+def _check_same_widths(attn: nn.Module, hf_attn: nn.Module) -> None:
+    """The Hugging Face layer's widths, read off its projections, must be the layer's: compared before the score scale.
+
+    Otherwise another head width shows up first as another score scale (1/sqrt(head_dim)).
+    """
+    name = type(hf_attn).__name__
+    gate = 2 if attn.gate_proj is not None else 1  # Qwen3-Next's q_proj makes the query and the gate
+    D = getattr(hf_attn, "head_dim", attn.head_dim)
+    hf = {
+        "d_model": hf_attn.q_proj.in_features,
+        "head_dim": D,
+        "n_heads": hf_attn.q_proj.out_features // (gate * D),
+        "n_kv_heads": hf_attn.k_proj.out_features // D,
+    }
+    ours = {"d_model": attn.d_model, "head_dim": attn.head_dim, "n_heads": attn.n_heads, "n_kv_heads": attn.n_kv_heads}
+    for key, value in hf.items():
+        if value != ours[key]:
+            raise ValueError(
+                f"{name} has {key}={value}, the layer {key}={ours[key]}: build the layer with {key}={value}"
+            )
+
+
 def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     """Refuse to copy into a layer that would compute something else (a missing sink, cap, window, gate, scale)."""
     name = type(hf_attn).__name__
@@ -380,11 +419,15 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     RoPE-key rows; key and value rows of ``kv_b_proj``).
 
     Raises:
+        TypeError: ``attn`` is not an attn_core attention layer, or ``hf_attn`` not a Hugging
+            Face attention layer (a decoder layer, say: pass its ``.self_attn``).
         ValueError: The shapes do not match, or the layer would compute something else
             (sinks, soft-capping, window, score scale or gate not as the Hugging Face
             layer's), naming the difference.
     """
+    _check_attention_kinds(attn, hf_attn)
     if not hasattr(attn, "d_latent"):  # multi-head attention and its GQA/MQA forms
+        _check_same_widths(attn, hf_attn)
         _check_same_attention(attn, hf_attn)
         q_proj = hf_attn.q_proj
         if attn.gate_proj is None:
@@ -438,12 +481,20 @@ def from_hf(model: nn.Module) -> DecoderLM:
         model: The Hugging Face model (``transformers`` itself is not imported here).
 
     Raises:
-        TypeError: ``model`` is not an ``nn.Module`` with a ``config``.
+        TypeError: ``model`` is not an ``nn.Module`` with a ``config``, or is the base model
+            without its language-model head (``LlamaModel`` for ``LlamaForCausalLM``).
         ValueError: What :func:`config_from_hf` refuses.
     """
     if not isinstance(model, nn.Module) or not hasattr(model, "config"):
         raise TypeError(
             f"model must be a Hugging Face causal LM (an nn.Module with .config), got {type(model).__name__}"
+        )
+    if not isinstance(getattr(model, "model", None), nn.Module):
+        base = type(model).__name__
+        causal = base[: -len("Model")] + "ForCausalLM" if base.endswith("Model") else "the ...ForCausalLM class"
+        raise TypeError(
+            f"model must be a causal LM with its head (e.g. {causal}), got the base model {base}: "
+            f"load it with AutoModelForCausalLM.from_pretrained(...)"
         )
     c = config_from_hf(model.config)
     weight = model.get_input_embeddings().weight

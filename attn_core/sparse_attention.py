@@ -39,10 +39,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import _SlotCache, storage_like
-from .checks import check_instance, check_int, check_number, check_tensor
+from .checks import (
+    check_bool,
+    check_instance,
+    check_int,
+    check_made_for,
+    check_mask,
+    check_number,
+    check_tensor,
+)
 from .masks import causal_mask
 from .norms import LayerNorm
 from .positional import RotaryEmbedding
+from .shapes import head_mask
 
 __all__ = [
     "LightningIndexer",
@@ -75,6 +84,7 @@ class IndexerKeyCache(_SlotCache):
     ) -> None:
         shape = (check_int("batch_size", batch_size), check_int("head_dim", head_dim))
         super().__init__({"k": shape}, max_len, seq_dim=1, dtype=dtype, device=device)
+        self._made_for = dict(zip(("batch_size", "head_dim"), shape))
 
     def update(self, k: torch.Tensor) -> torch.Tensor:
         """Append the new keys; return every stored key (a view, no copy).
@@ -177,12 +187,26 @@ class LightningIndexer(nn.Module):
             x: ``(B, T, d_model)``; q_input: ``(B, T, d_q)``; mask: broadcastable to ``(B, T, T_k)``
             returns: ``(B, T, T_k)``, in at least float32
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True)
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True, like=self.k_proj.weight)
         q_input = x if q_input is None else q_input
-        check_tensor("q_input", q_input, (("B", x.shape[0]), ("T", x.shape[1]), ("d_query", self.d_query)))
+        check_tensor(
+            "q_input",
+            q_input,
+            (("B", x.shape[0]), ("T", x.shape[1]), ("d_query", self.d_query)),
+            like=self.q_proj.weight,
+        )
         check_instance("key_cache", key_cache, IndexerKeyCache, optional=True)
         B, T, _ = x.shape
+        if key_cache is not None:
+            check_made_for(
+                "key_cache",
+                key_cache.made_for,
+                {"batch_size": B, "head_dim": self.head_dim},
+                fix="make it with IndexerKeyCache(batch_size, indexer.head_dim, max_len)",
+            )
         past = 0 if key_cache is None else key_cache.size
+        # Boolean only: the mask is combined with causality by `&`; a 0/1 integer mask would not be.
+        check_mask("mask", mask, (B, T, past + T), allow_float=False, target="the index scores' shape")
         q = self.q_proj(q_input).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H_I, T, D_I)
         q = self._rotate(q, past)
         k = self.keys(x, offset=past)  # (B, T, D_I)
@@ -394,8 +418,15 @@ class SparseAttention(nn.Module):
             x: ``(B, T, d_model)``; mask: broadcastable to ``(B, H, T, T_k)``
             output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
         """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True)
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), floating=True, like=self.indexer.k_proj.weight)
         check_instance("kv_cache", kv_cache, SparseCache, optional=True)
+        check_bool("return_weights", return_weights)
+        # Checked here, before it is combined with the selection: an integer mask would be
+        # taken as a 0/1 additive bias and block nothing.
+        B, T, _ = x.shape
+        mask = head_mask(mask)  # (B, T, T_k) -> (B, 1, T, T_k), as the attention layers do
+        T_k = T + (0 if kv_cache is None else kv_cache.size)
+        check_mask("mask", mask, (B, self.attn.n_heads, T, T_k))
         scores, selected = self.index(x, kv_cache=kv_cache)  # (B, T, T_k) each
         sel = selected[:, None]  # (B, 1, T, T_k): the same selection for every head
         if mask is None:
