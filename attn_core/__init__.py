@@ -26,6 +26,7 @@ concept; see each module's docstring for its shape legend:
     checks      the argument checks every module uses
     compare     assert_close & co.: comparisons printed as the tolerance they are held to
     pretrained  the shipped byte-level model of Shakespeare (load_shakespeare)
+    smollm2     a real LLM offline: SmolLM2-135M-Instruct fetched, converted, cached (load_smollm2)
     heads       finding heads by what they do (score_heads, ablate_heads)
     window      sliding windows in a stack: receptive field, layer patterns, cache bytes (chapter 15)
     gating      the output gate of gated attention (chapter 16)
@@ -82,6 +83,7 @@ from .positional import (
 from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
 from .self_attention import SelfAttention
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
+from .smollm2 import load_smollm2
 from .train import TrainResult, accuracy, train
 from .window import kv_cache_bytes, layer_pattern, published_attention, receptive_field, receptive_field_width, windowed
 
@@ -144,6 +146,7 @@ __all__ = [
     # --- the Shakespeare model and reading its heads (appendix) ---
     "ByteCodec",
     "load_shakespeare",
+    "load_smollm2",
     "shakespeare_info",
     "shakespeare_text",
     "attention_maps",

