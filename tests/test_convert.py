@@ -502,3 +502,41 @@ def test_transformers_names_finds_or_says_why(capsys):
     assert "has no NoSuchModelForCausalLM" in capsys.readouterr().out
     assert transformers_names("x", module="transformers_not_installed_anywhere") is None
     assert "cannot be imported" in capsys.readouterr().out
+
+
+def _llama_slip(slip: str):
+    from attn_core import MultiHeadAttention
+    from attn_core.convert import copy_attention
+
+    hf = LlamaForCausalLM(llama_config())  # d_model=32, 4 heads of 8, 2 key/value heads
+    if slip == "base model":
+        return from_hf(hf.model)
+    if slip == "decoder layer":
+        return copy_attention(MultiHeadAttention(32, 4, n_kv_heads=2), hf.model.layers[0])
+    if slip == "d_model":
+        return copy_attention(MultiHeadAttention(16, 2, n_kv_heads=1), hf.model.layers[0].self_attn)
+    if slip == "head_dim":
+        return copy_attention(MultiHeadAttention(32, 4, n_kv_heads=2, head_dim=4), hf.model.layers[0].self_attn)
+    if slip == "n_kv_heads":
+        return copy_attention(MultiHeadAttention(32, 4), hf.model.layers[0].self_attn)
+    return copy_attention(hf.model.layers[0].self_attn, MultiHeadAttention(32, 4))  # the arguments swapped
+
+
+@pytest.mark.parametrize(
+    "slip,error,message",
+    [
+        (
+            "base model",
+            TypeError,
+            r"model must be a causal LM with its head \(e.g. LlamaForCausalLM\), got .*LlamaModel",
+        ),
+        ("decoder layer", TypeError, r"hf_attn is a decoder layer \(LlamaDecoderLayer\).*pass layer.self_attn"),
+        ("d_model", ValueError, "LlamaAttention has d_model=32, the layer d_model=16"),
+        ("head_dim", ValueError, "LlamaAttention has head_dim=8, the layer head_dim=4"),
+        ("n_kv_heads", ValueError, "LlamaAttention has n_kv_heads=2, the layer n_kv_heads=4"),
+        ("swapped", TypeError, "attn must be an attn_core.MultiHeadAttention or .*, got LlamaAttention"),
+    ],
+)
+def test_conversion_slips_name_the_argument(slip, error, message):
+    with pytest.raises(error, match=message):
+        _llama_slip(slip)
