@@ -359,12 +359,11 @@ def _check_same_widths(attn: nn.Module, hf_attn: nn.Module) -> None:
     Otherwise another head width shows up first as another score scale (1/sqrt(head_dim)).
     """
     name = type(hf_attn).__name__
-    gate = 2 if attn.gate_proj is not None else 1  # Qwen3-Next's q_proj makes the query and the gate
     D = getattr(hf_attn, "head_dim", attn.head_dim)
     hf = {
         "d_model": hf_attn.q_proj.in_features,
         "head_dim": D,
-        "n_heads": hf_attn.q_proj.out_features // (gate * D),
+        "n_heads": hf_attn.o_proj.in_features // D,  # not q_proj's: Qwen3-Next's makes the query and the gate
         "n_kv_heads": hf_attn.k_proj.out_features // D,
     }
     ours = {"d_model": attn.d_model, "head_dim": attn.head_dim, "n_heads": attn.n_heads, "n_kv_heads": attn.n_kv_heads}
