@@ -52,3 +52,7 @@ __all__ += ["check_softcap", "check_split_fused_gate", "check_qk_norm_bound"]
 from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_window_mask  # noqa: E402
 
 __all__ += ["check_window_mask", "check_ring_read", "check_sink_attention", "check_mixed_cache_bytes"]
+
+from .reading_an_llm import check_gqa_cache_bytes, check_logit_difference, check_sink_mass  # noqa: E402
+
+__all__ += ["check_sink_mass", "check_logit_difference", "check_gqa_cache_bytes"]

@@ -108,6 +108,9 @@ def test_notebook_runs_alone_in_colab_like_env(notebook: Path, wheel: Path, tmp_
     site = tmp_path / "site"  # this notebook's own install target (see the module docstring)
     site.mkdir()
     env = {"ATTN_CORE_INSTALL": str(wheel), "PIP_TARGET": str(site), "PIP_NO_DEPS": "1", "PYTHONPATH": str(site)}
+    # SmolLM2 (the appendix on a real LLM): the set-up cell finds the file make setup fetched
+    # and converted, instead of downloading it as it does in Colab.
+    env["ATTN_CORE_MODELS"] = str(ROOT / ".models")
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits them (each pytest worker is its own process)
     client = NotebookClient(
