@@ -190,12 +190,25 @@ def _as_number(name: str, x: object) -> float:
     return float(x)
 
 
-def _claim(prefix: str, v: float, held: str, ok: bool, failed: str, quiet: bool) -> float:
+def _distinct(v: float, bounds: tuple[float, ...]) -> str:
+    """``format_value(v)``, with more digits where three would print a bound's own digits.
+
+    A soft-capped logit of 4.99998 held below 5 would read "5 (held below 5)".
+    """
+    text = format_value(v)
+    digits = 3
+    while digits < 9 and any(v != b and text == f"{b:g}" for b in bounds):
+        digits += 1
+        text = f"{v:.{digits}g}"
+    return text
+
+
+def _claim(prefix: str, v: float, bounds: tuple[float, ...], held: str, ok: bool, quiet: bool) -> float:
     """Raise if the claim failed, else print ``prefix<value> (held <held>)``; return the value."""
     if not ok:
-        raise AssertionError(f"{prefix}{v:.4g} is not {failed}")
+        raise AssertionError(f"{prefix}{v:.4g} is not {held}")
     if not quiet:
-        print(f"{prefix}{format_value(v)} (held {held})")
+        print(f"{prefix}{_distinct(v, bounds)} (held {held})")
     return v
 
 
@@ -215,7 +228,7 @@ def assert_above(value: object, bound: float, *, label: str = "", quiet: bool = 
     """
     v, b = _as_number("value", value), _as_number("bound", bound)
     prefix = f"{label}: " if label else ""
-    return _claim(prefix, v, f"above {b:g}", v > b, f"above {b:g}", quiet)
+    return _claim(prefix, v, (b,), f"above {b:g}", v > b, quiet)
 
 
 def assert_below(value: object, bound: float, *, label: str = "", quiet: bool = False) -> float:
@@ -227,7 +240,7 @@ def assert_below(value: object, bound: float, *, label: str = "", quiet: bool = 
     """
     v, b = _as_number("value", value), _as_number("bound", bound)
     prefix = f"{label}: " if label else ""
-    return _claim(prefix, v, f"below {b:g}", v < b, f"below {b:g}", quiet)
+    return _claim(prefix, v, (b,), f"below {b:g}", v < b, quiet)
 
 
 def assert_between(value: object, low: float, high: float, *, label: str = "", quiet: bool = False) -> float:
@@ -243,4 +256,4 @@ def assert_between(value: object, low: float, high: float, *, label: str = "", q
         raise ValueError(f"low must be below high, got low={lo:g}, high={hi:g}")
     prefix = f"{label}: " if label else ""
     held = f"between {lo:g} and {hi:g}"
-    return _claim(prefix, v, held, lo < v < hi, held, quiet)
+    return _claim(prefix, v, (lo, hi), held, lo < v < hi, quiet)

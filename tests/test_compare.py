@@ -123,6 +123,12 @@ def test_format_value(value, text):
     assert format_value(value) == text
 
 
+def test_a_value_next_to_its_bound_gets_the_digits_that_tell_them_apart(capsys):
+    assert_below(4.99998, 5.0 + 1e-9, label="soft-capped logit")
+    assert_above(0.95004, 0.95, label="accuracy")
+    assert capsys.readouterr().out == "soft-capped logit: 4.99998 (held below 5)\naccuracy: 0.95004 (held above 0.95)\n"
+
+
 def _sanitize(text):
     """Apply tests/nbval_sanitize.cfg the way nbval does (each regex, in file order)."""
     import pathlib
