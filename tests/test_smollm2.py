@@ -4,9 +4,11 @@ The GGUF file is fetched by ``make setup`` (``python -m attn_core.smollm2``); no
 downloaded here. Without it the tests that need it are skipped with the reason, except
 under CI (``CI=true``), where they fail: a clean clone's ``make test`` must run them.
 
-Hugging Face's model is read from the same GGUF file (transformers dequantises it: the
-slow part, once per session). Both run in float64 with Hugging Face's float32-by-design
-paths lifted (``exact_hf`` from ``tests/test_parity_hf.py``), so they agree to 1e-10.
+Hugging Face's model is read from the same GGUF file once (transformers dequantises it:
+the slow part, in one test); the other tests use Hugging Face's model with the cached
+weights (``smollm2.load_hf``), which that test proves bit for bit the GGUF's. Both run in
+float64 with Hugging Face's float32-by-design paths lifted (``exact_hf`` from
+``tests/test_parity_hf.py``), so they agree to 1e-10.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def ours(gguf):
 
 @pytest.fixture(scope="module")
 def hf(gguf):
-    model, _ = smollm2.load_hf_gguf(torch.float32)
-    return model.to(F64)
+    """Hugging Face's model with the cached weights (fast); the test below proves them the GGUF's."""
+    return smollm2.load_hf(F64)
 
 
 def _ids(tokenizer, text: str) -> torch.Tensor:
@@ -73,7 +75,7 @@ def test_parameter_count_and_architecture(ours):
 
 
 @pytest.mark.usefixtures("exact_hf")
-def test_float64_logits_equal_hugging_face_from_the_same_gguf(ours, hf):
+def test_float64_logits_equal_hugging_face(ours, hf):
     model, tokenizer = ours
     for text in PROMPTS:
         ids = _ids(tokenizer, text)
@@ -84,15 +86,27 @@ def test_float64_logits_equal_hugging_face_from_the_same_gguf(ours, hf):
         assert (got - expected).abs().max().item() < EXACT, text
 
 
-def test_float32_as_stored_is_what_hf_dequantised(ours, hf):
-    """The cache holds transformers' float32 dequantisation itself: every tensor equal, bit for bit."""
-    model, _ = ours
-    theirs = hf.state_dict()
+@pytest.mark.usefixtures("exact_hf")
+def test_the_cache_is_hugging_face_from_the_gguf(ours, hf):
+    """Hugging Face's model read from the GGUF file itself (transformers dequantises it, the one slow
+    step, in this test alone so that one worker pays for it): its float32 tensors are the cache's, bit
+    for bit, and in float64 its logits are ours to 1e-10."""
+    from_gguf, _ = smollm2.load_hf_gguf(torch.float32)
+    theirs = from_gguf.state_dict()
+    model, tokenizer = ours
     names = smollm2.hf_names(model.config.n_layers)
-    mine = model.state_dict()
-    assert set(names) == set(mine)
-    for name, tensor in mine.items():
-        assert torch.equal(tensor, theirs[names[name]]), name
+    assert set(names) == set(model.state_dict())
+    cached = smollm2.load_hf(torch.float32).state_dict()
+    assert set(cached) == set(theirs)
+    for name, tensor in cached.items():
+        assert torch.equal(tensor, theirs[name]), name
+    for name, tensor in model.state_dict().items():  # float64 copies of the same float32 values
+        assert torch.equal(tensor, theirs[names[name]].to(F64)), name
+    ids = _ids(tokenizer, PROMPTS[0])
+    with torch.no_grad():
+        expected = from_gguf.to(F64)(ids).logits
+        got = model(ids)
+    assert (got - expected).abs().max().item() < EXACT
 
 
 @pytest.mark.usefixtures("exact_hf")
@@ -120,13 +134,6 @@ def test_the_loaded_model_says_mary(ours):
     with torch.no_grad():
         logits = model(_ids(tokenizer, PROMPTS[0]))[0, -1]  # (V,)
     assert tokenizer.decode(logits.argmax()) == " Mary"
-
-
-def test_hf_from_the_cache_is_hf_from_the_gguf(gguf, hf):
-    cached = smollm2.load_hf(F64)
-    theirs = hf.state_dict()
-    for name, tensor in cached.state_dict().items():
-        assert torch.equal(tensor, theirs[name]), name
 
 
 def test_a_later_load_takes_under_3_s_and_2_gb(gguf):
