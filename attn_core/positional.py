@@ -16,7 +16,8 @@ Shape legend:
     B        batch size
     T        number of positions in this call; ``T_q`` queries, ``T_k`` keys
     d_model  width of a token vector (sinusoidal, learned)
-    D        width of one attention head (RoPE's ``head_dim``); ``D/2`` rotation pairs
+    D        width of one attention head (RoPE's ``head_dim``)
+    R        rotated dimensions of a head (RoPE's ``rotary_dim``, ``D`` unless partial); ``R/2`` pairs
     H        attention heads (ALiBi)
     ...      any leading dimensions, e.g. ``(B, H)``
 """
@@ -211,11 +212,20 @@ def convert_rope_layout(x: torch.Tensor, *, src: str, dst: str) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding, RoPE (Su et al., 2021, arXiv 2104.09864).
 
-    The head's ``D`` dimensions form ``D/2`` pairs; pair ``i`` of a vector at position
-    ``m`` is rotated by the angle ``m·θ_i`` with ``θ_i = base^(-2i/D)``. A rotation by
-    ``m·θ`` followed by the transpose of a rotation by ``n·θ`` is a rotation by
-    ``(m - n)·θ``, so the dot product of a rotated query and a rotated key depends on
-    the positions only through ``m - n``. Apply it to queries and keys, never values.
+    The head's first ``R = rotary_dim`` dimensions (all ``D`` of them by default) form
+    ``R/2`` pairs; pair ``i`` of a vector at position ``m`` is rotated by the angle
+    ``m·θ_i`` with ``θ_i = base^(-2i/R)``. A rotation by ``m·θ`` followed by the
+    transpose of a rotation by ``n·θ`` is a rotation by ``(m - n)·θ``, so the dot
+    product of a rotated query and a rotated key depends on the positions only through
+    ``m - n``. Apply it to queries and keys, never values.
+
+    Partial rotation (``rotary_dim < head_dim``; Hugging Face's ``partial_rotary_factor
+    = R/D``, used by GPT-NeoX, Phi, GLM, Qwen3-Next): only the first ``R`` dimensions
+    of each head are rotated, the last ``D - R`` pass through unchanged and carry
+    content whatever the distance. The pairs are formed *within* the rotated part:
+    ``"half"`` pairs ``i`` with ``i + R/2`` (not ``i + D/2``), and the speeds use
+    ``R`` in the exponent, exactly as Hugging Face's ``apply_rotary_pos_emb`` with a
+    ``cos`` of width ``R``.
 
     The cosines and sines are cached for the positions seen so far and the cache grows
     by itself when a later position is asked for (there is no maximum length). The
@@ -225,39 +235,52 @@ class RotaryEmbedding(nn.Module):
     Args:
         head_dim: ``D``, the width of one query/key head; must be even.
         base: ``θ`` base; 10000 in the paper, larger in long-context models.
-        layout: Which dimensions form a pair: ``"half"`` pairs ``i`` with ``i + D/2``
+        layout: Which dimensions form a pair: ``"half"`` pairs ``i`` with ``i + R/2``
             (GPT-NeoX, Hugging Face LLaMA); ``"interleaved"`` pairs ``2i`` with
-            ``2i + 1`` (the paper, Meta's LLaMA). See :func:`rope_permutation`.
+            ``2i + 1`` (the paper, Meta's LLaMA, GLM). See :func:`rope_permutation`.
+        rotary_dim: ``R``, how many leading dimensions of each head are rotated;
+            ``None`` means all (``R = D``). Must be even and in ``[2, D]``.
 
     Shapes:
         x: ``(..., T, D)``, e.g. ``(B, H, T, D)``; output: same shape and dtype.
 
     Raises:
-        ValueError: If ``head_dim`` is odd or not positive, ``base <= 1``, or the
-            layout is unknown.
+        ValueError: If ``head_dim`` is odd or not positive, ``base <= 1``, the
+            layout is unknown, or ``rotary_dim`` is odd, not positive or above ``head_dim``.
     """
 
-    def __init__(self, head_dim: int, *, base: float = 10000.0, layout: str = "half") -> None:
+    def __init__(
+        self, head_dim: int, *, base: float = 10000.0, layout: str = "half", rotary_dim: int | None = None
+    ) -> None:
         super().__init__()
         check_int("head_dim", head_dim)
         if head_dim % 2 != 0:
             raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
         self.head_dim, self.base = head_dim, check_number("base", base, low=1.0, low_open=True)
         self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
+        if rotary_dim is None:
+            rotary_dim = head_dim
+        check_int("rotary_dim", rotary_dim)
+        if rotary_dim % 2 != 0 or rotary_dim > head_dim:
+            raise ValueError(
+                f"rotary_dim must be even (pairs are rotated) and at most head_dim={head_dim}, "
+                f"got rotary_dim={rotary_dim}"
+            )
+        self.rotary_dim = rotary_dim
         # Plain attributes, not buffers: ``module.half()`` would cast buffers to float16
         # and throw away the precision the angles need. They follow the input's device.
-        self._cos: torch.Tensor | None = None  # (L, D/2), float64
-        self._sin: torch.Tensor | None = None  # (L, D/2), float64
+        self._cos: torch.Tensor | None = None  # (L, R/2), float64
+        self._sin: torch.Tensor | None = None  # (L, R/2), float64
 
     @property
     def inv_freq(self) -> torch.Tensor:
-        """The rotation speeds ``θ_i = base^(-2i/D)``, in radians per position.
+        """The rotation speeds ``θ_i = base^(-2i/R)``, in radians per position.
 
         Shapes:
-            output: ``(D/2,)``
+            output: ``(R/2,)``
         """
-        i = torch.arange(0, self.head_dim, 2, dtype=torch.float64)  # (D/2,)
-        return self.base ** (-i / self.head_dim)
+        i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64)  # (R/2,)
+        return self.base ** (-i / self.rotary_dim)
 
     @property
     def cached_len(self) -> int:
@@ -269,7 +292,7 @@ class RotaryEmbedding(nn.Module):
         # only O(log T) times.
         new_len = max(length, 2 * self.cached_len, 16)
         pos = torch.arange(new_len, dtype=torch.float64)  # (L,)
-        angles = pos[:, None] * self.inv_freq[None, :]  # (L, D/2)
+        angles = pos[:, None] * self.inv_freq[None, :]  # (L, R/2)
         dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
         self._cos = angles.cos().to(device=device, dtype=dtype)
         self._sin = angles.sin().to(device=device, dtype=dtype)
@@ -280,7 +303,7 @@ class RotaryEmbedding(nn.Module):
         """Cosines and sines of the angles ``m·θ_i`` for positions ``m = offset .. offset + T - 1``.
 
         Shapes:
-            output: two tensors ``(T, D/2)`` (float64, or float32 on MPS)
+            output: two tensors ``(T, R/2)`` (float64, or float32 on MPS)
         """
         check_int("T", T)
         offset = check_int("offset", offset, minimum=0)
@@ -297,7 +320,8 @@ class RotaryEmbedding(nn.Module):
             offset: Position of the first row; the number of cached tokens when decoding.
 
         Returns:
-            The rotated tensor, same shape and dtype as ``x``. Position 0 is unchanged.
+            The rotated tensor, same shape and dtype as ``x``. Position 0 is unchanged,
+            and so are the last ``D - R`` dimensions of every position.
 
         Shapes:
             x: ``(..., T, D)``; output: ``(..., T, D)``
@@ -306,27 +330,33 @@ class RotaryEmbedding(nn.Module):
         T = x.shape[-2]
         if T == 0:
             return x
-        cos, sin = self.cos_sin(T, offset, device=x.device)  # (T, D/2) each
+        R = self.rotary_dim
+        cos, sin = self.cos_sin(T, offset, device=x.device)  # (T, R/2) each
         # Rotate in at least float32 (float64 inputs stay float64): in float16 the
         # products of large positions' angles would lose most of their digits.
         work = torch.promote_types(x.dtype, torch.float32)
         cos, sin, xw = cos.to(work), sin.to(work), x.to(work)
+        rot = xw[..., :R] if R < self.head_dim else xw  # (..., T, R)
         if self.layout == "half":
-            x1, x2 = xw[..., : self.head_dim // 2], xw[..., self.head_dim // 2 :]  # (..., T, D/2) each
+            x1, x2 = rot[..., : R // 2], rot[..., R // 2 :]  # (..., T, R/2) each
         else:
-            pairs = xw.unflatten(-1, (self.head_dim // 2, 2))  # (..., T, D) -> (..., T, D/2, 2)
-            x1, x2 = pairs[..., 0], pairs[..., 1]  # (..., T, D/2) each
+            pairs = rot.unflatten(-1, (R // 2, 2))  # (..., T, R) -> (..., T, R/2, 2)
+            x1, x2 = pairs[..., 0], pairs[..., 1]  # (..., T, R/2) each
         # The 2-D rotation of every pair (x1, x2) by its angle.
         y1 = x1 * cos - x2 * sin
         y2 = x1 * sin + x2 * cos
         if self.layout == "half":
-            y = torch.cat((y1, y2), dim=-1)  # (..., T, D)
+            y = torch.cat((y1, y2), dim=-1)  # (..., T, R)
         else:
-            y = torch.stack((y1, y2), dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D)
+            y = torch.stack((y1, y2), dim=-1).flatten(-2)  # (..., T, R/2, 2) -> (..., T, R)
+        if R < self.head_dim:
+            # The unrotated tail, unchanged (the casts to and from ``work`` are exact).
+            y = torch.cat((y, xw[..., R:]), dim=-1)  # (..., T, R) + (..., T, D - R) -> (..., T, D)
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}"
+        partial = f", rotary_dim={self.rotary_dim}" if self.rotary_dim != self.head_dim else ""
+        return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}{partial}"
 
 
 def check_rope(rope: nn.Module | None, head_dim: int) -> nn.Module | None:

@@ -200,6 +200,138 @@ def test_mha_with_rope_is_not_permutation_equivariant_but_without_is():
     assert (roped(x[:, perm]) - roped(x)[:, perm]).abs().max() > 1e-3
 
 
+# ---------------------------------------------------------------- partial RoPE
+
+
+def _hf_modules_in_float64(monkeypatch, *modules) -> None:
+    """Lift Hugging Face's float32 RoPE tables: each module's ``torch.float`` / ``torch.float32`` is float64.
+
+    Its rotary modules compute ``inv_freq`` with ``dtype=torch.float`` (float32 whatever the
+    model's dtype) and round the angles there; the formulas are the same in float64.
+    """
+    import types
+
+    proxy = types.ModuleType("torch_in_float64")
+    proxy.__getattr__ = lambda name: getattr(torch, name)
+    proxy.float = proxy.float32 = F64
+    for module in modules:
+        monkeypatch.setattr(module, "torch", proxy)
+
+
+def _hf_partial_rope(family: str, monkeypatch, factor: float, D: int, base: float, x, positions):
+    """Hugging Face's rotary module and ``apply_rotary_pos_emb`` of ``family`` on ``x`` (B, H, T, D), float64."""
+    transformers = pytest.importorskip("transformers")
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    from transformers import modeling_rope_utils
+
+    _hf_modules_in_float64(monkeypatch, module, modeling_rope_utils)
+    config_cls, rotary_cls = {
+        "gpt_neox": ("GPTNeoXConfig", "GPTNeoXRotaryEmbedding"),
+        "qwen3_next": ("Qwen3NextConfig", "Qwen3NextRotaryEmbedding"),
+        "glm4_moe": ("Glm4MoeConfig", "Glm4MoeRotaryEmbedding"),
+        "glm": ("GlmConfig", "GlmRotaryEmbedding"),
+    }[family]
+    config = getattr(transformers, config_cls)(
+        hidden_size=4 * D,
+        num_attention_heads=4,
+        head_dim=D,
+        rope_parameters={"rope_type": "default", "rope_theta": base, "partial_rotary_factor": factor},
+    )
+    config.head_dim = D  # GPT-NeoX has no head_dim argument: its rotary module reads the attribute
+    cos, sin = getattr(module, rotary_cls)(config)(x, positions[None])  # (1, T, R) each
+    assert cos.dtype == F64 and cos.shape[-1] == int(D * factor)
+    return module.apply_rotary_pos_emb(x, x, cos, sin)[0]
+
+
+@pytest.mark.parametrize("family", ["gpt_neox", "qwen3_next", "glm4_moe"])
+@pytest.mark.parametrize("factor", [0.25, 0.5, 0.75])
+def test_partial_rope_half_matches_hugging_face(family, factor, monkeypatch):
+    """rotary_dim = D·partial_rotary_factor reproduces Hugging Face's partial rotation (float64)."""
+    D, base = 16, 500.0
+    x = torch.randn(2, 3, 9, D, dtype=F64, generator=torch.Generator().manual_seed(11))
+    positions = torch.arange(40, 49)
+    want = _hf_partial_rope(family, monkeypatch, factor, D, base, x, positions)
+    got = RotaryEmbedding(D, base=base, rotary_dim=int(D * factor))(x, offset=40)
+    assert (got - want).abs().max().item() < 1e-12
+    assert torch.equal(got[..., int(D * factor) :], x[..., int(D * factor) :])
+
+
+def test_partial_rope_interleaved_matches_hugging_face_glm(monkeypatch):
+    """GLM rotates the first half of each head in the interleaved layout: pairs (2i, 2i+1) there."""
+    D, base = 16, 10000.0
+    x = torch.randn(2, 3, 9, D, dtype=F64, generator=torch.Generator().manual_seed(12))
+    positions = torch.arange(100, 109)
+    want = _hf_partial_rope("glm", monkeypatch, 0.5, D, base, x, positions)
+    got = RotaryEmbedding(D, base=base, layout="interleaved", rotary_dim=8)(x, offset=100)
+    assert (got - want).abs().max().item() < 1e-12
+    # The wrong layout rotates other pairs: far from Hugging Face's GLM.
+    wrong = RotaryEmbedding(D, base=base, layout="half", rotary_dim=8)(x, offset=100)
+    assert (wrong - want).abs().max().item() > 0.1
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_partial_rope_is_full_rope_of_width_r_on_the_head_start(layout):
+    """The first R dims get RoPE of width R (speeds base^(-2i/R), pairs within them); the rest pass through."""
+    D, R = 12, 4
+    x = torch.randn(2, 7, D, dtype=F64, generator=torch.Generator().manual_seed(13))
+    partial = RotaryEmbedding(D, rotary_dim=R, layout=layout)
+    y = partial(x, offset=3)
+    assert torch.equal(y[..., :R], RotaryEmbedding(R, layout=layout)(x[..., :R], offset=3))
+    assert torch.equal(y[..., R:], x[..., R:])
+    torch.testing.assert_close(partial.inv_freq, 10000.0 ** (-torch.arange(0, R, 2, dtype=F64) / R), atol=0, rtol=0)
+    cos, sin = partial.cos_sin(5)
+    assert cos.shape == sin.shape == (5, R // 2)
+    y16 = partial(x.half(), offset=3)  # half precision: the tail is copied bit for bit
+    assert y16.dtype == torch.float16 and torch.equal(y16[..., R:], x.half()[..., R:])
+    assert "rotary_dim=4" in repr(partial) and "rotary_dim" not in repr(RotaryEmbedding(D))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_partial_rope_default_is_full_rotation_bit_for_bit(layout):
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(14))
+    full = RotaryEmbedding(8, layout=layout)
+    assert full.rotary_dim == 8
+    assert torch.equal(RotaryEmbedding(8, layout=layout, rotary_dim=8)(x, offset=7), full(x, offset=7))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_partial_rope_relative_property_and_content_channel(layout):
+    """Rotated part: q·k depends on m - n only; unrotated part: q·k does not depend on positions at all."""
+    D, R = 16, 6
+    rope = RotaryEmbedding(D, rotary_dim=R, layout=layout)
+    g = torch.Generator().manual_seed(15)
+    q, k = torch.randn(1, D, dtype=F64, generator=g), torch.randn(1, D, dtype=F64, generator=g)
+
+    def scores(m: int, n: int) -> tuple[float, float]:
+        a, b = rope(q, offset=m), rope(k, offset=n)
+        return (a[..., :R] * b[..., :R]).sum().item(), (a[..., R:] * b[..., R:]).sum().item()
+
+    content = (q[..., R:] * k[..., R:]).sum().item()
+    for delta in (0, 1, 5, 37):
+        rotated = [scores(n + delta, n)[0] for n in (0, 3, 100, 2500)]
+        assert max(rotated) - min(rotated) < 1e-9, (delta, rotated)
+        assert all(scores(n + delta, n)[1] == content for n in (0, 3, 100))
+    assert abs(scores(5, 0)[0] - scores(0, 5)[0]) > 1e-3  # the rotated part still sees the direction
+
+
+def test_partial_rope_gradcheck():
+    rope = RotaryEmbedding(6, rotary_dim=2, layout="interleaved")
+    x = torch.randn(1, 3, 6, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rope(t, offset=2), (x,))
+
+
+def test_partial_rope_bad_input():
+    for bad in (5, 0, -2, 18):
+        with pytest.raises(ValueError, match=f"rotary_dim={bad}"):
+            RotaryEmbedding(16, rotary_dim=bad)
+    with pytest.raises(TypeError, match="rotary_dim"):
+        RotaryEmbedding(16, rotary_dim=8.0)
+    with pytest.raises(ValueError, match=r"head_dim=16.*\(2, 3, 8\)"):
+        RotaryEmbedding(16, rotary_dim=8)(torch.randn(2, 3, 8))  # x is the whole head, not the rotated part
+
+
 # ---------------------------------------------------------------- sinusoidal
 
 
