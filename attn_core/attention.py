@@ -79,6 +79,11 @@ class MultiHeadAttention(nn.Module):
             sharing, Brandon et al. 2024): this layer has no key/value projections and no
             cache of its own, and must run after ``kv_source`` on the same input. Same
             ``n_kv_heads``, ``head_dim``, ``window`` and ``sink_tokens`` as the source.
+        qkv_bias: Biases on the query, key and value projections only, none on the output
+            projection (Qwen2, GLM-4). Not with ``bias=True``, which gives every projection one.
+        scale: What the scores ``q·k`` are multiplied by before the softmax; ``None``: ``1/√D``.
+            Gemma 2 27B scales by ``query_pre_attn_scalar**-0.5`` (144 for heads of 128),
+            Granite by its ``attention_multiplier``.
 
     Shapes:
         x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
@@ -105,6 +110,8 @@ class MultiHeadAttention(nn.Module):
         sinks: bool = False,
         sink_tokens: int = 0,
         kv_source: MultiHeadAttention | None = None,
+        qkv_bias: bool = False,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -123,12 +130,18 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = d_model // n_heads if head_dim is None else check_int("head_dim", head_dim)
         self.d_context, self.causal = d_context, check_bool("causal", causal)
         check_bool("bias", bias)
+        # Qwen2's layout: biases on the query/key/value projections only (bias=True gives every projection one).
+        if check_bool("qkv_bias", qkv_bias) and bias:
+            raise ValueError("qkv_bias=True adds biases to q/k/v only; bias=True already gives every projection one")
+        qkv_bias = bias or qkv_bias
+        self.qkv_bias = qkv_bias and not bias
+        self.scale = None if scale is None else check_number("scale", scale, low=0.0, low_open=True)
         self.dropout = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
         self.rope = check_rope(rope, self.head_dim)
         kv_width = n_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d_context, kv_width, bias=bias)
-        self.v_proj = nn.Linear(d_context, kv_width, bias=bias)
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(d_context, kv_width, bias=qkv_bias)
+        self.v_proj = nn.Linear(d_context, kv_width, bias=qkv_bias)
         self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         # QK-norm (qk_norm=True): one RMSNorm over each head's D dims, its gain shared by the heads.
         self.q_norm = RMSNorm(self.head_dim, eps=norm_eps) if check_bool("qk_norm", qk_norm) else None
@@ -318,6 +331,7 @@ class MultiHeadAttention(nn.Module):
             dropout_p=dropout_p,
             return_weights=return_weights,
             softcap=self.softcap,
+            scale=self.scale,
             window=window,
             sinks=self.sinks,
         )
@@ -353,6 +367,7 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             return_weights=return_weights,
             softcap=self.softcap,
+            scale=self.scale,
         )
         if self.gate_proj is not None:
             gate_logits = self._split_heads(self.gate_proj(x), self.n_heads)  # (B, T_q, H·G) -> (B, H, T_q, G)
@@ -398,6 +413,7 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             return_weights=return_weights,
             softcap=self.softcap,
+            scale=self.scale,
             window=rec["window"],
             sinks=self.sinks,
         )
@@ -431,6 +447,8 @@ class MultiHeadAttention(nn.Module):
             + (", kv_source=shared" if self._kv_source else "")
             + (f", gate={self.gate!r}" if self.gate is not None else "")
             + (f", softcap={self.softcap:g}" if self.softcap is not None else "")
+            + (", qkv_bias=True" if self.qkv_bias else "")
+            + (f", scale={self.scale:g}" if self.scale is not None else "")
         )
 
 

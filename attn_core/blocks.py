@@ -27,7 +27,7 @@ from .core import split_result
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, NORM_POSITIONS, make_norm
 
-__all__ = ["TransformerBlock", "SandwichBlock"]
+__all__ = ["TransformerBlock", "SandwichBlock", "ParallelBlock", "ScaledDropout"]
 
 
 # Names that lived here before the split, by their module now; the old paths keep working.
@@ -99,6 +99,14 @@ class TransformerBlock(nn.Module):
         softcap: The attention's logit soft-cap (Gemma 2; chapter 16).
         window: The attention's sliding window (Mistral, Gemma, gpt-oss; chapter 15).
         sinks: A learned sink logit per head in the attention's softmax (gpt-oss; chapter 15).
+        qkv_bias: Biases on the attention's query/key/value projections only (Qwen2; see
+            :class:`~attn_core.MultiHeadAttention`).
+        scale: The attention's score scale (``None``: ``1/√head_dim``; Gemma 2 27B, Granite).
+        parallel: Attention and MLP read one norm's output and are added together
+            (:class:`ParallelBlock`, GPT-J and Cohere); needs ``norm_position="pre"``.
+        residual_scale: Multiplies each sub-layer's output before the residual addition,
+            ``x + m·f(norm(x))`` (Granite's ``residual_multiplier``): ``resid_dropout`` is then a
+            :class:`ScaledDropout`.
 
     Raises:
         ValueError: ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
@@ -110,9 +118,12 @@ class TransformerBlock(nn.Module):
     """
 
     def __new__(cls, *args, **kwargs):
-        # norm_position="sandwich" builds the subclass with the post-norms in its forward.
+        # norm_position="sandwich" builds the subclass with the post-norms in its forward,
+        # parallel=True the one whose attention and MLP read the same norm.
         if cls is TransformerBlock and kwargs.get("norm_position") == "sandwich":
             cls = SandwichBlock
+        elif cls is TransformerBlock and kwargs.get("parallel"):
+            cls = ParallelBlock
         return super().__new__(cls)
 
     def __init__(
@@ -137,6 +148,10 @@ class TransformerBlock(nn.Module):
         softcap: float | None = None,
         window: int | None = None,
         sinks: bool | None = None,
+        qkv_bias: bool | None = None,
+        scale: float | None = None,
+        parallel: bool = False,
+        residual_scale: float = 1.0,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -146,7 +161,13 @@ class TransformerBlock(nn.Module):
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.d_model = d_model
         self.dropout_p = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
-        for name, flag in (("causal", causal), ("qk_norm", qk_norm), ("sinks", sinks)):
+        check_bool("parallel", parallel)
+        residual_scale = check_number("residual_scale", residual_scale, low=0.0, low_open=True)
+        if parallel and norm_position != "pre":
+            raise ValueError(
+                f"parallel=True reads one pre-norm for both sub-layers, got norm_position={norm_position!r}"
+            )
+        for name, flag in (("causal", causal), ("qk_norm", qk_norm), ("sinks", sinks), ("qkv_bias", qkv_bias)):
             if flag is not None:  # None: the default; bool(flag) below would take 1 or "no" as true
                 check_bool(name, flag)
         if attention is None:
@@ -165,11 +186,13 @@ class TransformerBlock(nn.Module):
                 softcap=softcap,
                 window=window,
                 sinks=bool(sinks),
+                qkv_bias=bool(qkv_bias),
+                scale=scale,
             )
         else:
             check_instance("attention", attention, nn.Module)
             built_in = dict(n_kv_heads=n_kv_heads, rope=rope, causal=causal, head_dim=head_dim, qk_norm=qk_norm)
-            built_in.update(gate=gate, softcap=softcap, window=window, sinks=sinks)
+            built_in.update(gate=gate, softcap=softcap, window=window, sinks=sinks, qkv_bias=qkv_bias, scale=scale)
             given = {k: v for k, v in built_in.items() if v is not None}
             if given:
                 got = ", ".join(f"{k}={v!r}" for k, v in given.items())
@@ -184,11 +207,14 @@ class TransformerBlock(nn.Module):
         self.attn = attention
         if sandwich:  # only then: the other blocks' modules (and state dicts) stay as they were
             self.attn_post_norm = make_norm(norm, d_model, norm_eps)
-        self.mlp_norm = make_norm(norm, d_model, norm_eps)
+        if not parallel:  # a parallel block's MLP reads attn_norm's output
+            self.mlp_norm = make_norm(norm, d_model, norm_eps)
         self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
         if sandwich:
             self.mlp_post_norm = make_norm(norm, d_model, norm_eps)
-        self.resid_dropout = nn.Dropout(self.dropout_p)
+        # A plain Dropout unless the branches are scaled (then the modules print as they always did).
+        scaled = residual_scale != 1.0
+        self.resid_dropout = ScaledDropout(self.dropout_p, residual_scale) if scaled else nn.Dropout(self.dropout_p)
 
     def make_cache(
         self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None
@@ -276,3 +302,69 @@ class SandwichBlock(TransformerBlock):
         x = x + self.resid_dropout(self.attn_post_norm(a))  # x + norm₂(f(norm₁(x)))
         x = x + self.resid_dropout(self.mlp_post_norm(self.mlp(self.mlp_norm(x))))
         return (x, weights) if return_weights else x
+
+
+class ParallelBlock(TransformerBlock):
+    """A :class:`TransformerBlock` whose attention and MLP run side by side on one norm (GPT-J, Cohere).
+
+    ``out = x + (attn(h) + mlp(h))`` with ``h = attn_norm(x)``: one norm per block (no
+    ``mlp_norm``), and the two sub-layers no longer see each other's output within a block,
+    so they can run at the same time. What ``TransformerBlock(..., parallel=True)`` builds;
+    the arguments are :class:`TransformerBlock`'s (``norm_position="pre"``).
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, parallel: bool = True, **kwargs) -> None:
+        if parallel is not True:
+            raise ValueError(f"ParallelBlock has parallel=True, got parallel={parallel!r}")
+        super().__init__(d_model, n_heads, parallel=True, **kwargs)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        kv_cache: KVCache | LatentKVCache | None = None,
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attention and MLP on one normalised input, both added to the stream (as :meth:`TransformerBlock.forward`).
+
+        Shapes:
+            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
+        """
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
+        h = self.attn_norm(x)
+        result = self.attn(h, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
+        a, weights = split_result(result, return_weights)
+        x = x + (self.resid_dropout(a) + self.resid_dropout(self.mlp(h)))  # x + (f(h) + g(h)), Cohere's order
+        return (x, weights) if return_weights else x
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, parallel=True"
+
+
+class ScaledDropout(nn.Dropout):
+    """Dropout, then a constant factor: a residual branch scaled before it joins the stream (Granite).
+
+    ``ScaledDropout(p, scale)(x) = scale · dropout(x)``; in eval mode ``scale · x``.
+
+    Args:
+        p: Dropout probability, in training mode.
+        scale: The factor (Granite's ``residual_multiplier``).
+
+    Shapes:
+        x: any; output: the same
+    """
+
+    def __init__(self, p: float, scale: float) -> None:
+        super().__init__(p)
+        self.scale = check_number("scale", scale, low=0.0, low_open=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x ``(...)`` -> ``(...)``."""
+        return super().forward(x) * self.scale
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, scale={self.scale:g}"

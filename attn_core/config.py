@@ -146,6 +146,23 @@ class DecoderConfig:
             assignments per forward, the rest are dropped; ``None``: no limit.
         first_dense_layers: The first layers keep a dense MLP (DeepSeek-V3's
             ``first_k_dense_replace``, 3); the rest are mixtures of experts.
+        qkv_bias: Biases on the query, key and value projections only (Qwen2, GLM-4), none
+            on the output projection or the MLP; ``bias=True`` gives every projection one.
+            Multi-head attention only.
+        attention_scale: What every layer multiplies its scores ``q·k`` by (``None``:
+            ``1/√head_dim``): Gemma 2 27B's ``query_pre_attn_scalar**-0.5``, Granite's
+            ``attention_multiplier``. Multi-head attention only.
+        embedding_multiplier: Multiplies the token embeddings (after ``scale_embeddings``'
+            ``√d_model``; Granite's ``embedding_multiplier``, 12).
+        residual_multiplier: Multiplies each sub-layer's output before it joins the residual
+            stream, ``x + m·f(norm(x))`` (Granite's ``residual_multiplier``, 0.22).
+        logit_scale: Multiplies the final logits, before ``final_softcap`` (Cohere's
+            ``logit_scale``; Granite's ``1 / logits_scaling``).
+        parallel_block: Attention and MLP read the same normalised input and are added
+            together, ``x + attn(norm(x)) + mlp(norm(x))``, one norm per block (GPT-J,
+            Cohere; :class:`~attn_core.blocks.ParallelBlock`). Pre-norm standard blocks only.
+        rope_full_layers: ``False``: the ``"full"`` layers have no RoPE (position-free global
+            attention, Cohere 2 and Llama 4's NoPE layers), the ``"sliding"`` ones keep it.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -204,6 +221,13 @@ class DecoderConfig:
     router_bias: bool = field(default=False, repr=False)
     capacity_factor: float | None = field(default=None, repr=False)
     first_dense_layers: int = field(default=0, repr=False)
+    qkv_bias: bool = field(default=False, repr=False)
+    attention_scale: float | None = field(default=None, repr=False)
+    embedding_multiplier: float = field(default=1.0, repr=False)
+    residual_multiplier: float = field(default=1.0, repr=False)
+    logit_scale: float = field(default=1.0, repr=False)
+    parallel_block: bool = field(default=False, repr=False)
+    rope_full_layers: bool = field(default=True, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -236,6 +260,7 @@ class DecoderConfig:
         self._check_positional()
         self._check_gemma_fields()
         self._check_moe()
+        self._check_scales_and_layout()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -333,6 +358,43 @@ class DecoderConfig:
                 raise ValueError(
                     f"positional='alibi' is not supported with {name}={getattr(self, name)!r} "
                     f"(sliding layers and shared keys/values take no score bias)"
+                )
+
+    def _check_scales_and_layout(self) -> None:
+        """Check the q/k/v biases, the score scale, the multipliers, the parallel block and NoPE full layers."""
+        for name in ("qkv_bias", "parallel_block", "rope_full_layers"):
+            check_bool(name, getattr(self, name))
+        for name in ("embedding_multiplier", "residual_multiplier", "logit_scale"):
+            check_number(name, getattr(self, name), low=0.0, low_open=True)
+        if self.attention_scale is not None:
+            check_number("attention_scale", self.attention_scale, low=0.0, low_open=True)
+        if self.qkv_bias and self.bias:
+            raise ValueError("qkv_bias=True adds biases to q/k/v only; bias=True already gives every projection one")
+        mha_only = {"qkv_bias": self.qkv_bias, "attention_scale": self.attention_scale is not None}
+        mha_only["parallel_block"] = self.parallel_block
+        mha_only["rope_full_layers"] = not self.rope_full_layers
+        used = [name for name, on in mha_only.items() if on]
+        if used and (self.attention != "mha" or self.block != "standard"):
+            raise ValueError(
+                f"{', '.join(f'{n}={getattr(self, n)!r}' for n in used)} need attention='mha' and block='standard', "
+                f"got attention={self.attention!r}, block={self.block!r}"
+            )
+        if self.parallel_block and self.norm_position != "pre":
+            raise ValueError(
+                f"parallel_block=True reads one pre-norm for both sub-layers; got norm_position={self.norm_position!r}"
+            )
+        if self.residual_multiplier != 1.0 and self.block != "standard":
+            raise ValueError(f"residual_multiplier={self.residual_multiplier} needs block='standard'")
+        if not self.rope_full_layers:
+            if self.positional != "rope" or "sliding" not in self.resolved_layer_types:
+                raise ValueError(
+                    "rope_full_layers=False leaves RoPE to the 'sliding' layers: it needs positional='rope' and "
+                    f"some sliding layers, got positional={self.positional!r}, layer_types={self.layer_types!r}"
+                )
+            if self.sliding_rope_base is not None:
+                raise ValueError(
+                    f"sliding_rope_base={self.sliding_rope_base} with rope_full_layers=False: only the sliding layers "
+                    "rotate, so rope_base is theirs; leave sliding_rope_base=None"
                 )
 
     def _check_gemma_fields(self) -> None:

@@ -92,7 +92,9 @@ __all__ = [
 ]
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe")
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "qwen2", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
+)  # fmt: skip
 
 
 #: Model types the chapters discuss that :func:`from_hf` refuses, and why: what each adds
@@ -132,7 +134,7 @@ def _windows(model_type: str, hf) -> dict:
     window = getattr(hf, "sliding_window", None)
     if model_type in ("mistral", "mixtral", "qwen3_moe"):  # Qwen3-MoE's config clears an unused window
         return {} if window is None else dict(sliding_window=window)
-    if model_type == "qwen3":
+    if model_type in ("qwen2", "qwen3"):
         kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
         if "sliding_attention" not in kinds or window is None:
             return {}
@@ -197,6 +199,8 @@ def config_from_hf(hf_config) -> DecoderConfig:
         # One bias switch in attn_core: the projections HF leaves without a bias get zeros.
         bias=bool(getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)),
     )
+    if t == "qwen2":  # biases on q, k, v only (Qwen2's projections have them whatever the config says)
+        common.update(bias=False, qkv_bias=True)
     moe = _moe_fields(t, hf_config)
     if t == "deepseek_v3":
         return DecoderConfig(
@@ -264,12 +268,9 @@ def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
         _refuse(t, f"hidden_activation={act!r} (attn_core's geglu_tanh MLP is 'gelu_pytorch_tanh')")
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     scalar = getattr(hf, "query_pre_attn_scalar", head_dim)
-    if scalar != head_dim:
-        _refuse(
-            t,
-            f"query_pre_attn_scalar={scalar} scales the scores by 1/sqrt({scalar}); attn_core scales them by "
-            f"1/sqrt(head_dim={head_dim})",
-        )
+    style = dict(mlp="geglu_tanh", norm_position="sandwich", scale_embeddings=True)
+    if scalar != head_dim:  # Gemma 2 27B: heads of 128 scaled by 1/sqrt(144)
+        style["attention_scale"] = float(scalar) ** -0.5
     if t == "gemma3_text":
         for name in ("attn_logit_softcapping", "final_logit_softcapping"):
             if getattr(hf, name, None) is not None:
@@ -283,7 +284,6 @@ def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
     windows = {}
     if "sliding_attention" in kinds:
         windows = dict(sliding_window=hf.sliding_window, layer_types=tuple(names[k] for k in kinds))
-    style = dict(mlp="geglu_tanh", norm_position="sandwich", scale_embeddings=True)
     if t == "gemma2":  # one RoPE base; both soft-caps (None: not capped)
         base, kind = _rope(hf)
         if kind != "default":
@@ -387,11 +387,12 @@ def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
         raise ValueError(f"{name} soft-caps its logits at {cap}, the layer at softcap={attn.softcap}")
     if hasattr(hf_attn, "sliding_window") and hf_attn.sliding_window != attn.window:
         raise ValueError(f"{name} has sliding_window={hf_attn.sliding_window}, the layer window={attn.window}")
-    scaling = getattr(hf_attn, "scaling", attn.head_dim**-0.5)
-    if abs(scaling - attn.head_dim**-0.5) > 1e-12 * scaling:
+    ours = attn.head_dim**-0.5 if attn.scale is None else attn.scale
+    scaling = getattr(hf_attn, "scaling", ours)
+    if abs(scaling - ours) > 1e-12 * scaling:
         raise ValueError(
-            f"{name} scales its scores by {scaling:.6g} (query_pre_attn_scalar), attn_core by "
-            f"1/sqrt(head_dim={attn.head_dim}) = {attn.head_dim**-0.5:.6g}"
+            f"{name} scales its scores by {scaling:.6g} (query_pre_attn_scalar), the layer by {ours:.6g}: "
+            f"build it with scale={scaling:.17g}"
         )
     gated = hf_attn.q_proj.weight.shape[0] == 2 * attn.n_heads * attn.head_dim
     if gated != (attn.gate_proj is not None) or (gated and attn.gate_proj.out_features != attn.n_heads * attn.head_dim):

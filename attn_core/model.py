@@ -22,7 +22,7 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
-from .checks import check_instance, check_int, check_tensor
+from .checks import check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
 from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
@@ -31,7 +31,7 @@ from .norms import make_norm
 from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
 
-__all__ = ["DecoderLM"]
+__all__ = ["DecoderLM", "ScaledLinear"]
 
 
 class DecoderLM(nn.Module):
@@ -90,6 +90,8 @@ class DecoderLM(nn.Module):
         # or the ±1 encodings drown the 0.02-scale token vectors (the same matrix makes the logits).
         # Gemma scales its embeddings the same way (scale_embeddings), with no positions added.
         self.embed_scale = c.d_model**0.5 if c.positional == "sinusoidal" or c.scale_embeddings else 1.0
+        if c.embedding_multiplier != 1.0:  # Granite multiplies its embeddings by a constant
+            self.embed_scale = self.embed_scale * c.embedding_multiplier
         self.alibi = ALiBi(c.n_heads) if c.positional == "alibi" else None
         self.rope = None
         if c.positional == "rope" and c.attention == "mha":
@@ -110,7 +112,10 @@ class DecoderLM(nn.Module):
             if c.is_moe_layer(i):  # a mixture of experts in the MLP's place (chapter 19)
                 self.blocks[i].mlp = self._make_moe()
         self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model, c.norm_eps)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.logit_scale != 1.0:  # Cohere, Granite: the logits times a constant
+            self.lm_head = ScaledLinear(c.d_model, c.vocab_size, scale=c.logit_scale)
+        else:
+            self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
 
@@ -125,9 +130,13 @@ class DecoderLM(nn.Module):
         )  # fmt: skip
 
     def _layer_rope(self, i: int) -> nn.Module | None:
-        """The RoPE of layer ``i``: the sliding layers' own when ``config.sliding_rope_base`` is set."""
-        if self.sliding_rope is not None and self.config.resolved_layer_types[i] == "sliding":
+        """The RoPE of layer ``i``: the sliding layers' own when ``config.sliding_rope_base`` is set, none in the
+        full layers when ``config.rope_full_layers`` is False."""
+        kind = self.config.resolved_layer_types[i]
+        if self.sliding_rope is not None and kind == "sliding":
             return self.sliding_rope
+        if kind == "full" and not self.config.rope_full_layers:  # Cohere 2: position-free global layers
+            return None
         return self.rope
 
     def _make_block(self, i: int) -> nn.Module:
@@ -155,7 +164,10 @@ class DecoderLM(nn.Module):
             dropout=c.dropout,
             bias=c.bias,
             norm_eps=c.norm_eps,
+            **({} if c.residual_multiplier == 1.0 else {"residual_scale": c.residual_multiplier}),
+            **({"parallel": True} if c.parallel_block else {}),
         )
+        mha = dict(qkv_bias=c.qkv_bias, scale=c.attention_scale)  # MHA options (the config refuses them elsewhere)
         if c.attention == "mla":
             attention = MultiHeadLatentAttention(
                 c.d_model,
@@ -200,6 +212,7 @@ class DecoderLM(nn.Module):
                 kv_source=self.blocks[c.kv_share[i]].attn,
                 gate=c.attention_gate,
                 softcap=c.attention_softcap,
+                **mha,
             )
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
         return TransformerBlock(
@@ -213,6 +226,7 @@ class DecoderLM(nn.Module):
             sinks=c.attention_sinks or None,
             gate=c.attention_gate,
             softcap=c.attention_softcap,
+            **mha,
             **shared,
         )
 
@@ -313,3 +327,30 @@ class DecoderLM(nn.Module):
     def extra_repr(self) -> str:
         c = self.config
         return f"block={c.block!r}, attention={c.attention!r}, positional={c.positional!r}, tied={c.tie_weights}"
+
+
+class ScaledLinear(nn.Linear):
+    """A bias-free linear layer whose output is multiplied by a constant: the logits of Cohere and Granite.
+
+    ``ScaledLinear(d, V, scale=s)(x) = s · (x Wᵀ)``; its ``weight`` can be tied to the token
+    embedding as a plain ``nn.Linear``'s (:attr:`DecoderLM.lm_head`).
+
+    Args:
+        in_features: ``d_model``.
+        out_features: ``V``.
+        scale: The factor (Cohere's ``logit_scale``; Granite's ``1 / logits_scaling``).
+
+    Shapes:
+        x: ``(..., in_features)``; output: ``(..., out_features)``
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, scale: float) -> None:
+        super().__init__(in_features, out_features, bias=False)
+        self.scale = check_number("scale", scale, low=0.0, low_open=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x ``(..., in_features)`` -> ``(..., out_features)``."""
+        return super().forward(x) * self.scale
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, scale={self.scale:g}"

@@ -112,6 +112,8 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
             per_layer = d * H * D + 2 * d * kv * D + H * D * d  # W_Q, W_K, W_V, W_O
             if c.bias:
                 per_layer += H * D + 2 * kv * D + d
+            elif c.qkv_bias:  # Qwen2: the query/key/value projections' biases, none on W_O
+                per_layer += H * D + 2 * kv * D
             if c.qk_norm:
                 per_layer += 2 * D  # the gains of the query and key RMSNorms
             if c.attention_gate is not None:  # W_g: d -> H·(D or 1), plus its bias
@@ -121,10 +123,13 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
                 attention += L * H  # one sink logit per head and layer (gpt-oss)
             if c.kv_share is not None:  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
                 readers = sum(j != i for i, j in enumerate(c.kv_share))
-                attention -= readers * (2 * d * kv * D + (2 * kv * D if c.bias else 0) + (D if c.qk_norm else 0))
+                kv_bias = 2 * kv * D if c.bias or c.qkv_bias else 0
+                attention -= readers * (2 * d * kv * D + kv_bias + (D if c.qk_norm else 0))
         else:
             attention = L * _mla_attention_params(c)
         norms_per_layer, gains = (4 if c.norm_position == "sandwich" else 2), 0  # sandwich: + a norm after each
+        if c.parallel_block:  # attention and MLP read one norm
+            norms_per_layer = 1
     else:
         attention = sum(_shaped_attention_params(c, first=(i == 0)) for i in range(L))
         norms_per_layer = 2 if c.block == "sas" else 1  # SAS-P shares one norm for both branches

@@ -248,6 +248,17 @@ FIELD_CHANGES = {
     "router_bias": dict(router_bias=True),
     "capacity_factor": dict(capacity_factor=1.0),
     "first_dense_layers": dict(first_dense_layers=1),
+    # Issue 29's options for converting Qwen2, Gemma 2 27B, Granite and Cohere 2.
+    "qkv_bias": [dict(qkv_bias=True, bias=False), dict(qkv_bias=True)],
+    "attention_scale": dict(attention_scale=0.3),
+    "embedding_multiplier": dict(embedding_multiplier=2.0),
+    "residual_multiplier": dict(residual_multiplier=0.5),
+    "logit_scale": dict(logit_scale=0.5),
+    "parallel_block": dict(parallel_block=True),
+    "rope_full_layers": [
+        dict(rope_full_layers=False, layer_types=("sliding", "full"), sliding_window=2),
+        dict(rope_full_layers=False),
+    ],
 }
 
 

@@ -200,7 +200,6 @@ def test_gemma3_greedy_generation_with_caches(exact_gemma3):
 @pytest.mark.parametrize(
     "kw,message",
     [
-        (dict(query_pre_attn_scalar=32), r"query_pre_attn_scalar=32 scales the scores by 1/sqrt\(32\)"),
         (dict(final_logit_softcapping=30.0), "final_logit_softcapping=30.0"),
         (dict(attn_logit_softcapping=50.0), "attn_logit_softcapping=50.0"),
         (dict(hidden_activation="gelu"), "hidden_activation='gelu'"),
@@ -298,7 +297,6 @@ def test_gemma2_greedy_generation_with_caches(exact_gemma2):
 @pytest.mark.parametrize(
     "kw,message",
     [
-        (dict(query_pre_attn_scalar=32), r"query_pre_attn_scalar=32 scales the scores by 1/sqrt\(32\)"),
         (dict(hidden_activation="gelu"), "hidden_activation='gelu'"),
         (dict(use_bidirectional_attention=True), "use_bidirectional_attention=True"),
         (dict(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 8.0}), "rope scaling 'linear'"),
@@ -456,9 +454,17 @@ def test_refuses_other_model_types_and_non_models():
         config_from_hf(types.SimpleNamespace(model_type="gpt2"))
     with pytest.raises(TypeError, match="got dict"):
         from_hf({"config": None})
-    assert set(SUPPORTED_MODEL_TYPES) == {
-        "llama", "mistral", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
-    }  # fmt: skip
+    assert {
+        "llama",
+        "mistral",
+        "qwen3",
+        "deepseek_v3",
+        "gemma2",
+        "gemma3_text",
+        "mixtral",
+        "qwen3_moe",
+    } <= set(SUPPORTED_MODEL_TYPES)  # the families of issue 29: tests/test_convert_families.py
+    # fmt: skip
 
 
 @pytest.mark.parametrize(
