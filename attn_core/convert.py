@@ -68,12 +68,15 @@ Shape legend:
 
 from __future__ import annotations
 
+import types
+
 import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
 from .checks import check_instance
 from .config import DecoderConfig
+from .convert_families import FAMILY_FIELDS
 from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
 from .model import DecoderLM
@@ -94,6 +97,7 @@ __all__ = [
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "qwen2", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
+    *FAMILY_FIELDS,
 )  # fmt: skip
 
 
@@ -132,9 +136,9 @@ def _refuse(model_type: str, what: str) -> None:
 def _windows(model_type: str, hf) -> dict:
     """``sliding_window`` / ``layer_types`` of the DecoderConfig: Mistral slides in every layer, Qwen3 per layer."""
     window = getattr(hf, "sliding_window", None)
-    if model_type in ("mistral", "mixtral", "qwen3_moe"):  # Qwen3-MoE's config clears an unused window
+    if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):  # Qwen3-MoE's config clears an unused window
         return {} if window is None else dict(sliding_window=window)
-    if model_type in ("qwen2", "qwen3"):
+    if model_type in ("qwen2", "qwen3", "cohere2"):
         kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
         if "sliding_attention" not in kinds or window is None:
             return {}
@@ -195,12 +199,14 @@ def config_from_hf(hf_config) -> DecoderConfig:
         **style,
         tie_weights=bool(getattr(hf_config, "tie_word_embeddings", False)),
         **rope,
-        norm_eps=float(hf_config.rms_norm_eps),
+        norm_eps=float(getattr(hf_config, "rms_norm_eps", None) or getattr(hf_config, "layer_norm_eps", 1e-6)),
         # One bias switch in attn_core: the projections HF leaves without a bias get zeros.
         bias=bool(getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)),
     )
     if t == "qwen2":  # biases on q, k, v only (Qwen2's projections have them whatever the config says)
         common.update(bias=False, qkv_bias=True)
+    if t in FAMILY_FIELDS:  # Granite, Phi-3, Cohere 2: LLaMA's fields and the family's own
+        common.update(FAMILY_FIELDS[t](hf_config))
     moe = _moe_fields(t, hf_config)
     if t == "deepseek_v3":
         return DecoderConfig(
@@ -346,7 +352,8 @@ def _check_attention_kinds(attn: object, hf_attn: object) -> None:
         raise TypeError(
             f"hf_attn is a decoder layer ({type(hf_attn).__name__}), not its attention: pass layer.self_attn"
         )
-    if not any(hasattr(hf_attn, name) for name in ("q_proj", "q_a_proj", "q_b_proj")) or not hasattr(hf_attn, "o_proj"):
+    has_q = any(hasattr(hf_attn, name) for name in ("q_proj", "q_a_proj", "q_b_proj", "qkv_proj"))
+    if not has_q or not hasattr(hf_attn, "o_proj"):
         raise TypeError(
             f"hf_attn must be a Hugging Face attention layer (with q_proj/o_proj, e.g. LlamaAttention), "
             f"got {type(hf_attn).__name__}"
@@ -426,6 +433,8 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
             layer's), naming the difference.
     """
     _check_attention_kinds(attn, hf_attn)
+    if isinstance(getattr(hf_attn, "qkv_proj", None), nn.Module):  # Phi-3: one fused projection
+        hf_attn = _unfused_view(hf_attn)
     if not hasattr(attn, "d_latent"):  # multi-head attention and its GQA/MQA forms
         _check_same_widths(attn, hf_attn)
         _check_same_attention(attn, hf_attn)
@@ -511,15 +520,48 @@ def from_hf(model: nn.Module) -> DecoderLM:
             _copy_norm(block.attn_post_norm, layer.post_attention_layernorm, offset)
             _copy_norm(block.mlp_norm, layer.pre_feedforward_layernorm, offset)
             _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
-        else:
+        elif not c.parallel_block:  # Cohere's parallel block has one norm
             _copy_norm(block.mlp_norm, layer.post_attention_layernorm, offset)
         if isinstance(block.mlp, MixtureOfExperts):
             copy_moe(block.mlp, layer.mlp)
         else:
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                _copy(getattr(block.mlp, name), getattr(layer.mlp, name))
+            _copy_mlp(block.mlp, layer.mlp)
         copy_attention(block.attn, layer.self_attn)
     return ours.eval()
+
+
+def _copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:
+    """A gated MLP: ``gate_proj``, ``up_proj``, ``down_proj``, or Phi-3's fused ``gate_up_proj`` (gate rows first)."""
+    fused = getattr(hf_mlp, "gate_up_proj", None)
+    if isinstance(fused, nn.Module):
+        gate, up = fused.weight.chunk(2, dim=0)  # (2f, d) -> the gate's f rows, then up's (Phi3MLP's chunk order)
+        _copy(ours.gate_proj, gate)
+        _copy(ours.up_proj, up)
+        _copy(ours.down_proj, hf_mlp.down_proj)
+        return
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        _copy(getattr(ours, name), getattr(hf_mlp, name))
+
+
+def _unfused_view(hf_attn: nn.Module) -> object:
+    """Phi-3's attention seen with separate projections: ``qkv_proj``'s rows are H·D query, H_kv·D key, H_kv·D value.
+
+    The views share the fused weight's storage (slices, no copy); the scale and head width come along.
+    """
+    D, H_kv = hf_attn.head_dim, hf_attn.num_key_value_heads
+    fused = hf_attn.qkv_proj
+    w = fused.weight
+    b = fused.bias if fused.bias is not None else None
+    q_rows = w.shape[0] - 2 * H_kv * D
+    parts = {}
+    for name, (lo, hi) in (("q_proj", (0, q_rows)), ("k_proj", (q_rows, q_rows + H_kv * D)),
+                           ("v_proj", (q_rows + H_kv * D, w.shape[0]))):  # fmt: skip
+        parts[name] = types.SimpleNamespace(
+            weight=w[lo:hi], bias=None if b is None else b[lo:hi], in_features=w.shape[1], out_features=hi - lo
+        )
+    return types.SimpleNamespace(
+        **parts, o_proj=hf_attn.o_proj, head_dim=D, scaling=hf_attn.scaling, config=getattr(hf_attn, "config", None)
+    )
 
 
 @torch.no_grad()

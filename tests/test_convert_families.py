@@ -25,13 +25,26 @@ from test_convert import (  # noqa: E402
     tiny_gemma3,
 )
 from test_parity_hf import EXACT, _rmsnorm_float64, _rope_float64, max_diff, seeded  # noqa: E402
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from transformers import (  # noqa: E402
+    Cohere2Config,
+    Cohere2ForCausalLM,
+    GraniteConfig,
+    GraniteForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.models.cohere2 import modeling_cohere2 as hf_cohere2  # noqa: E402
+from transformers.models.granite import modeling_granite as hf_granite  # noqa: E402
+from transformers.models.phi3 import modeling_phi3 as hf_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2 as hf_qwen2  # noqa: E402
 
 from attn_core import parameter_count  # noqa: E402
 from attn_core.convert import SUPPORTED_MODEL_TYPES, config_from_hf, from_hf  # noqa: E402
 
-HF_MODULES = [hf_qwen2]
+HF_MODULES = [hf_qwen2, hf_granite, hf_phi3]
+NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
 @pytest.fixture
@@ -61,7 +74,7 @@ def check_exact(hf) -> float:
 # --------------------------------------------------------------------------- Qwen2
 def qwen2(seed: int = 3, **kw) -> Qwen2ForCausalLM:
     base = dict(SMALL, rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
-    base.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    base.update(NO_SPECIAL_TOKENS)
     return seeded(Qwen2ForCausalLM(Qwen2Config(**{**base, **kw})), seed=seed)
 
 
@@ -113,10 +126,135 @@ def test_gemma2_scaled_greedy_generation_with_caches(exact_gemma2):  # noqa: F81
 
 
 def test_supported_types_list_the_new_families():
-    assert "qwen2" in SUPPORTED_MODEL_TYPES
+    assert {"qwen2", "granite", "phi3", "cohere2"} <= set(SUPPORTED_MODEL_TYPES)
 
 
 def test_gemma3_any_query_pre_attn_scalar(exact_gemma3):  # noqa: F811
     hf = tiny_gemma3(query_pre_attn_scalar=24)
     assert from_hf(hf).config.attention_scale == 24**-0.5
     check_exact(hf)
+
+
+# --------------------------------------------------------------------------- Granite
+def granite(seed: int = 3, **kw) -> GraniteForCausalLM:
+    """Multipliers far from 1 (Granite 3.0 2B's are 12, 0.22, 0.015625 and 8), so that each one shows."""
+    base = dict(
+        SMALL, rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **NO_SPECIAL_TOKENS
+    )
+    base.update(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0)
+    return seeded(GraniteForCausalLM(GraniteConfig(**{**base, **kw})), seed=seed)
+
+
+def test_granite_gives_the_same_logits(exact_families):
+    hf = granite()
+    ours = from_hf(hf)
+    c = ours.config
+    assert (c.attention_scale, c.embedding_multiplier, c.residual_multiplier, c.logit_scale) == (0.3, 3.0, 0.5, 0.25)
+    assert ours.embed_scale == 3.0 and ours.blocks[0].attn.scale == 0.3
+    check_exact(hf)
+    assert ours.num_parameters() == hf_parameters(hf) == parameter_count(c)
+
+
+@pytest.mark.parametrize(
+    "name", ["embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"]
+)
+def test_granite_each_multiplier_matters(exact_families, name):
+    """Each multiplier set to 1 on both sides: still equal, and not the logits of the model with it."""
+    hf = granite(**{name: 1.0})
+    ours = from_hf(hf)
+    assert max_diff(ours(IDX), hf(IDX).logits) < EXACT
+    assert max_diff(ours(IDX), from_hf(granite())(IDX)) > 1e-3
+
+
+def test_granite_greedy_generation_with_caches(exact_families):
+    assert_greedy_generation_matches(granite(seed=4))
+
+
+# --------------------------------------------------------------------------- Phi-3
+def phi3(seed: int = 3, **kw) -> Phi3ForCausalLM:
+    base = dict(
+        SMALL, rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **NO_SPECIAL_TOKENS
+    )
+    return seeded(Phi3ForCausalLM(Phi3Config(**{**base, **kw})), seed=seed)
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_phi3_gives_the_same_logits(exact_families, window):
+    """The fused qkv_proj (H·D query rows, then H_kv·D key, then value rows) and gate_up_proj (gate rows first)."""
+    hf = phi3(sliding_window=window)
+    ours = from_hf(hf)
+    assert ours.config.sliding_window == window
+    layer, block = hf.model.layers[1], ours.blocks[1]
+    q_rows = 4 * 8
+    torch.testing.assert_close(block.attn.k_proj.weight, layer.self_attn.qkv_proj.weight[q_rows : q_rows + 16])
+    torch.testing.assert_close(block.mlp.up_proj.weight, layer.mlp.gate_up_proj.weight[48:])
+    check_exact(hf)
+    assert ours.num_parameters() == hf_parameters(hf) == parameter_count(ours.config)
+
+
+def test_phi3_greedy_generation_with_caches(exact_families):
+    assert_greedy_generation_matches(phi3(seed=4, sliding_window=4))
+
+
+# --------------------------------------------------------------------------- Cohere 2
+def _cohere_layernorm_float64(self, x):
+    """Cohere's bias-free LayerNorm without its float32 casts (the same formula)."""
+    mean = x.mean(-1, keepdim=True)
+    variance = (x - mean).pow(2).mean(-1, keepdim=True)
+    return self.weight * ((x - mean) * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def _cohere_rope_float64(self, x, position_ids):
+    """Cohere's interleaved RoPE tables (each angle twice in a row), the angles in float64 as attn_core's."""
+    dim = 2 * self.inv_freq.numel()
+    inv_freq = self.config.rope_parameters["rope_theta"] ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, D/2)
+    emb = torch.repeat_interleave(freqs, 2, dim=-1)  # (B, T, D): the "interleaved" layout
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _cohere_apply_rope_float64(q, k, cos, sin, unsqueeze_dim=1):
+    """Cohere's apply_rotary_pos_emb without its ``q.float()``, ``k.float()``."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + hf_cohere2.rotate_half(q) * sin, k * cos + hf_cohere2.rotate_half(k) * sin
+
+
+@pytest.fixture
+def exact_cohere2(monkeypatch):
+    monkeypatch.setattr(hf_cohere2.Cohere2LayerNorm, "forward", _cohere_layernorm_float64)
+    monkeypatch.setattr(hf_cohere2.Cohere2RotaryEmbedding, "forward", _cohere_rope_float64)
+    monkeypatch.setattr(hf_cohere2, "apply_rotary_pos_emb", _cohere_apply_rope_float64)
+
+
+def cohere2(seed: int = 3, **kw) -> Cohere2ForCausalLM:
+    """Sliding, sliding, full (window 3 < the 9 tokens of IDX); logit scale 0.5."""
+    base = dict(SMALL, num_hidden_layers=3, layer_norm_eps=1e-5, logit_scale=0.5, sliding_window=3,
+                layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **NO_SPECIAL_TOKENS)  # fmt: skip
+    return seeded(Cohere2ForCausalLM(Cohere2Config(**{**base, **kw})), seed=seed)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_cohere2_gives_the_same_logits(exact_cohere2, tied):
+    hf = cohere2(tie_word_embeddings=tied)
+    ours = from_hf(hf)
+    c = ours.config
+    assert (c.parallel_block, c.norm, c.rope_layout, c.rope_full_layers, c.logit_scale) == (
+        True, "layernorm", "interleaved", False, 0.5,
+    )  # fmt: skip
+    assert [b.attn.rope is not None for b in ours.blocks] == [True, True, False]
+    assert [b.attn.window for b in ours.blocks] == [3, 3, None]
+    check_exact(hf)
+    # HF's LayerNorm has no bias: ours get zeros (one per norm), the rest is HF's parameters.
+    assert ours.num_parameters() == parameter_count(c) == hf_parameters(hf) + (c.n_layers + 1) * c.d_model
+
+
+def test_cohere2_without_sliding_layers_has_no_positions(exact_cohere2):
+    hf = cohere2(layer_types=["full_attention"] * 3)
+    assert from_hf(hf).config.positional == "none"
+    check_exact(hf)
+
+
+def test_cohere2_greedy_generation_with_caches(exact_cohere2):
+    """Past the window: rolling caches in the sliding layers, a full cache without RoPE in the global one."""
+    assert_greedy_generation_matches(cohere2(seed=4))
