@@ -12,7 +12,13 @@ from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
 from ..positional import RotaryEmbedding
 from ._common import compare, report
 
-__all__ = ["check_absorbed_query", "check_decoupled_scores", "check_rope_matrix", "check_cache_elements"]
+__all__ = [
+    "check_absorbed_query",
+    "check_decoupled_scores",
+    "check_rope_matrix",
+    "check_cache_elements",
+    "check_absorbed_output",
+]
 
 
 def _inputs(seed: int, *shape: int) -> torch.Tensor:
@@ -127,3 +133,45 @@ def check_rope_matrix(fn: Callable[[RotaryEmbedding, int], torch.Tensor]) -> boo
                 hint = ": the rows of eye were rotated as one sequence, row j at position delta + j"
             return report(name, False, f"delta={delta}: max abs difference {err:.1e}{hint}")
     return report(name, True, "R x equals rope(x) at positions 0, 1, 3 and 20, within 1e-10")
+
+
+def check_absorbed_output(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
+    """Exercise 7.3: ``fn(w_uv, w_o)`` folds every head's ``W_UV`` into the output projection.
+
+    The absorbed form returns each head's output in latent space, ``o_lat[h]`` of width
+    ``d_c``; the layer then computes ``W_O · concat_h(W_UV[h] o_lat[h])``. Folded, that is
+    one matrix ``W'`` of shape ``(d_model, H·d_c)`` applied to ``concat_h(o_lat[h])``
+    (heads in order, each head's ``d_c`` latent coordinates together), with
+    ``W'[:, h·d_c:(h+1)·d_c] = W_O[:, h·d_v:(h+1)·d_v] @ W_UV[h]``. ``w_o`` is in
+    ``nn.Linear``'s layout ``(out, in)``. The check compares ``o_lat`` pushed through
+    ``W'`` with the two-step computation, for value heads narrower than the latent.
+
+    Shapes:
+        w_uv: ``(H, d_v, d_c)``; w_o: ``(d_model, H·d_v)``; fn's output:
+        ``(d_model, H·d_c)``
+    """
+    name = "7.3 absorbed output"
+    for seed, (H, d_v, d_c, d_model) in enumerate(((3, 4, 6, 10), (2, 5, 3, 7)), start=76):
+        w_uv, w_o = _inputs(seed, H, d_v, d_c), _inputs(seed + 10, d_model, H * d_v)
+        o_lat = _inputs(seed + 20, 2, H, 5, d_c)  # (B, H, T, d_c)
+        heads = torch.einsum("bhtc,hvc->bhtv", o_lat, w_uv)  # (B, H, T, d_v)
+        # (B, H, T, d_v) -> (B, T, H*d_v) -> (B, T, d_model)
+        expected = heads.transpose(1, 2).reshape(2, 5, H * d_v) @ w_o.T
+        try:
+            w_folded = fn(w_uv, w_o)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not (isinstance(w_folded, torch.Tensor) and w_folded.shape == (d_model, H * d_c)):
+            return compare(name, w_folded, torch.zeros(d_model, H * d_c))
+        flat = o_lat.transpose(1, 2).reshape(2, 5, H * d_c)  # (B, T, H*d_c): head-major
+        got = flat @ w_folded.double().T  # (B, T, d_model)
+        if not torch.allclose(got, expected, atol=1e-10):
+            # Columns ordered latent-major (c, h) instead of head-major (h, c)?
+            swapped = w_folded.double().view(d_model, d_c, H).transpose(1, 2).reshape(d_model, -1)
+            if torch.allclose(flat @ swapped.T, expected, atol=1e-10):
+                return report(
+                    name, False, "the columns are ordered (latent, head); the layer's order is (head, latent)"
+                )
+            err = (got - expected).abs().max().item()
+            return report(name, False, f"H={H}, d_v={d_v}, d_c={d_c}: max abs difference {err:.1e}")
+    return report(name, True, "two layer shapes, equal to W_UV then W_O within 1e-10")
