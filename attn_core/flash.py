@@ -51,6 +51,7 @@ Shape legend:
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from types import SimpleNamespace
@@ -77,7 +78,15 @@ def _jit(fn):
     return fn if triton is None else triton.jit(fn)
 
 
-__all__ = ["flash_attention", "flash_forward", "INTERPRETED", "LOG2E"]
+__all__ = [
+    "flash_attention",
+    "flash_forward",
+    "flash_backward",
+    "kernel_source",
+    "default_blocks",
+    "INTERPRETED",
+    "LOG2E",
+]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2(e))
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -251,6 +260,26 @@ def _flash_bwd_dq(Q, K, V, DO, Lse, Delta, DQ,
 
 INTERPRETED = bool(triton is not None and triton.knobs.runtime.interpret)
 """Whether the kernels above run in Triton's CPU interpreter (decided when they were defined)."""
+
+
+def kernel_source(name: str) -> str:
+    """The source of one of this module's Triton functions, for reading (chapter 20 prints them).
+
+    Args:
+        name: ``"forward"``, ``"backward_dkdv"``, ``"backward_dq"``, ``"allowed"``,
+            ``"key_range"`` or ``"query_range"``.
+
+    Raises:
+        ValueError: Another name.
+    """
+    functions = {
+        "forward": _flash_fwd, "backward_dkdv": _flash_bwd_dkdv, "backward_dq": _flash_bwd_dq,
+        "allowed": _allowed, "key_range": _key_range, "query_range": _query_range,
+    }  # fmt: skip
+    if name not in functions:
+        raise ValueError(f"name must be one of {sorted(functions)}, got name={name!r}")
+    fn = functions[name]
+    return inspect.getsource(getattr(fn, "fn", fn))  # a decorated kernel keeps the Python function in .fn
 
 
 def default_blocks() -> tuple[int, int]:

@@ -246,3 +246,11 @@ def test_without_triton_the_package_imports_and_says_how_to_install():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_kernel_source_returns_the_kernels_and_refuses_other_names():
+    src = flash_module.kernel_source("forward")
+    assert src.lstrip().startswith("@_jit") and "def _flash_fwd(" in src and "tl.dot" in src
+    assert "def _flash_bwd_dq(" in flash_module.kernel_source("backward_dq")
+    with pytest.raises(ValueError, match="name='fwd'"):
+        flash_module.kernel_source("fwd")
