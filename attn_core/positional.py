@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .checks import check_choice, check_instance, check_int, check_number, check_tensor
+from .rope_scaling import RopeScaling
 
 __all__ = [
     "SinusoidalPositionalEncoding",
@@ -227,6 +228,14 @@ class RotaryEmbedding(nn.Module):
     ``R`` in the exponent, exactly as Hugging Face's ``apply_rotary_pos_emb`` with a
     ``cos`` of width ``R``.
 
+    Context extension (``scaling``, see :mod:`attn_core.rope_scaling`): the speeds
+    ``θ_i`` come from the scaling (PI, NTK-aware, dynamic NTK, YaRN, Llama 3.1, LongRoPE)
+    instead, and the cosines and sines are multiplied by its attention factor (YaRN's
+    temperature), as Hugging Face does: queries and keys each, so the logits of the
+    rotated part by its square; the unrotated dimensions are not scaled. Dynamic NTK and
+    LongRoPE change their speeds with the length a call reaches (``offset + T``), as
+    Hugging Face's ``dynamic_rope_update``; see their classes.
+
     The cosines and sines are cached for the positions seen so far and the cache grows
     by itself when a later position is asked for (there is no maximum length). The
     angles are computed in float64 and the rotation in at least float32, so half-
@@ -240,17 +249,27 @@ class RotaryEmbedding(nn.Module):
             ``2i + 1`` (the paper, Meta's LLaMA, GLM). See :func:`rope_permutation`.
         rotary_dim: ``R``, how many leading dimensions of each head are rotated;
             ``None`` means all (``R = D``). Must be even and in ``[2, D]``.
+        scaling: A :class:`~attn_core.rope_scaling.RopeScaling` (e.g.
+            ``YarnScaling(factor=4.0, original_max_position=4096)``), or ``None`` for plain RoPE.
 
     Shapes:
         x: ``(..., T, D)``, e.g. ``(B, H, T, D)``; output: same shape and dtype.
 
     Raises:
         ValueError: If ``head_dim`` is odd or not positive, ``base <= 1``, the
-            layout is unknown, or ``rotary_dim`` is odd, not positive or above ``head_dim``.
+            layout is unknown, ``rotary_dim`` is odd, not positive or above ``head_dim``,
+            or the scaling does not fit ``rotary_dim`` (e.g. LongRoPE factors of another length).
+        TypeError: ``scaling`` is not a ``RopeScaling``.
     """
 
     def __init__(
-        self, head_dim: int, *, base: float = 10000.0, layout: str = "half", rotary_dim: int | None = None
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        scaling: RopeScaling | None = None,
     ) -> None:
         super().__init__()
         check_int("head_dim", head_dim)
@@ -267,6 +286,12 @@ class RotaryEmbedding(nn.Module):
                 f"got rotary_dim={rotary_dim}"
             )
         self.rotary_dim = rotary_dim
+        self.scaling = check_instance("scaling", scaling, RopeScaling, optional=True)
+        # The length the current speeds were computed for (see RopeScaling.frequency_length);
+        # None for plain RoPE and the static scalings.
+        self._freq_length: int | None = None
+        if scaling is not None:
+            scaling.frequencies(self.base, rotary_dim)  # fail now, not at the first call
         # Plain attributes, not buffers: ``module.half()`` would cast buffers to float16
         # and throw away the precision the angles need. They follow the input's device.
         self._cos: torch.Tensor | None = None  # (L, R/2), float64
@@ -274,13 +299,24 @@ class RotaryEmbedding(nn.Module):
 
     @property
     def inv_freq(self) -> torch.Tensor:
-        """The rotation speeds ``θ_i = base^(-2i/R)``, in radians per position.
+        """The rotation speeds in radians per position, float64: ``θ_i = base^(-2i/R)``, or the scaling's.
+
+        With dynamic NTK or LongRoPE, the speeds of the last call's length.
 
         Shapes:
             output: ``(R/2,)``
         """
+        if self.scaling is not None:
+            return self.scaling.frequencies(self.base, self.rotary_dim, self._freq_length)[0]
         i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64)  # (R/2,)
         return self.base ** (-i / self.rotary_dim)
+
+    @property
+    def attention_factor(self) -> float:
+        """What cos and sin are multiplied by: 1.0 unless the scaling has one (YaRN, LongRoPE)."""
+        if self.scaling is None:
+            return 1.0
+        return self.scaling.frequencies(self.base, self.rotary_dim, self._freq_length)[1]
 
     @property
     def cached_len(self) -> int:
@@ -292,15 +328,26 @@ class RotaryEmbedding(nn.Module):
         # only O(log T) times.
         new_len = max(length, 2 * self.cached_len, 16)
         pos = torch.arange(new_len, dtype=torch.float64)  # (L,)
-        angles = pos[:, None] * self.inv_freq[None, :]  # (L, R/2)
+        if self.scaling is None:
+            inv_freq, factor = self.inv_freq, 1.0
+        else:
+            inv_freq, factor = self.scaling.frequencies(self.base, self.rotary_dim, self._freq_length)
+        angles = pos[:, None] * inv_freq[None, :]  # (L, R/2)
+        cos, sin = angles.cos(), angles.sin()
+        if factor != 1.0:
+            # Hugging Face's attention_scaling: on the tables, in float64.
+            cos, sin = cos * factor, sin * factor
         dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
-        self._cos = angles.cos().to(device=device, dtype=dtype)
-        self._sin = angles.sin().to(device=device, dtype=dtype)
+        self._cos = cos.to(device=device, dtype=dtype)
+        self._sin = sin.to(device=device, dtype=dtype)
 
     def cos_sin(
         self, T: int, offset: int = 0, *, device: torch.device | str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Cosines and sines of the angles ``m·θ_i`` for positions ``m = offset .. offset + T - 1``.
+
+        Both are multiplied by :attr:`attention_factor`. With dynamic NTK or LongRoPE this
+        call's length ``offset + T`` may change the speeds first (and empty the cache).
 
         Shapes:
             output: two tensors ``(T, R/2)`` (float64, or float32 on MPS)
@@ -308,6 +355,10 @@ class RotaryEmbedding(nn.Module):
         check_int("T", T)
         offset = check_int("offset", offset, minimum=0)
         device = torch.device("cpu") if device is None else torch.device(device)
+        if self.scaling is not None:
+            length = self.scaling.frequency_length(offset + T, self._freq_length)
+            if length != self._freq_length:
+                self._freq_length, self._cos, self._sin = length, None, None  # other speeds: rebuild
         if self._cos is None or self.cached_len < offset + T or self._cos.device != device:
             self._extend(max(offset + T, self.cached_len), device)
         return self._cos[offset : offset + T], self._sin[offset : offset + T]
@@ -320,8 +371,9 @@ class RotaryEmbedding(nn.Module):
             offset: Position of the first row; the number of cached tokens when decoding.
 
         Returns:
-            The rotated tensor, same shape and dtype as ``x``. Position 0 is unchanged,
-            and so are the last ``D - R`` dimensions of every position.
+            The rotated tensor, same shape and dtype as ``x``. The last ``D - R``
+            dimensions of every position are unchanged, and so is position 0 when the
+            attention factor is 1.
 
         Shapes:
             x: ``(..., T, D)``; output: ``(..., T, D)``
@@ -356,7 +408,8 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         partial = f", rotary_dim={self.rotary_dim}" if self.rotary_dim != self.head_dim else ""
-        return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}{partial}"
+        scaling = f", scaling={self.scaling}" if self.scaling is not None else ""
+        return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}{partial}{scaling}"
 
 
 def check_rope(rope: nn.Module | None, head_dim: int) -> nn.Module | None:
