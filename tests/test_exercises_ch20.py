@@ -152,3 +152,16 @@ def test_combine_passes_the_right_combination(capsys):
 def test_combine_fails_wrong_combinations(wrong, capsys):
     assert not check_combine_with_sink(wrong)
     assert "not yet" in capsys.readouterr().out
+
+
+if triton is not None:
+
+    @triton.jit
+    def softcap_stub(S, Out, n, cap, BLOCK: tl.constexpr):
+        pass  # the notebook's stub
+
+
+@needs_triton
+def test_softcap_kernel_reports_the_stub(capsys):
+    assert not check_softcap_kernel(softcap_stub)
+    assert "wrote nothing" in capsys.readouterr().out
