@@ -577,3 +577,95 @@ def test_scaling_from_hf_bad_dicts():
         scaling_from_hf({"rope_type": "yarn", "original_max_position_embeddings": 128}, max_position_embeddings=64)
     with pytest.raises(ValueError, match="max_position_embeddings=0"):
         scaling_from_hf({"rope_type": "linear", "factor": 2.0}, max_position_embeddings=0)
+
+
+# ---------------------------------------------------------------- in an attention layer
+
+
+ATTENTION_CASES = {  # long enough (T = 12) to reach past each method's trained length
+    "linear": {"rope_type": "linear", "factor": 3.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4, "beta_fast": 8.0},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8,
+    },
+    "longrope": {
+        "rope_type": "longrope",
+        "short_factor": [1.0, 1.2, 1.5, 2.0],
+        "long_factor": [1.0, 3.0, 6.0, 12.0],
+        "original_max_position_embeddings": 8,
+        "factor": 4.0,
+    },
+}
+
+
+def _llama_attention_pair(kind: str, seed: int = 0):
+    from attn_core import MultiHeadAttention
+    from attn_core.convert import copy_attention
+
+    config = LlamaConfig(
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8,
+        attn_implementation="sdpa",
+        rope_parameters={"rope_theta": 10000.0, **ATTENTION_CASES[kind]},
+    )
+    hf = modeling_llama.LlamaAttention(config, layer_idx=0).to(F64).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=F64) * 0.3)
+    with hf_in_float64():
+        hf_rope = modeling_llama.LlamaRotaryEmbedding(config)
+    mha = MultiHeadAttention(32, 4, n_kv_heads=2, causal=True, rope=ours(config)).to(F64)
+    copy_attention(mha, hf)
+    return config, hf, hf_rope, mha
+
+
+def _causal_bias(T: int) -> torch.Tensor:
+    return torch.full((T, T), float("-inf"), dtype=F64).triu(1)[None, None]  # (1, 1, T, T)
+
+
+@pytest.mark.parametrize("kind", list(ATTENTION_CASES))
+def test_attention_with_scaled_rope_matches_hugging_face_llama_attention(kind):
+    """MultiHeadAttention(rope=RotaryEmbedding(scaling=...)) == HF's LlamaAttention with rope_parameters, float64."""
+    config, hf, hf_rope, mha = _llama_attention_pair(kind)
+    x = torch.randn(2, 12, 32, dtype=F64, generator=torch.Generator().manual_seed(1))
+    with hf_in_float64():
+        cos_sin = hf_rope(x, torch.arange(12)[None])
+    want, _ = hf(x, position_embeddings=cos_sin, attention_mask=_causal_bias(12))
+    assert (mha(x) - want).abs().max().item() < 1e-12
+    # Plain RoPE would differ: the scaling is what is being matched.
+    plain = RotaryEmbedding(8, base=10000.0)
+    mha.rope = plain
+    assert (mha(x) - want).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["yarn", "dynamic", "longrope"])
+def test_cached_decoding_with_scaled_rope_matches_hugging_face(kind):
+    """A prompt of 5, then one token at a time past the trained length: ours from a KVCache, HF from a DynamicCache.
+
+    For dynamic NTK and LongRoPE the speeds change as the sequence grows, so the cached keys
+    keep the speeds of their own step, in Hugging Face as here.
+    """
+    from transformers.cache_utils import DynamicCache
+
+    from attn_core import KVCache
+
+    config, hf, hf_rope, mha = _llama_attention_pair(kind, seed=2)
+    x = torch.randn(2, 14, 32, dtype=F64, generator=torch.Generator().manual_seed(3))
+    hf_cache, our_cache = DynamicCache(config=config), KVCache(2, 2, 8, 14, dtype=F64)
+    worst = 0.0
+    for start, stop in [(0, 5)] + [(t, t + 1) for t in range(5, 14)]:
+        chunk = x[:, start:stop]
+        with hf_in_float64():
+            cos_sin = hf_rope(chunk, torch.arange(start, stop)[None])
+        mask = _causal_bias(stop - start) if stop - start > 1 else None
+        want, _ = hf(chunk, position_embeddings=cos_sin, attention_mask=mask, past_key_values=hf_cache)
+        worst = max(worst, (mha(chunk, kv_cache=our_cache) - want).abs().max().item())
+    assert worst < 1e-12, worst
