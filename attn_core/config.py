@@ -163,6 +163,14 @@ class DecoderConfig:
             Cohere; :class:`~attn_core.blocks.ParallelBlock`). Pre-norm standard blocks only.
         rope_full_layers: ``False``: the ``"full"`` layers have no RoPE (position-free global
             attention, Cohere 2 and Llama 4's NoPE layers), the ``"sliding"`` ones keep it.
+        index_n_heads: DeepSeek Sparse Attention (chapter 18; DeepSeek-V3.2): every layer's MLA
+            becomes a :class:`~attn_core.SparseAttention` whose
+            :class:`~attn_core.LightningIndexer` has this many heads (64); ``None``: dense.
+            Its queries read MLA's query latent, its RoPE turns the first ``rope_dim``
+            dimensions. Needs ``attention="mla"``.
+        index_head_dim: The indexer's head width ``D_I`` (128); required with ``index_n_heads``.
+        index_topk: Tokens each query attends to (DeepSeek-V3.2: 2048); ``None``: every
+            token (the dense warm-up).
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -228,6 +236,9 @@ class DecoderConfig:
     logit_scale: float = field(default=1.0, repr=False)
     parallel_block: bool = field(default=False, repr=False)
     rope_full_layers: bool = field(default=True, repr=False)
+    index_n_heads: int | None = field(default=None, repr=False)
+    index_head_dim: int | None = field(default=None, repr=False)
+    index_topk: int | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -261,6 +272,7 @@ class DecoderConfig:
         self._check_gemma_fields()
         self._check_moe()
         self._check_scales_and_layout()
+        self._check_indexer()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -396,6 +408,32 @@ class DecoderConfig:
                     f"sliding_rope_base={self.sliding_rope_base} with rope_full_layers=False: only the sliding layers "
                     "rotate, so rope_base is theirs; leave sliding_rope_base=None"
                 )
+
+    def _check_indexer(self) -> None:
+        """Check DeepSeek Sparse Attention's indexer sizes: all unset, or heads, width (and top-k) with MLA."""
+        if self.index_n_heads is None:
+            for name in ("index_head_dim", "index_topk"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} configures the lightning indexer; set index_n_heads"
+                    )
+            return
+        check_int("index_n_heads", self.index_n_heads)
+        if self.index_head_dim is None:
+            raise ValueError(f"index_n_heads={self.index_n_heads} needs index_head_dim (the indexer's head width)")
+        check_int("index_head_dim", self.index_head_dim)
+        if self.index_topk is not None:
+            check_int("index_topk", self.index_topk)
+        if self.attention != "mla" or self.block != "standard":
+            raise ValueError(
+                f"index_n_heads={self.index_n_heads}: the lightning indexer reads MLA's query latent; it needs "
+                f"attention='mla' and block='standard', got attention={self.attention!r}, block={self.block!r}"
+            )
+        if self.resolved_rope_dim > self.index_head_dim:
+            raise ValueError(
+                f"the indexer rotates the first rope_dim={self.resolved_rope_dim} of its index_head_dim="
+                f"{self.index_head_dim} dimensions: index_head_dim must be at least rope_dim"
+            )
 
     def _check_gemma_fields(self) -> None:
         """Check the embedding scale and the sliding layers' own RoPE base (Gemma 3)."""

@@ -81,6 +81,7 @@ from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
 from .model import DecoderLM
 from .moe import MixtureOfExperts
+from .sparse_attention import LightningIndexer, SparseAttention
 
 __all__ = [
     "config_from_hf",
@@ -88,6 +89,7 @@ __all__ = [
     "copy_attention",
     "copy_gated_deltanet",
     "copy_moe",
+    "copy_indexer",
     "transformers_names",
     "SUPPORTED_MODEL_TYPES",
     "NOT_CONVERTED",
@@ -96,8 +98,8 @@ __all__ = [
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
 SUPPORTED_MODEL_TYPES = (
-    "llama", "mistral", "qwen2", "qwen3", "deepseek_v3", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
-    *FAMILY_FIELDS,
+    "llama", "mistral", "qwen2", "qwen3", "deepseek_v3", "deepseek_v32", "gemma2", "gemma3_text", "mixtral",
+    "qwen3_moe", *FAMILY_FIELDS,
 )  # fmt: skip
 
 
@@ -208,7 +210,10 @@ def config_from_hf(hf_config) -> DecoderConfig:
     if t in FAMILY_FIELDS:  # Granite, Phi-3, Cohere 2: LLaMA's fields and the family's own
         common.update(FAMILY_FIELDS[t](hf_config))
     moe = _moe_fields(t, hf_config)
-    if t == "deepseek_v3":
+    if t in ("deepseek_v3", "deepseek_v32"):
+        if t == "deepseek_v32":  # DeepSeek Sparse Attention: the lightning indexer and its top-k
+            moe.update(index_n_heads=hf_config.index_n_heads, index_head_dim=hf_config.index_head_dim)
+            moe.update(index_topk=hf_config.index_topk)
         return DecoderConfig(
             **common,
             **moe,
@@ -250,8 +255,13 @@ def _moe_fields(t: str, hf) -> dict:
             n_experts=hf.num_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.moe_intermediate_size,
             router_normalize=bool(hf.norm_topk_prob),
         )  # fmt: skip
-    if t == "deepseek_v3":
+    if t in ("deepseek_v3", "deepseek_v32"):
         dense, L = hf.first_k_dense_replace, hf.num_hidden_layers
+        kinds = list(getattr(hf, "mlp_layer_types", None) or [])  # DeepSeek-V3.2: "dense" / "sparse" per layer
+        if kinds:
+            dense = next((i for i, k in enumerate(kinds) if k != "dense"), L)
+            if any(k != "sparse" for k in kinds[dense:]):
+                _refuse(t, f"mlp_layer_types={kinds}: dense layers after MoE ones (attn_core's come first)")
         if not getattr(hf, "n_routed_experts", 0) or dense is None or dense >= L:
             return {}
         return dict(
@@ -526,8 +536,30 @@ def from_hf(model: nn.Module) -> DecoderLM:
             copy_moe(block.mlp, layer.mlp)
         else:
             _copy_mlp(block.mlp, layer.mlp)
-        copy_attention(block.attn, layer.self_attn)
+        if isinstance(block.attn, SparseAttention):  # DeepSeek-V3.2: MLA and its lightning indexer
+            copy_attention(block.attn.attn, layer.self_attn)
+            copy_indexer(block.attn.indexer, layer.self_attn.indexer)
+        else:
+            copy_attention(block.attn, layer.self_attn)
     return ours.eval()
+
+
+def copy_indexer(ours: LightningIndexer, hf: nn.Module) -> LightningIndexer:
+    """Copy Hugging Face's ``DeepseekV32Indexer`` into a :class:`~attn_core.LightningIndexer` of the same sizes.
+
+    Names: ``wq_b`` -> ``q_proj``, ``wk`` -> ``k_proj``, ``k_norm`` (a LayerNorm with bias) ->
+    ``k_norm``, ``weights_proj`` -> ``weights_proj``.
+
+    Raises:
+        TypeError: ``ours`` is not a :class:`~attn_core.LightningIndexer`.
+        ValueError: A shape that differs (another head count or width).
+    """
+    check_instance("ours", ours, LightningIndexer)
+    _copy(ours.q_proj, hf.wq_b)
+    _copy(ours.k_proj, hf.wk)
+    _copy(ours.k_norm, hf.k_norm)
+    _copy(ours.weights_proj, hf.weights_proj)
+    return ours
 
 
 def _copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:

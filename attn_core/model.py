@@ -30,6 +30,7 @@ from .moe import MixtureOfExperts
 from .norms import make_norm
 from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
+from .sparse_attention import LightningIndexer, SparseAttention
 
 __all__ = ["DecoderLM", "ScaledLinear"]
 
@@ -183,6 +184,12 @@ class DecoderLM(nn.Module):
                 bias=c.bias,
                 dropout=c.dropout,
             )
+            if c.index_n_heads is not None:  # DeepSeek-V3.2: the indexer picks the keys MLA attends to
+                indexer = LightningIndexer(
+                    c.d_model, c.index_n_heads, c.index_head_dim, d_query=c.d_q_latent, rope_dim=c.resolved_rope_dim,
+                    rope_base=c.rope_base,
+                )  # fmt: skip
+                attention = SparseAttention(attention, indexer, c.index_topk)
             return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
         if c.resolved_layer_types[i] == "linear":  # Gated DeltaNet in the attention's place (chapter 17)
             attention = GatedDeltaNet(

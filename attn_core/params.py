@@ -89,6 +89,14 @@ def _mla_attention_params(c: DecoderConfig) -> int:
     return total
 
 
+def _indexer_params(c: DecoderConfig) -> int:
+    """DeepSeek-V3.2's indexer: W_q (query latent -> H_I·D_I), W_k (d -> D_I), its LayerNorm, W_w (d -> H_I)."""
+    if c.index_n_heads is None:
+        return 0
+    H_I, D_I, d = c.index_n_heads, c.index_head_dim, c.d_model
+    return (c.d_q_latent or d) * H_I * D_I + d * D_I + 2 * D_I + d * H_I
+
+
 def _shaped_attention_params(c: DecoderConfig, first: bool) -> int:
     d = c.d_model
     qk = 2 * d * d + (2 * d if c.bias else 0)  # W_Q, W_K
@@ -126,7 +134,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
                 kv_bias = 2 * kv * D if c.bias or c.qkv_bias else 0
                 attention -= readers * (2 * d * kv * D + kv_bias + (D if c.qk_norm else 0))
         else:
-            attention = L * _mla_attention_params(c)
+            attention = L * (_mla_attention_params(c) + _indexer_params(c))
         norms_per_layer, gains = (4 if c.norm_position == "sandwich" else 2), 0  # sandwich: + a norm after each
         if c.parallel_block:  # attention and MLP read one norm
             norms_per_layer = 1

@@ -259,6 +259,10 @@ FIELD_CHANGES = {
         dict(rope_full_layers=False, layer_types=("sliding", "full"), sliding_window=2),
         dict(rope_full_layers=False),
     ],
+    # DeepSeek-V3.2's lightning indexer: acts on the MLA base, raises elsewhere (and each size without heads).
+    "index_n_heads": dict(index_n_heads=2, index_head_dim=8),
+    "index_head_dim": dict(index_head_dim=8),
+    "index_topk": dict(index_topk=2),
 }
 
 

@@ -28,6 +28,8 @@ from test_parity_hf import EXACT, _rmsnorm_float64, _rope_float64, max_diff, see
 from transformers import (  # noqa: E402
     Cohere2Config,
     Cohere2ForCausalLM,
+    DeepseekV32Config,
+    DeepseekV32ForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
     Phi3Config,
@@ -36,12 +38,14 @@ from transformers import (  # noqa: E402
     Qwen2ForCausalLM,
 )
 from transformers.models.cohere2 import modeling_cohere2 as hf_cohere2  # noqa: E402
+from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf_v32  # noqa: E402
 from transformers.models.granite import modeling_granite as hf_granite  # noqa: E402
 from transformers.models.phi3 import modeling_phi3 as hf_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2 as hf_qwen2  # noqa: E402
 
 from attn_core import parameter_count  # noqa: E402
 from attn_core.convert import SUPPORTED_MODEL_TYPES, config_from_hf, from_hf  # noqa: E402
+from attn_core.sparse_attention import SparseAttention  # noqa: E402
 
 HF_MODULES = [hf_qwen2, hf_granite, hf_phi3]
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -258,3 +262,68 @@ def test_cohere2_without_sliding_layers_has_no_positions(exact_cohere2):
 def test_cohere2_greedy_generation_with_caches(exact_cohere2):
     """Past the window: rolling caches in the sliding layers, a full cache without RoPE in the global one."""
     assert_greedy_generation_matches(cohere2(seed=4))
+
+
+# --------------------------------------------------------------------------- DeepSeek-V3.2
+@pytest.fixture
+def exact_v32(monkeypatch):
+    """Lift DeepSeek-V3.2's float32 paths: RMSNorm, RoPE tables, the eager softmax, the router's and the
+    indexer's ``.float()`` / ``.type(torch.float32)`` (float64 tensors stay float64, as in test_convert's
+    exact_moe), so that the index scores are ours to rounding and the top-k picks the same tokens."""
+    monkeypatch.setattr(hf_v32.DeepseekV32RMSNorm, "forward", _rmsnorm_float64)
+    monkeypatch.setattr(hf_v32.DeepseekV32RotaryEmbedding, "forward", _rope_float64)
+    softmax, to_float, to_type = torch.nn.functional.softmax, torch.Tensor.float, torch.Tensor.type
+
+    def keep_softmax(x, dim=None, *args, dtype=None, **kwargs):
+        return softmax(x, dim, *args, dtype=torch.float64 if x.dtype == torch.float64 else dtype, **kwargs)
+
+    def keep_type(self, dtype=None, *args, **kwargs):
+        return self if self.dtype == torch.float64 and dtype is torch.float32 else to_type(self, dtype, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "softmax", keep_softmax)
+    monkeypatch.setattr(
+        torch.Tensor, "float", lambda t, *a, **k: t if t.dtype == torch.float64 else to_float(t, *a, **k)
+    )
+    monkeypatch.setattr(torch.Tensor, "type", keep_type)
+
+
+def deepseek_v32(seed: int = 3, **kw) -> DeepseekV32ForCausalLM:
+    """Two layers (dense, then 8 experts in 4 groups, top-3, a shared one); the indexer keeps 4 of the 9 tokens.
+
+    8 indexer heads, not fewer: a token whose ReLU scores are all 0 ties with the others that are (with 3
+    heads, one in 8 tokens), and the two top-k implementations may break a tie differently.
+    """
+    base = dict(
+        SMALL, num_key_value_heads=4, q_lora_rank=12, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+        v_head_dim=6, index_topk=4, index_n_heads=8, index_head_dim=8, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4}, attn_implementation="eager",
+        first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+        n_shared_experts=1, moe_intermediate_size=12, routed_scaling_factor=2.5, norm_topk_prob=True,
+        experts_implementation="eager", **NO_SPECIAL_TOKENS,
+    )  # fmt: skip
+    hf = seeded(DeepseekV32ForCausalLM(DeepseekV32Config(**{**base, **kw})), seed=seed)
+    for layer in hf.model.layers[hf.config.first_k_dense_replace :]:  # a non-zero selection bias, to copy
+        layer.mlp.gate.e_score_correction_bias.copy_(torch.linspace(-0.2, 0.2, 8, dtype=torch.float64))
+    return hf
+
+
+def test_deepseek_v32_gives_the_same_logits(exact_v32):
+    hf = deepseek_v32()
+    ours = from_hf(hf)
+    c = ours.config
+    assert (c.attention, c.index_n_heads, c.index_head_dim, c.index_topk, c.first_dense_layers) == ("mla", 8, 8, 4, 1)
+    assert all(isinstance(b.attn, SparseAttention) and b.attn.topk == 4 for b in ours.blocks)
+    check_exact(hf)
+    assert ours.num_parameters() == hf_parameters(hf) == parameter_count(c)
+
+
+def test_deepseek_v32_topk_matters(exact_v32):
+    """With every token kept (topk >= T) both are dense MLA and still equal; with 4 of 9 they differ from it."""
+    dense = deepseek_v32(index_topk=64)
+    assert max_diff(from_hf(dense)(IDX), dense(IDX).logits) < EXACT
+    assert max_diff(from_hf(deepseek_v32())(IDX), from_hf(dense)(IDX)) > 1e-3
+
+
+def test_deepseek_v32_greedy_generation_with_caches(exact_v32):
+    """Our SparseCache (latents and indexer keys) gives HF's tokens; 17 positions, the indexer keeps 4."""
+    assert_greedy_generation_matches(deepseek_v32(seed=4))
