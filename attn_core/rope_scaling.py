@@ -604,15 +604,32 @@ def scaling_from_hf(rope_parameters: Mapping[str, object], *, max_position_embed
     Llama 3 or LongRoPE dict lacks it: pass the dict of a constructed config. A missing
     YaRN/LongRoPE ``factor`` is ``max_position_embeddings / original_max_position_embeddings``,
     as there. ``rope_theta`` and ``partial_rotary_factor`` are not scalings: give them to
-    :class:`~attn_core.positional.RotaryEmbedding` as ``base`` and ``rotary_dim``.
+    :class:`~attn_core.positional.RotaryEmbedding` as ``base`` and
+    ``rotary_dim = int(head_dim·partial_rotary_factor)``. Configs with one dict per layer type
+    (Gemma 3, OLMo 3: ``{"full_attention": {...}, "sliding_attention": {...}}``) need one call
+    per layer type.
+
+    Example:
+        >>> gpt_oss = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+        ...            "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096}
+        >>> s = scaling_from_hf(gpt_oss, max_position_embeddings=131072)
+        >>> s.kind, s.factor, s.original_max_position, s.truncate
+        ('yarn', 32.0, 4096, False)
 
     Raises:
         ValueError: An unknown ``rope_type`` (e.g. ``"proportional"``), a missing
-            required key (named), or a bad value.
+            required key (named), a bad value, or a dict nested by layer type.
     """
     check_instance("rope_parameters", rope_parameters, Mapping)
     max_position_embeddings = check_int("max_position_embeddings", max_position_embeddings)
     p = dict(rope_parameters)
+    nested = sorted(k for k, v in p.items() if isinstance(v, Mapping))
+    if nested:
+        # Gemma 3, OLMo 3: one dict per layer type. Read as one dict, it would look like plain RoPE.
+        raise ValueError(
+            f"rope_parameters is nested by layer type ({nested}): pass one layer type's dict, "
+            f"e.g. rope_parameters[{nested[0]!r}]"
+        )
     kind = p.get("rope_type", p.get("type", "default"))
     if kind == "default":
         return None

@@ -45,17 +45,18 @@ EXACT = 1e-13  # relative: float64 rounding of the same formula written in anoth
 
 
 @contextlib.contextmanager
-def hf_in_float64():
+def hf_in_float64(*modules: types.ModuleType):
     """Run Hugging Face's RoPE code with its float32 steps in float64 (same formulas).
 
-    ``torch.float``/``torch.float32`` in its modules become float64 (a proxy ``torch``),
+    ``torch.float``/``torch.float32`` in its modules (``modeling_rope_utils``,
+    ``modeling_llama`` and ``modules``) become float64 (a proxy ``torch``),
     ``Tensor.float()`` becomes ``.double()`` (LongRoPE's exponents), and the default dtype
     is float64 (dynamic NTK multiplies an int64 ``seq_len`` tensor by a Python float).
     """
     proxy = types.ModuleType("torch_in_float64")
     proxy.__getattr__ = lambda name: getattr(torch, name)
     proxy.float = proxy.float32 = F64
-    saved = {m: m.torch for m in (modeling_rope_utils, modeling_llama)}
+    saved = {m: m.torch for m in (modeling_rope_utils, modeling_llama, *modules)}
     to_float, default = torch.Tensor.float, torch.get_default_dtype()
     try:
         for m in saved:
@@ -669,3 +670,81 @@ def test_cached_decoding_with_scaled_rope_matches_hugging_face(kind):
         want, _ = hf(chunk, position_embeddings=cos_sin, attention_mask=mask, past_key_values=hf_cache)
         worst = max(worst, (mha(chunk, kv_cache=our_cache) - want).abs().max().item())
     assert worst < 1e-12, worst
+
+
+def test_attention_with_partial_rotation_and_yarn_matches_hugging_face_qwen3_next():
+    """Qwen3-Next's attention (a quarter of each head rotated, QK-norm, output gate) with YaRN, float64."""
+    from transformers.models.qwen3_next import modeling_qwen3_next
+
+    from attn_core import MultiHeadAttention
+    from attn_core.convert import copy_attention
+
+    D = 16
+    config = modeling_qwen3_next.Qwen3NextConfig(
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=D,
+        num_hidden_layers=4,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "beta_fast": 4.0,
+        },
+    )
+    hf = modeling_qwen3_next.Qwen3NextAttention(config, layer_idx=3).to(F64).eval()
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=F64) * 0.3)
+    for norm in (hf.q_norm, hf.k_norm):
+        # Its RMSNorm computes in float32 (an upcast for half precision); its formula in float64.
+        norm.forward = lambda x, norm=norm: norm._norm(x) * (1.0 + norm.weight)
+    mha = MultiHeadAttention(
+        32, 4, n_kv_heads=2, head_dim=D, causal=True, qk_norm=True, norm_eps=config.rms_norm_eps, gate="elementwise",
+        rope=ours(config),
+    ).to(F64)  # fmt: skip
+    assert mha.rope.rotary_dim == 4 and mha.rope.attention_factor == yarn_mscale(4.0)
+    copy_attention(mha, hf)
+    x = torch.randn(2, 40, 32, dtype=F64, generator=torch.Generator().manual_seed(5))
+    with hf_in_float64(modeling_qwen3_next):
+        cos_sin = modeling_qwen3_next.Qwen3NextRotaryEmbedding(config)(x, torch.arange(40)[None])
+    assert cos_sin[0].shape == (1, 40, 4)
+    want, _ = hf(x, position_embeddings=cos_sin, attention_mask=_causal_bias(40))
+    assert (mha(x) - want).abs().max().item() < 1e-12
+    # Without the scaling, or rotating the whole head, the layer computes something else.
+    for wrong in (RotaryEmbedding(D, rotary_dim=4), RotaryEmbedding(D, scaling=mha.rope.scaling)):
+        mha.rope = wrong
+        assert (mha(x) - want).abs().max().item() > 1e-3
+
+
+def test_production_configs_read_by_scaling_from_hf():
+    """gpt-oss's default config (YaRN ×32 from 4096, no truncation): HF's speeds, float64."""
+    config = transformers.GptOssConfig()
+    scaling = scaling_from_hf(config.rope_parameters, max_position_embeddings=config.max_position_embeddings)
+    assert scaling == YarnScaling(32.0, 4096, truncate=False)
+    with hf_in_float64():
+        want, factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS["yarn"](config)
+    got, got_factor = scaling.frequencies(config.rope_parameters["rope_theta"], config.head_dim)
+    assert rel_diff(got, want) < EXACT and got_factor == pytest.approx(factor, rel=1e-15)
+    # Plain configs give no scaling; nested (per-layer-type) ones must be read per layer type.
+    qwen3_next = transformers.Qwen3NextConfig()
+    assert scaling_from_hf(qwen3_next.rope_parameters, max_position_embeddings=32768) is None
+    gemma3 = transformers.Gemma3TextConfig()
+    with pytest.raises(ValueError, match=r"nested by layer type \(\['full_attention', 'sliding_attention'\]\)"):
+        scaling_from_hf(gemma3.rope_parameters, max_position_embeddings=gemma3.max_position_embeddings)
+    assert scaling_from_hf(gemma3.rope_parameters["full_attention"], max_position_embeddings=8) is None
+
+
+def test_docstring_examples():
+    import doctest
+
+    from attn_core import rope_scaling
+
+    result = doctest.testmod(rope_scaling)
+    assert result.failed == 0 and result.attempted >= 3
