@@ -171,6 +171,10 @@ class DecoderConfig:
         index_head_dim: The indexer's head width ``D_I`` (128); required with ``index_n_heads``.
         index_topk: Tokens each query attends to (DeepSeek-V3.2: 2048); ``None``: every
             token (the dense warm-up).
+        rotary_dim: RoPE turns only the first ``rotary_dim`` dimensions of each query and
+            key head (Hugging Face's ``partial_rotary_factor · head_dim``: GLM-4-MoE's half,
+            Phi-4-mini's three quarters); the rest pass through. ``None``: the whole head.
+            Multi-head attention with ``positional="rope"`` (MLA has ``rope_dim``).
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -239,6 +243,7 @@ class DecoderConfig:
     index_n_heads: int | None = field(default=None, repr=False)
     index_head_dim: int | None = field(default=None, repr=False)
     index_topk: int | None = field(default=None, repr=False)
+    rotary_dim: int | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -380,6 +385,18 @@ class DecoderConfig:
             check_number(name, getattr(self, name), low=0.0, low_open=True)
         if self.attention_scale is not None:
             check_number("attention_scale", self.attention_scale, low=0.0, low_open=True)
+        if self.rotary_dim is not None:
+            check_int("rotary_dim", self.rotary_dim)
+            if self.positional != "rope" or self.attention != "mha" or self.block != "standard":
+                raise ValueError(
+                    f"rotary_dim={self.rotary_dim} is the rotated part of a multi-head attention head: it needs "
+                    f"positional='rope', attention='mha', block='standard' (MLA's is rope_dim), got "
+                    f"positional={self.positional!r}, attention={self.attention!r}, block={self.block!r}"
+                )
+            if self.rotary_dim % 2 or self.rotary_dim > self.resolved_head_dim:
+                raise ValueError(
+                    f"rotary_dim must be even and at most head_dim={self.resolved_head_dim}, got {self.rotary_dim}"
+                )
         if self.qkv_bias and self.bias:
             raise ValueError("qkv_bias=True adds biases to q/k/v only; bias=True already gives every projection one")
         mha_only = {"qkv_bias": self.qkv_bias, "attention_scale": self.attention_scale is not None}

@@ -98,8 +98,8 @@ __all__ = [
 
 #: The Hugging Face ``config.model_type`` values :func:`from_hf` converts.
 SUPPORTED_MODEL_TYPES = (
-    "llama", "mistral", "qwen2", "qwen3", "deepseek_v3", "deepseek_v32", "gemma2", "gemma3_text", "mixtral",
-    "qwen3_moe", *FAMILY_FIELDS,
+    "llama", "mistral", "qwen3", "deepseek_v3", "deepseek_v32", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
+    *FAMILY_FIELDS,
 )  # fmt: skip
 
 
@@ -205,10 +205,8 @@ def config_from_hf(hf_config) -> DecoderConfig:
         # One bias switch in attn_core: the projections HF leaves without a bias get zeros.
         bias=bool(getattr(hf_config, "attention_bias", False) or getattr(hf_config, "mlp_bias", False)),
     )
-    if t == "qwen2":  # biases on q, k, v only (Qwen2's projections have them whatever the config says)
-        common.update(bias=False, qkv_bias=True)
-    if t in FAMILY_FIELDS:  # Granite, Phi-3, Cohere 2: LLaMA's fields and the family's own
-        common.update(FAMILY_FIELDS[t](hf_config))
+    # Qwen2, Granite, Phi-3, Cohere 2, GLM-4-MoE: LLaMA's fields and the family's own (which win)
+    family = FAMILY_FIELDS[t](hf_config) if t in FAMILY_FIELDS else {}
     moe = _moe_fields(t, hf_config)
     if t in ("deepseek_v3", "deepseek_v32"):
         if t == "deepseek_v32":  # DeepSeek Sparse Attention: the lightning indexer and its top-k
@@ -226,14 +224,12 @@ def config_from_hf(hf_config) -> DecoderConfig:
             rope_layout="interleaved" if getattr(hf_config, "rope_interleave", True) else "half",
         )
     head_dim = getattr(hf_config, "head_dim", None) or d // H
-    return DecoderConfig(
-        **common,
-        **windows,
-        **moe,
+    attention = dict(
         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or H,
         head_dim=None if head_dim * H == d else head_dim,
         qk_norm=t in ("qwen3", "gemma3_text", "qwen3_moe"),
     )
+    return DecoderConfig(**{**common, **windows, **moe, **attention, **family})
 
 
 def _moe_fields(t: str, hf) -> dict:
@@ -255,7 +251,7 @@ def _moe_fields(t: str, hf) -> dict:
             n_experts=hf.num_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.moe_intermediate_size,
             router_normalize=bool(hf.norm_topk_prob),
         )  # fmt: skip
-    if t in ("deepseek_v3", "deepseek_v32"):
+    if t in ("deepseek_v3", "deepseek_v32", "glm4_moe"):  # GLM-4-MoE routes as DeepSeek-V3
         dense, L = hf.first_k_dense_replace, hf.num_hidden_layers
         kinds = list(getattr(hf, "mlp_layer_types", None) or [])  # DeepSeek-V3.2: "dense" / "sparse" per layer
         if kinds:

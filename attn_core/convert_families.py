@@ -6,12 +6,17 @@ builds (plain RoPE, SwiGLU, pre-norm RMSNorm); :data:`FAMILY_FIELDS` is the tabl
 family computes is an option of the module that owns it; this module only names which:
 
 =========  =====================================================================================
+qwen2      ``qkv_bias`` (biases on q, k, v; none on the output projection or the MLP)
 granite    ``attention_scale`` = ``attention_multiplier`` (scores times it, not 1/√D),
            ``embedding_multiplier``, ``residual_multiplier`` (each branch times it before the
            residual addition) and ``logit_scale`` = ``1 / logits_scaling``
-phi3       nothing new: its fused ``qkv_proj`` and ``gate_up_proj`` are split while copying
+phi3       its fused ``qkv_proj`` and ``gate_up_proj`` are split while copying
            (:func:`~attn_core.convert.copy_attention`, ``_copy_mlp``); a sliding window in every
-           layer when ``sliding_window`` is set
+           layer when ``sliding_window`` is set; ``rotary_dim`` for a ``partial_rotary_factor``
+glm4_moe   ``qkv_bias`` (no bias on the output projection), ``qk_norm`` (``use_qk_norm``),
+           ``rotary_dim`` (``partial_rotary_factor`` 0.5: half of each head rotated); its
+           experts route as DeepSeek-V3's (sigmoid, groups, selection bias, shared experts,
+           dense first layers)
 cohere2    ``parallel_block`` (attention and MLP from one norm), ``norm="layernorm"`` (its
            bias-free LayerNorm: attn_core's bias is copied as zeros), ``rope_layout="interleaved"``,
            RoPE in the sliding layers only (``rope_full_layers=False``) and ``logit_scale``
@@ -23,11 +28,12 @@ object they are given.
 
 from __future__ import annotations
 
-__all__ = ["FAMILY_FIELDS", "granite_fields", "phi3_fields", "cohere2_fields"]
+__all__ = ["FAMILY_FIELDS", "qwen2_fields", "granite_fields", "phi3_fields", "cohere2_fields", "glm4_moe_fields"]
 
 
-def _refuse(model_type: str, what: str) -> None:
-    raise ValueError(f"cannot convert this {model_type} model exactly: {what}")
+def qwen2_fields(hf) -> dict:
+    """Qwen2 / 2.5: biases on the query, key and value projections only (whatever the config says)."""
+    return dict(bias=False, qkv_bias=True)
 
 
 def granite_fields(hf) -> dict:
@@ -40,12 +46,30 @@ def granite_fields(hf) -> dict:
     )
 
 
+def _rotary_dim(hf) -> dict:
+    """``rotary_dim`` for a ``partial_rotary_factor`` other than 1 (Hugging Face's ``int(head_dim · factor)``)."""
+    factor = dict(getattr(hf, "rope_parameters", None) or {}).get("partial_rotary_factor", None)
+    factor = getattr(hf, "partial_rotary_factor", 1.0) if factor is None else factor
+    if factor == 1.0:
+        return {}
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    return dict(rotary_dim=int(head_dim * factor))
+
+
 def phi3_fields(hf) -> dict:
-    """Phi-3: LLaMA's fields (its fused projections are a matter of copying); RoPE over whole heads only."""
-    factor = dict(getattr(hf, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
-    if factor != 1.0:
-        _refuse("phi3", f"partial_rotary_factor={factor}: RoPE on part of each head is not in DecoderLM yet")
-    return {}
+    """Phi-3 / Phi-4-mini: LLaMA's fields (its fused projections are a matter of copying), partial RoPE if set."""
+    return _rotary_dim(hf)
+
+
+def glm4_moe_fields(hf) -> dict:
+    """GLM-4.5 / 4.6 (``glm4_moe``): q/k/v biases, optional QK-norm, RoPE on part of each head.
+
+    Its mixture of experts (sigmoid scores, groups, a selection bias, shared experts, the
+    first ``first_k_dense_replace`` layers dense) is DeepSeek-V3's and is read with it.
+    """
+    return dict(
+        bias=False, qkv_bias=bool(hf.attention_bias), qk_norm=bool(getattr(hf, "use_qk_norm", False)), **_rotary_dim(hf)
+    )
 
 
 def cohere2_fields(hf) -> dict:
@@ -66,4 +90,7 @@ def cohere2_fields(hf) -> dict:
 
 
 #: The families :func:`~attn_core.convert.config_from_hf` builds as LLaMA plus these fields.
-FAMILY_FIELDS = {"granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields}
+FAMILY_FIELDS = {
+    "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
+    "glm4_moe": glm4_moe_fields,
+}  # fmt: skip

@@ -95,11 +95,14 @@ class DecoderLM(nn.Module):
             self.embed_scale = self.embed_scale * c.embedding_multiplier
         self.alibi = ALiBi(c.n_heads) if c.positional == "alibi" else None
         self.rope = None
+        partial = {} if c.rotary_dim is None else {"rotary_dim": c.rotary_dim}  # GLM, Phi-4-mini: part of each head
         if c.positional == "rope" and c.attention == "mha":
-            self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout)
+            self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout, **partial)
         self.sliding_rope = None
         if c.sliding_rope_base is not None:  # the config checked: RoPE, MHA, some sliding layers
-            self.sliding_rope = RotaryEmbedding(c.resolved_head_dim, base=c.sliding_rope_base, layout=c.rope_layout)
+            self.sliding_rope = RotaryEmbedding(
+                c.resolved_head_dim, base=c.sliding_rope_base, layout=c.rope_layout, **partial
+            )
         self.drop = nn.Dropout(c.dropout)
         # Post-norm blocks feed the raw stream to their first attention: normalise the
         # embeddings first (as BERT does), or the first layer attends with vectors of

@@ -263,6 +263,7 @@ FIELD_CHANGES = {
     "index_n_heads": dict(index_n_heads=2, index_head_dim=8),
     "index_head_dim": dict(index_head_dim=8),
     "index_topk": dict(index_topk=2),
+    "rotary_dim": dict(rotary_dim=4),  # of heads of 8 (16 / 2)
 }
 
 

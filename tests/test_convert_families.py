@@ -30,6 +30,8 @@ from transformers import (  # noqa: E402
     Cohere2ForCausalLM,
     DeepseekV32Config,
     DeepseekV32ForCausalLM,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
     Phi3Config,
@@ -39,6 +41,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.models.cohere2 import modeling_cohere2 as hf_cohere2  # noqa: E402
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf_v32  # noqa: E402
+from transformers.models.glm4_moe import modeling_glm4_moe as hf_glm4_moe  # noqa: E402
 from transformers.models.granite import modeling_granite as hf_granite  # noqa: E402
 from transformers.models.phi3 import modeling_phi3 as hf_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2 as hf_qwen2  # noqa: E402
@@ -47,7 +50,7 @@ from attn_core import parameter_count  # noqa: E402
 from attn_core.convert import SUPPORTED_MODEL_TYPES, config_from_hf, from_hf  # noqa: E402
 from attn_core.sparse_attention import SparseAttention  # noqa: E402
 
-HF_MODULES = [hf_qwen2, hf_granite, hf_phi3]
+HF_MODULES = [hf_qwen2, hf_granite, hf_phi3, hf_glm4_moe]
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
@@ -130,7 +133,7 @@ def test_gemma2_scaled_greedy_generation_with_caches(exact_gemma2):  # noqa: F81
 
 
 def test_supported_types_list_the_new_families():
-    assert {"qwen2", "granite", "phi3", "cohere2"} <= set(SUPPORTED_MODEL_TYPES)
+    assert {"qwen2", "granite", "phi3", "cohere2", "deepseek_v32", "glm4_moe"} <= set(SUPPORTED_MODEL_TYPES)
 
 
 def test_gemma3_any_query_pre_attn_scalar(exact_gemma3):  # noqa: F811
@@ -327,3 +330,50 @@ def test_deepseek_v32_topk_matters(exact_v32):
 def test_deepseek_v32_greedy_generation_with_caches(exact_v32):
     """Our SparseCache (latents and indexer keys) gives HF's tokens; 17 positions, the indexer keeps 4."""
     assert_greedy_generation_matches(deepseek_v32(seed=4))
+
+
+# --------------------------------------------------------------------------- Phi-4-mini's partial RoPE
+def test_phi3_partial_rotary(exact_families):
+    """partial_rotary_factor 0.75 (Phi-4-mini): RoPE on the first 6 of each head's 8 dimensions."""
+    hf = phi3(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.75})
+    ours = from_hf(hf)
+    assert ours.config.rotary_dim == 6 and ours.blocks[0].attn.rope.rotary_dim == 6
+    check_exact(hf)
+
+
+# --------------------------------------------------------------------------- GLM-4-MoE
+def glm4_moe(seed: int = 3, **kw) -> Glm4MoeForCausalLM:
+    """Layer 0 dense, layers 1-2 mixtures (8 experts in 4 groups, 2 usable, top-3, a shared one, scale 2.5),
+    q/k/v biases, QK-norm, RoPE on half of each head (4 of 8)."""
+    base = dict(
+        SMALL, num_hidden_layers=3, rms_norm_eps=1e-5, attention_bias=True, use_qk_norm=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+        first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+        n_shared_experts=1, moe_intermediate_size=12, routed_scaling_factor=2.5, norm_topk_prob=True,
+        experts_implementation="eager", **NO_SPECIAL_TOKENS,
+    )  # fmt: skip
+    hf = seeded(Glm4MoeForCausalLM(Glm4MoeConfig(**{**base, **kw})), seed=seed)
+    for layer in hf.model.layers[hf.config.first_k_dense_replace :]:  # a non-zero selection bias, to copy
+        layer.mlp.gate.e_score_correction_bias.copy_(torch.linspace(-0.2, 0.2, 8, dtype=torch.float64))
+    return hf
+
+
+@pytest.fixture
+def exact_glm(exact_families, exact_v32):
+    """exact_families for GLM's RMSNorm and RoPE, exact_v32's float64 router (the same lifts)."""
+
+
+def test_glm4_moe_gives_the_same_logits(exact_glm):
+    hf = glm4_moe()
+    ours = from_hf(hf)
+    c = ours.config
+    assert (c.qkv_bias, c.qk_norm, c.rotary_dim, c.n_experts, c.n_shared_experts, c.first_dense_layers) == (
+        True, True, 4, 8, 1, 1,
+    )  # fmt: skip
+    assert (c.router_scoring, c.router_groups, c.router_topk_groups, c.router_scale) == ("sigmoid", 4, 2, 2.5)
+    check_exact(hf)
+    assert ours.num_parameters() == hf_parameters(hf) == parameter_count(c)
+
+
+def test_glm4_moe_greedy_generation_with_caches(exact_glm):
+    assert_greedy_generation_matches(glm4_moe(seed=4))
