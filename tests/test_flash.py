@@ -254,3 +254,17 @@ def test_kernel_source_returns_the_kernels_and_refuses_other_names():
     assert "def _flash_bwd_dq(" in flash_module.kernel_source("backward_dq")
     with pytest.raises(ValueError, match="name='fwd'"):
         flash_module.kernel_source("fwd")
+
+
+@needs_triton
+def test_non_contiguous_inputs_from_a_b_t_h_d_layout():
+    """Projections give (B, T, H, D); the heads-first views are not contiguous."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(3, 1, 35, 2, 16, generator=g).to(DEVICE)  # (qkv, B, T, H, D)
+    q, k, v = (t.transpose(1, 2).requires_grad_() for t in x)  # (B, H, T, D) views
+    assert not q.is_contiguous()
+    d_out = torch.randn(1, 2, 35, 16, generator=g).to(DEVICE)
+    _assert_matches(
+        _grads(flash_attention, q, k, v, None, d_out, is_causal=True),
+        _reference(q, k, v, None, d_out, is_causal=True),
+    )
