@@ -338,10 +338,12 @@ def longrope_inv_freq(
         short_factor, long_factor: ``R/2`` numbers each; inv_freq: ``(R/2,)``, float64
 
     Raises:
-        ValueError: A factor list of the wrong length or with a non-positive entry, ...
+        ValueError: A factor list whose length is not ``R/2`` or with a non-positive entry,
+            ``factor < 1``, ``original_max_position < 2`` (its log divides), a non-positive
+            ``attention_factor`` or ``seq_len``.
     """
     dim = _check_dim(dim)
-    L = check_int("original_max_position", original_max_position)
+    L = check_int("original_max_position", original_max_position, minimum=2)
     factor = _check_factor(factor)
     short = _check_pair_factors("short_factor", short_factor, dim)
     long = _check_pair_factors("long_factor", long_factor, dim)
@@ -568,7 +570,7 @@ class LongRopeScaling(RopeScaling):
                 f"short_factor and long_factor need the same length, got {len(self.short_factor)} and "
                 f"{len(self.long_factor)}"
             )
-        check_int("original_max_position", self.original_max_position)
+        check_int("original_max_position", self.original_max_position, minimum=2)
         _check_factor(self.factor)
         if self.attention_factor is not None:
             check_number("attention_factor", self.attention_factor, low=0.0, low_open=True)

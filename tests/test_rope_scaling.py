@@ -543,6 +543,8 @@ def test_bad_parameters_raise_value_errors_naming_them():
         DynamicNTKScaling(2.0, 0)
     with pytest.raises(ValueError, match="short_factor=0"):
         LongRopeScaling([1.0, 0.0], [1.0, 2.0], 16)
+    with pytest.raises(ValueError, match="original_max_position=1"):
+        LongRopeScaling([1.0], [2.0], 1, factor=2.0)
     with pytest.raises(ValueError, match="short_factor and long_factor need the same length"):
         LongRopeScaling([1.0], [1.0, 2.0], 16)
     with pytest.raises(TypeError, match="truncate"):
