@@ -1,4 +1,4 @@
-"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies a LLaMA, Qwen3, Mistral, DeepSeek-V3, Gemma 2 or 3.
+"""Hugging Face causal LMs into attn_core: :func:`from_hf` copies the families of :data:`SUPPORTED_MODEL_TYPES`.
 
 :func:`config_from_hf` reads a Hugging Face model configuration into a
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
@@ -11,6 +11,16 @@ renormalised; QK-norm) and DeepSeek-V3's MoE layers (sigmoid scores, groups, sca
 expert, the ``e_score_correction_bias`` as the selection bias), each block by :func:`copy_moe`. Sliding windows are
 converted (Mistral's in every layer, Qwen3's and Gemma's per ``layer_types``).
 
+The families of issue 29 are LLaMA's block with options of the modules that own them, named
+per family in :mod:`attn_core.convert_families` (:data:`~attn_core.convert_families.FAMILY_FIELDS`):
+Qwen2 (``qkv_bias``), Granite (``attention_scale``, ``embedding_multiplier``,
+``residual_multiplier``, ``logit_scale``), Phi-3 (fused ``qkv_proj`` / ``gate_up_proj`` split
+here; ``rotary_dim``), Cohere 2 (``parallel_block``, interleaved RoPE in the sliding layers only:
+``rope_full_layers=False``, ``logit_scale``) and GLM-4-MoE (``qkv_bias``, ``qk_norm``,
+``rotary_dim``, DeepSeek-V3's routing). DeepSeek-V3.2 (``deepseek_v32``) is DeepSeek-V3 with
+each MLA layer inside a :class:`~attn_core.SparseAttention` (``index_n_heads``, ``index_head_dim``,
+``index_topk``; :func:`copy_indexer`).
+
 Gemma 3's text model (``Gemma3ForCausalLM``, ``model_type="gemma3_text"``) converts into
 a :class:`~attn_core.DecoderLM` with Gemma's options: embeddings scaled by
 ``√hidden_size`` (``scale_embeddings=True``), sandwich norms (``norm_position="sandwich"``:
@@ -18,20 +28,21 @@ a :class:`~attn_core.DecoderLM` with Gemma's options: embeddings scaled by
 ``pre_feedforward_layernorm`` / ``post_feedforward_layernorm`` around the MLP), a GeGLU MLP
 with the tanh GELU (``mlp="geglu_tanh"``), QK-norm, and the sliding layers' own RoPE base
 (``sliding_rope_base``). Its RMSNorms multiply by ``1 + weight``: every gain (the four
-per block, the QK-norms and the final norm) is copied as ``1 + weight``. Refused: a
-``query_pre_attn_scalar`` other than ``head_dim`` (attn_core scales by ``1/√head_dim``),
-soft-capping (attention or final logits), bidirectional attention, rope scaling.
+per block, the QK-norms and the final norm) is copied as ``1 + weight``. A
+``query_pre_attn_scalar`` other than ``head_dim`` becomes the score scale
+(``attention_scale = query_pre_attn_scalar**-0.5``). Refused: soft-capping (attention or
+final logits), bidirectional attention, rope scaling.
 
 Gemma 2 (``Gemma2ForCausalLM``, ``model_type="gemma2"``) converts with the same block (scaled
 embeddings, ``1 + weight`` gains, sandwich norms, ``geglu_tanh``) but no QK-norm and one RoPE
 base in every layer, plus its soft-caps: the attention logits' (``attn_logit_softcapping`` into
 ``attention_softcap``) and the final logits' (``final_logit_softcapping`` into
-``final_softcap``: ``cap · tanh(logits / cap)``). Refused as for Gemma 3: a
-``query_pre_attn_scalar`` other than ``head_dim`` (Gemma 2 27B's), bidirectional attention,
+``final_softcap``: ``cap · tanh(logits / cap)``), and Gemma 2 27B's ``query_pre_attn_scalar``
+(144 for heads of 128) as ``attention_scale``. Refused as for Gemma 3: bidirectional attention,
 rope scaling.
 
-The other models of Part V (gpt-oss, Qwen3-Next) are refused
-with what they add (:data:`NOT_CONVERTED`); their attention layers convert one at a time
+The other models of Part V (gpt-oss, Qwen3-Next) and Kimi Linear, DeepSeek-V4 and Gemma 3n are
+refused with what they add (:data:`NOT_CONVERTED`); their attention layers convert one at a time
 with :func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
@@ -58,6 +69,10 @@ DeepSeek ``q_a_proj``, ``q_a_layernorm``    ``q_down``, ``q_norm``
 DeepSeek ``kv_a_proj_with_mqa``             rows split into ``kv_down`` / ``k_rope``
 DeepSeek ``kv_a_layernorm``                 ``kv_norm``
 DeepSeek ``kv_b_proj``                      rows split per head into ``k_up`` / ``v_up``
+DeepSeek-V3.2 ``self_attn.indexer``         ``B.attn.indexer`` (``wq_b``, ``wk``, ``k_norm``, ``weights_proj``)
+Phi-3 ``qkv_proj``                           rows split into ``q_proj`` / ``k_proj`` / ``v_proj``
+Phi-3 ``mlp.gate_up_proj``                   rows split into ``gate_proj`` / ``up_proj``
+Cohere 2 ``L.input_layernorm``               ``B.attn_norm`` (its parallel block's one norm)
 ==========================================  ===========================================
 
 Shape legend:
@@ -112,13 +127,22 @@ NOT_CONVERTED = {
     "(its shapes are DecoderConfig.gpt_oss_20b/120b: num_local_experts={num_local_experts}, "
     "top-{num_experts_per_tok} routing with a router bias); its attention layers (sliding window on alternate "
     "layers, learned sinks) convert one by one with copy_attention",
-    "qwen3_next": "its RoPE turns only part of each head (partial_rotary_factor={partial_rotary_factor}) and "
-    "its shared expert is scaled by a learned sigmoid gate, neither of which DecoderLM computes; its "
-    "other parts exist in attn_core: the Gated DeltaNet layers (layer_types 'linear'; one by one with "
-    "copy_gated_deltanet), the gated full-attention layers (copy_attention: qk_norm=True, "
-    "gate='elementwise') and top-k experts (n_experts)",
+    "qwen3_next": "its shared expert is scaled by a learned sigmoid gate (shared_expert_gate), which "
+    "MixtureOfExperts does not compute; its other parts exist in attn_core: the Gated DeltaNet layers "
+    "(layer_types 'linear'; one by one with copy_gated_deltanet), the gated full-attention layers "
+    "(copy_attention: qk_norm=True, gate='elementwise'), RoPE on part of each head (rotary_dim; "
+    "partial_rotary_factor={partial_rotary_factor}) and top-k experts (n_experts)",
     "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
     "at once (attn_core's is per head)",
+    "kimi_linear": "its Kimi Delta Attention layers (KDA: a delta rule whose forget gate has one decay per "
+    "channel, from a low-rank f_a_proj/f_b_proj) are not attn_core's GatedDeltaNet (one decay per head), and "
+    "its full layers are MLA without RoPE",
+    "deepseek_v4": "its attention compresses past keys (the HCA and CSA compressors, with their own caches), "
+    "its residual stream is split into hyper-connections and some MoE layers route by a token hash; "
+    "DecoderLM has none of these",
+    "gemma3n_text": "its layers add AltUp (several predicted copies of the residual stream), LAuReL's low-rank "
+    "residual, per-layer token embeddings, activation sparsity in the first MLPs and KV sharing between "
+    "its last layers in another pattern; DecoderLM has none of the first four",
 }
 
 
@@ -154,7 +178,7 @@ def _windows(model_type: str, hf) -> dict:
 
 
 def config_from_hf(hf_config) -> DecoderConfig:
-    """The :class:`~attn_core.DecoderConfig` of a Hugging Face LLaMA / Mistral / Qwen3 / DeepSeek-V3 / Gemma config.
+    """The :class:`~attn_core.DecoderConfig` of a Hugging Face config of :data:`SUPPORTED_MODEL_TYPES`.
 
     Args:
         hf_config: ``model.config`` of a Hugging Face causal LM (any object with its attributes).
@@ -486,11 +510,12 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
 def from_hf(model: nn.Module) -> DecoderLM:
     """A :class:`~attn_core.DecoderLM` with the weights of a Hugging Face causal LM.
 
-    Works with ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen3ForCausalLM``,
-    ``DeepseekV3ForCausalLM``, ``Gemma2ForCausalLM`` and ``Gemma3ForCausalLM`` objects (random-initialised or from
-    ``from_pretrained``); the result has the model's dtype and device and is in eval mode.
-    Its logits equal the Hugging Face model's up to rounding (float64: ~1e-10, see
-    ``tests/test_parity_hf.py`` and ``tests/test_convert.py``).
+    Works with the ``...ForCausalLM`` objects of :data:`SUPPORTED_MODEL_TYPES` (LLaMA, Mistral,
+    Qwen2, Qwen3, DeepSeek-V3 and V3.2, Gemma 2 and 3, Mixtral, Qwen3-MoE, Granite, Phi-3,
+    Cohere 2, GLM-4-MoE; random-initialised or from ``from_pretrained``); the result has the
+    model's dtype and device and is in eval mode. Its logits equal the Hugging Face model's up
+    to rounding (float64: ~1e-14 measured, held below 1e-10; see ``tests/test_parity_hf.py``,
+    ``tests/test_convert.py`` and ``tests/test_convert_families.py``).
 
     Args:
         model: The Hugging Face model (``transformers`` itself is not imported here).
