@@ -280,7 +280,8 @@ def test_rotation_matches_hugging_face_llama_rotary(kind, i):
     rope = ours(config)
     with hf_in_float64():
         hf_rope = modeling_llama.LlamaRotaryEmbedding(config)
-    calls = [(0, 5), (0, min(original, max_pos)), (max(original, max_pos) + 3, 4), (2 * max_pos, 1), (0, 3)]
+    # Short, then across the trained length, then far past it, then short again.
+    calls = [(0, 5), (original - 3, 6), (max(original, max_pos) + 3, 4), (2 * max_pos, 1), (0, 3)]
     g = torch.Generator().manual_seed(i)
     worst = 0.0
     for offset, T in calls:
