@@ -122,7 +122,7 @@ class TransformerBlock(nn.Module):
         # parallel=True the one whose attention and MLP read the same norm.
         if cls is TransformerBlock and kwargs.get("norm_position") == "sandwich":
             cls = SandwichBlock
-        elif cls is TransformerBlock and kwargs.get("parallel"):
+        elif cls is TransformerBlock and kwargs.get("parallel") is True:
             cls = ParallelBlock
         return super().__new__(cls)
 
