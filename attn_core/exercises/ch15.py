@@ -13,7 +13,13 @@ from ..masks import causal_mask
 from ..window import kv_cache_bytes, layer_pattern
 from ._common import compare, report
 
-__all__ = ["check_window_mask", "check_ring_read", "check_sink_attention", "check_mixed_cache_bytes"]
+__all__ = [
+    "check_window_mask",
+    "check_ring_read",
+    "check_sink_attention",
+    "check_mixed_cache_bytes",
+    "check_streaming_positions",
+]
 
 
 def check_window_mask(fn: Callable[[int, int, int], torch.Tensor]) -> bool:
@@ -123,3 +129,41 @@ def check_mixed_cache_bytes(fn: Callable[..., int]) -> bool:
             args = f"n_layers={n_layers}, full_every={full_every}, window={window}, context={context}"
             return report(name, False, f"{args}: got {got!r}, expected {want}{hint}")
     return report(name, True, "Gemma 3 27B's shape included")
+
+
+def _streaming_reference(t: int, sink_tokens: int, window: int) -> tuple[list[int], int]:
+    """What a :class:`~attn_core.streaming.StreamingKVCache` shows the query at text position ``t``."""
+    from ..positional import RotaryEmbedding
+    from ..streaming import StreamingKVCache
+
+    cache = StreamingKVCache(1, 1, 2, window, rope=RotaryEmbedding(2), sink_tokens=sink_tokens, dtype=torch.float64)
+    for _ in range(t):
+        cache.update(torch.zeros(1, 1, 1, 2, dtype=torch.float64), torch.zeros(1, 1, 1, 2, dtype=torch.float64))
+    held = [p for p in cache.slot_positions.tolist() if p >= 0] + [t]
+    return held, cache.size
+
+
+def check_streaming_positions(fn: Callable[[int, int, int], tuple[list[int], int]]) -> bool:
+    """Exercise 15.5: ``fn(t, sink_tokens, window)`` -> ``(held, query_position)`` under StreamingLLM.
+
+    ``held``: the text positions of the keys the query at text position ``t`` sees (the
+    first ``sink_tokens`` tokens and the last ``window``, itself included), in order.
+    ``query_position``: the position RoPE gives that query, its place in the cache. The
+    reference is :class:`~attn_core.streaming.StreamingKVCache` fed ``t + 1`` tokens.
+    """
+    name = "15.5 streaming positions"
+    for t, sink_tokens, window in ((3, 4, 8), (11, 4, 8), (12, 4, 8), (40, 4, 8), (20, 0, 5), (9, 1, 1), (30, 2, 6)):
+        want_held, want_pos = _streaming_reference(t, sink_tokens, window)
+        try:
+            got = fn(t, sink_tokens, window)
+            held, pos = list(got[0]), int(got[1])
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        case = f"t={t}, sink_tokens={sink_tokens}, window={window}"
+        if held != want_held:
+            hint = " (the window counts the query itself)" if len(held) == len(want_held) + 1 else ""
+            return report(name, False, f"{case}: held {held}, expected {want_held}{hint}")
+        if pos != want_pos:
+            hint = " (that is its place in the text, not in the cache)" if pos == t else ""
+            return report(name, False, f"{case}: query position {pos}, expected {want_pos}{hint}")
+    return report(name, True, "before and after the first eviction, with and without sinks")
