@@ -84,10 +84,11 @@ def check_softcap_kernel(kernel) -> bool:
     if triton is None:
         return report(name, False, "Triton is not installed: pip install triton")
     n, block, sentinel = 1000, 128, 12345.0
+    device = "cpu" if flash.INTERPRETED else "cuda"  # compiled kernels read GPU memory
     for cap, spread in ((50.0, 1.0), (5.0, 8.0), (2.0, 100.0)):
         g = torch.Generator().manual_seed(int(cap * 10))
-        scores = torch.randn(n, generator=g) * spread  # (n,)
-        out = torch.full((n + block,), sentinel)  # (n + BLOCK,): room for a write past the end
+        scores = (torch.randn(n, generator=g) * spread).to(device)  # (n,)
+        out = torch.full((n + block,), sentinel, device=device)  # (n + BLOCK,): room for a write past the end
         try:
             with warnings.catch_warnings():  # the interpreter's NumPy warns when exp overflows to inf
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -100,6 +101,7 @@ def check_softcap_kernel(kernel) -> bool:
             return report(name, False, f"cap={cap:g}: the kernel wrote past n={n}: mask the last block")
         if out[:n].isnan().any():
             return report(name, False, f"cap={cap:g}: NaN (exp overflows to inf for large scores: inf / inf)")
+        out, scores = out.cpu(), scores.cpu()
         problem = _mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
         if problem:
             return report(name, False, f"cap={cap:g}: {problem}")
