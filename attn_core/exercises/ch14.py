@@ -11,7 +11,13 @@ from ..blocks import DecoderConfig, DecoderLM
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
 from ._common import report
 
-__all__ = ["check_kv_bytes_per_token", "check_attention_parameters", "check_equivalent_groups"]
+__all__ = [
+    "check_kv_bytes_per_token",
+    "check_attention_parameters",
+    "check_equivalent_groups",
+    "check_stack_cache_bytes",
+    "stack_cache_configs",
+]
 
 
 def _measured_bytes_per_token(config: DecoderConfig) -> int:
@@ -90,3 +96,60 @@ def check_equivalent_groups(fn: Callable[[int, int, int], float]) -> bool:
                 f"d_latent={d_c}, rope_dim={d_r}, head_dim={d_h}: got {got!r}, measured {want}",
             )
     return report("14.3 equivalent groups", True, "DeepSeek-V2's 2.25 and two small layers match")
+
+
+def _measured_stack_bytes(config: DecoderConfig, context: int) -> int:
+    """Bytes of ``DecoderLM(config)``'s caches (all layers) for one sequence of ``context`` tokens."""
+    with torch.device("meta"):  # shapes without memory: any size is free to build
+        model = DecoderLM(config)
+    return sum(c.nbytes() for c in model.make_caches(1, context))
+
+
+def stack_cache_configs() -> list[DecoderConfig]:
+    """The layer stacks exercise 14.4 is checked on: full, sliding and linear layers mixed."""
+    base = dict(vocab_size=32, d_model=48, n_heads=6, max_len=4096)
+    llama = DecoderConfig.llama_like
+    return [
+        llama(**base, n_layers=2, n_kv_heads=2),
+        llama(**base, n_layers=4, n_kv_heads=3, layer_types=("linear", "linear", "linear", "full")),
+        llama(**base, n_layers=3, n_kv_heads=1, layer_types=("sliding", "sliding", "full"), sliding_window=5),
+        llama(
+            **base,
+            n_layers=2,
+            n_kv_heads=2,
+            layer_types=("linear", "full"),
+            linear_n_heads=2,
+            linear_head_dim=12,
+            linear_n_value_heads=4,
+            linear_value_head_dim=6,
+            linear_conv_size=3,
+        ),
+    ]
+
+
+def check_stack_cache_bytes(fn: Callable[[DecoderConfig, int], int]) -> bool:
+    """Exercise 14.4: ``fn(config, context)`` returns the float32 bytes of all layers' caches of
+    ``DecoderLM(config)`` for one sequence of ``context`` tokens, for stacks that mix
+    ``"full"`` attention layers (keys and values of every token), ``"sliding"`` layers (a
+    rolling cache of the last ``sliding_window`` tokens at most) and ``"linear"`` Gated
+    DeltaNet layers (a state of fixed size: the short convolution's last ``K - 1`` inputs
+    and one ``D_k x D_v`` matrix per value head).
+
+    The reference builds the model and reads the size of the caches it allocates, at a
+    short context (shorter than the window) and at a long one.
+    """
+    name = "14.4 cache of a mixed stack"
+    for cfg in stack_cache_configs():
+        for context in (3, 1024):
+            want = _measured_stack_bytes(cfg, context)
+            try:
+                got = fn(cfg, context)
+            except Exception as e:  # a learner's bug should print, not stop the notebook
+                return report(name, False, f"{type(e).__name__}: {e}")
+            if got != want:
+                return report(
+                    name,
+                    False,
+                    f"layer_types={cfg.resolved_layer_types}, context={context}: got {got!r}, measured {want}",
+                )
+    return report(name, True, "4 stacks of full, sliding and linear layers, at 3 and 1,024 tokens, match")
