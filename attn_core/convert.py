@@ -428,8 +428,8 @@ def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     scaling = getattr(hf_attn, "scaling", ours)
     if abs(scaling - ours) > 1e-12 * scaling:
         raise ValueError(
-            f"{name} scales its scores by {scaling:.6g} (query_pre_attn_scalar), the layer by {ours:.6g}: "
-            f"build it with scale={scaling:.17g}"
+            f"{name} scales its scores by {scaling:.6g}, the layer by {ours:.6g}: build it with scale={scaling!r} "
+            "(Gemma's query_pre_attn_scalar**-0.5, Granite's attention_multiplier)"
         )
     gated = hf_attn.q_proj.weight.shape[0] == 2 * attn.n_heads * attn.head_dim
     if gated != (attn.gate_proj is not None) or (gated and attn.gate_proj.out_features != attn.n_heads * attn.head_dim):
@@ -451,7 +451,11 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     RoPE is the layer's own (``rope=``); give it the model's base (Gemma 3's local layers
     have their own).
 
-    Into a :class:`~attn_core.MultiHeadLatentAttention`: ``DeepseekV3Attention``, whose
+    ``Phi3Attention``'s fused ``qkv_proj`` is split into its query, key and value rows; a
+    layer built with ``scale=`` (Gemma 2 27B, Granite) must scale as the Hugging Face one does.
+
+    Into a :class:`~attn_core.MultiHeadLatentAttention`: ``DeepseekV3Attention`` and
+    ``DeepseekV32Attention`` (its indexer: :func:`copy_indexer`), whose
     fused projections are split per head (content and RoPE query rows; latent and
     RoPE-key rows; key and value rows of ``kv_b_proj``).
 
@@ -603,8 +607,7 @@ def _unfused_view(hf_attn: nn.Module) -> object:
     """
     D, H_kv = hf_attn.head_dim, hf_attn.num_key_value_heads
     fused = hf_attn.qkv_proj
-    w = fused.weight
-    b = fused.bias if fused.bias is not None else None
+    w, b = fused.weight, fused.bias
     q_rows = w.shape[0] - 2 * H_kv * D
     parts = {}
     for name, (lo, hi) in (("q_proj", (0, q_rows)), ("k_proj", (q_rows, q_rows + H_kv * D)),

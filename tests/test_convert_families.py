@@ -377,3 +377,23 @@ def test_glm4_moe_gives_the_same_logits(exact_glm):
 
 def test_glm4_moe_greedy_generation_with_caches(exact_glm):
     assert_greedy_generation_matches(glm4_moe(seed=4))
+
+
+# --------------------------------------------------------------------------- one layer at a time
+def test_copy_attention_splits_phi3_and_checks_the_scale(exact_families):
+    """copy_attention takes a Phi3Attention (fused rows split) and refuses a layer with another score scale."""
+    from attn_core import MultiHeadAttention, RotaryEmbedding
+    from attn_core.convert import copy_attention, copy_indexer
+
+    hf = phi3()
+    hf_attn = hf.model.layers[0].self_attn
+    ours = MultiHeadAttention(32, 4, n_kv_heads=2, causal=True, rope=RotaryEmbedding(8)).to(torch.float64)
+    copy_attention(ours, hf_attn)
+    torch.testing.assert_close(ours.v_proj.weight, hf_attn.qkv_proj.weight[48:], rtol=0, atol=0)
+    granite_attn = granite().model.layers[0].self_attn  # scales by attention_multiplier = 0.3
+    with pytest.raises(ValueError, match=r"scales its scores by 0.3, the layer by 0.353553: build it with scale=0.3 "):
+        copy_attention(ours, granite_attn)
+    scaled = MultiHeadAttention(32, 4, n_kv_heads=2, causal=True, scale=0.3).to(torch.float64)
+    copy_attention(scaled, granite_attn)
+    with pytest.raises(TypeError, match="ours"):
+        copy_indexer(ours, hf_attn)
