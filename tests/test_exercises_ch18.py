@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attn_core.exercises.ch18 import check_index_scores, check_indexer_kl, check_topk_mask
+from attn_core.exercises.ch18 import check_index_scores, check_indexer_kl, check_topk_mask, check_window_plus_topk
 
 
 def _scores(q, k, w):
@@ -64,3 +64,35 @@ def test_indexer_kl(capsys):
     assert not check_indexer_kl(reverse)  # KL(q ‖ p), the other direction
     assert not check_indexer_kl(lambda s, w: _kl(s, w[:1]))  # one head, not their sum
     assert not check_indexer_kl(lambda *a: 1 / 0)
+
+
+def _window_topk(scores, k, window):
+    T = scores.shape[-1]
+    t, s = torch.arange(T)[:, None], torch.arange(T)[None]
+    in_window = (s <= t) & (t - s < window)
+    far = scores.masked_fill(in_window, float("-inf"))
+    return in_window | _topk(far, k)
+
+
+def test_window_plus_topk(capsys):
+    assert check_window_plus_topk(_window_topk)
+    assert "correct" in capsys.readouterr().out
+    # top-k over every visible token, then the window: picks wasted inside the window
+    assert not check_window_plus_topk(lambda s, k, w: _topk(s, k) | _window_topk(s, 0, w))
+    # window off by one (t - s <= window)
+    assert not check_window_plus_topk(lambda s, k, w: _window_topk(s, k, w + 1))
+    # the raw topk bug: -inf (future) picks kept in short rows
+    raw = lambda s, k, w: (
+        _window_topk(s, 0, w)
+        | torch.zeros_like(s, dtype=torch.bool).scatter(  # noqa: E731
+            -1, s.masked_fill(_window_topk(s, 0, w), float("-inf")).topk(k, -1).indices, True
+        )
+    )
+    assert not check_window_plus_topk(raw)
+    assert "future token" in capsys.readouterr().out
+    # the window alone, or the selection alone
+    assert not check_window_plus_topk(lambda s, k, w: _window_topk(s, 0, w))
+    assert not check_window_plus_topk(lambda s, k, w: _topk(s.masked_fill(_window_topk(s, 0, w), float("-inf")), k))
+    assert not check_window_plus_topk(lambda s, k, w: _window_topk(s, k, w).int())  # not boolean
+    assert not check_window_plus_topk(lambda *a: 1 / 0)
+    assert "ZeroDivisionError" in capsys.readouterr().out

@@ -2,7 +2,9 @@
 
 * 18.1 the lightning indexer's scores from its queries, keys and head weights;
 * 18.2 the top-k selection mask, with fewer than k visible tokens;
-* 18.3 the indexer's distillation loss for one sequence.
+* 18.3 the indexer's distillation loss for one sequence;
+* 18.2 (window variant) a sliding window plus a top-k selection *outside* the window, the
+  pattern of NSA's window and selection branches and DeepSeek-V4's window plus selection.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from typing import Callable
 
 import torch
 
+from ..masks import causal_mask
 from ..sparse_attention import indexer_loss, topk_selection
 from ._common import report
 
-__all__ = ["check_index_scores", "check_topk_mask", "check_indexer_kl"]
+__all__ = ["check_index_scores", "check_topk_mask", "check_indexer_kl", "check_window_plus_topk"]
 
 F64 = torch.float64
 
@@ -125,3 +128,40 @@ def check_indexer_kl(fn: Callable) -> bool:
         if not _close(name, got, want, f"H={H}, T={T}"):
             return False
     return report(name, True, "equals attn_core.indexer_loss (dense warm-up form) for 2 sizes")
+
+
+def check_window_plus_topk(fn: Callable) -> bool:
+    """Exercise 18.2: ``fn(scores, k, window) -> mask``: a sliding window plus k far tokens.
+
+    Each query keeps every visible token of its window (itself and the ``window - 1`` before
+    it, chapter 15's rule ``t - s < window``) and, *among the visible tokens outside the
+    window only*, the ``k`` highest scores (all of them when fewer than ``k`` exist). A top-k
+    taken over every token wastes picks on tokens the window already holds.
+
+    Shapes:
+        scores: ``(T, T)``, ``-inf`` on future tokens; mask: ``(T, T)``, boolean
+    """
+    name = "18.2 window + top-k outside it"
+    g = torch.Generator().manual_seed(1820)
+    for T, k, window in ((9, 2, 3), (12, 3, 4), (7, 5, 2)):
+        scores = torch.randn(T, T, generator=g, dtype=F64).masked_fill(~_causal(T), float("-inf"))
+        in_window = causal_mask(T, window=window)  # (T, T)
+        far = scores.masked_fill(in_window, float("-inf"))  # visible and outside the window
+        want = in_window | topk_selection(far, k)
+        got = _call(name, fn, scores, k, window)
+        if got is None:
+            return False
+        if not isinstance(got, torch.Tensor) or got.dtype != torch.bool or got.shape != want.shape:
+            return report(name, False, f"return a boolean tensor of shape {tuple(want.shape)}, got {got!r:.60}")
+        if (got & ~_causal(T)).any():
+            return report(name, False, f"T={T}: a future token is selected (drop the -inf picks)")
+        if not torch.equal(got, want):
+            row = int((got != want).any(-1).nonzero()[0])
+            n_got, n_want = int(got[row].sum()), int(want[row].sum())
+            return report(
+                name,
+                False,
+                f"T={T}, k={k}, window={window}: row {row} keeps {n_got} tokens "
+                f"{got[row].nonzero().flatten().tolist()}, expected {n_want}",
+            )
+    return report(name, True, "window plus the k best far tokens, for 3 sizes (short rows included)")
