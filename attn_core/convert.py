@@ -83,15 +83,13 @@ Shape legend:
 
 from __future__ import annotations
 
-import types
-
 import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
 from .checks import check_instance
 from .config import DecoderConfig
-from .convert_families import FAMILY_FIELDS
+from .convert_families import FAMILY_FIELDS, unfused_attention, unfused_mlp
 from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
 from .model import DecoderLM
@@ -468,7 +466,7 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     """
     _check_attention_kinds(attn, hf_attn)
     if isinstance(getattr(hf_attn, "qkv_proj", None), nn.Module):  # Phi-3: one fused projection
-        hf_attn = _unfused_view(hf_attn)
+        hf_attn = unfused_attention(hf_attn)
     if not hasattr(attn, "d_latent"):  # multi-head attention and its GQA/MQA forms
         _check_same_widths(attn, hf_attn)
         _check_same_attention(attn, hf_attn)
@@ -588,36 +586,10 @@ def copy_indexer(ours: LightningIndexer, hf: nn.Module) -> LightningIndexer:
 
 
 def _copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:
-    """A gated MLP: ``gate_proj``, ``up_proj``, ``down_proj``, or Phi-3's fused ``gate_up_proj`` (gate rows first)."""
-    fused = getattr(hf_mlp, "gate_up_proj", None)
-    if isinstance(fused, nn.Module):
-        gate, up = fused.weight.chunk(2, dim=0)  # (2f, d) -> the gate's f rows, then up's (Phi3MLP's chunk order)
-        _copy(ours.gate_proj, gate)
-        _copy(ours.up_proj, up)
-        _copy(ours.down_proj, hf_mlp.down_proj)
-        return
+    """A gated MLP: ``gate_proj``, ``up_proj``, ``down_proj`` (Phi-3's fused ``gate_up_proj`` seen split)."""
+    hf_mlp = unfused_mlp(hf_mlp)
     for name in ("gate_proj", "up_proj", "down_proj"):
         _copy(getattr(ours, name), getattr(hf_mlp, name))
-
-
-def _unfused_view(hf_attn: nn.Module) -> object:
-    """Phi-3's attention seen with separate projections: ``qkv_proj``'s rows are H·D query, H_kv·D key, H_kv·D value.
-
-    The views share the fused weight's storage (slices, no copy); the scale and head width come along.
-    """
-    D, H_kv = hf_attn.head_dim, hf_attn.num_key_value_heads
-    fused = hf_attn.qkv_proj
-    w, b = fused.weight, fused.bias
-    q_rows = w.shape[0] - 2 * H_kv * D
-    parts = {}
-    for name, (lo, hi) in (("q_proj", (0, q_rows)), ("k_proj", (q_rows, q_rows + H_kv * D)),
-                           ("v_proj", (q_rows + H_kv * D, w.shape[0]))):  # fmt: skip
-        parts[name] = types.SimpleNamespace(
-            weight=w[lo:hi], bias=None if b is None else b[lo:hi], in_features=w.shape[1], out_features=hi - lo
-        )
-    return types.SimpleNamespace(
-        **parts, o_proj=hf_attn.o_proj, head_dim=D, scaling=hf_attn.scaling, config=getattr(hf_attn, "config", None)
-    )
 
 
 @torch.no_grad()
