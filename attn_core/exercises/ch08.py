@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -89,3 +90,45 @@ def check_alibi_slopes(fn: Callable[[int], object]) -> bool:
         if not _close(got, expected, 1e-7):
             return compare(f"8.3 ALiBi slopes (n_heads={n})", got, expected, atol=1e-7)
     return report("8.3 ALiBi slopes", True, "n_heads = 8, 4, 16, 6, 12, 1 all match")
+
+
+# ---- issue 25: an exercise that needs a derivation ----
+
+__all__ += ["check_alibi_reach"]
+
+
+def _alibi_reach(slope: float, share: float) -> int:
+    # Flat content: key at distance d gets weight ∝ exp(-slope·d), d = 0, 1, 2, ...
+    # The nearest k keys hold 1 - exp(-slope·k) of it; the smallest k reaching `share`.
+    return math.ceil(math.log(1.0 / (1.0 - share)) / slope)
+
+
+def check_alibi_reach(fn: Callable[[float, float], int]) -> bool:
+    """Exercise 8.1: ``fn(slope, share)`` is how many recent keys hold ``share`` of the weight.
+
+    An ALiBi head with slope ``m`` and flat content scores, its query at the end of an
+    unbounded past, gives the key at distance ``d`` a weight proportional to
+    ``exp(-m·d)``. ``fn`` returns the smallest ``k`` such that the keys at distances
+    ``0 .. k-1`` hold at least ``share`` of the total: ``ceil(ln(1/(1-share)) / m)``.
+    The cases stay away from the integer boundaries, so rounding cannot decide them.
+    """
+    name = "8.1 ALiBi reach"
+    cases = ((1 / 2, 0.5), (1 / 4, 0.9), (1 / 16, 0.5), (1 / 16, 0.99), (1 / 256, 0.9), (2**-0.5, 0.75))
+    for slope, share in cases:
+        try:
+            got = fn(slope, share)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        want = _alibi_reach(slope, share)
+        if isinstance(got, bool) or not isinstance(got, int):
+            return report(name, False, f"fn({slope:g}, {share}) must be an int (a number of keys), got {got!r}")
+        if got != want:
+            hint = ""
+            if got == want - 1:
+                hint = " (rounded down: those keys hold less than the share)"
+            elif got == math.ceil(math.log(2) / slope):
+                hint = " (that is the half-weight distance, whatever the share)"
+            return report(name, False, f"fn({slope:g}, {share}) = {got}, expected {want}{hint}")
+    return report(
+        name, True, f"{len(cases)} cases, e.g. slope 1/256 keeps 90% within {_alibi_reach(1 / 256, 0.9)} keys"
+    )
