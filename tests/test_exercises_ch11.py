@@ -4,6 +4,7 @@ a reference output, inputs at which the leaky version hides)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attn_core import attention, centring_matrix
@@ -85,3 +86,80 @@ def test_a_stub_prints_not_yet(capsys):
 
     assert not check_causality_test(stub)
     assert "not yet: NotImplementedError" in capsys.readouterr().out
+
+
+# exercise 11.1 of the revised chapter: one decoding step of shaped attention ----------
+def _decode_right(q, k, v, alpha, beta, gamma):
+    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H, 1, 1)
+    soft = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # no mask: sees all
+    return a * v[..., -1:, :] + b * soft - c * v.mean(-2, keepdim=True)
+
+
+def _decode_top_left(q, k, v, alpha, beta, gamma):
+    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
+    soft = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return a * v[..., -1:, :] + b * soft - c * v.mean(-2, keepdim=True)
+
+
+def test_shaped_decode_step_passes_right_answers(capsys):
+    from attn_core.exercises.ch11 import check_shaped_decode_step
+
+    assert check_shaped_decode_step(_decode_right)
+    # the chapter's full shaped attention, last row: also right
+    assert check_shaped_decode_step(lambda q, k, v, a, b, c: _full_last_row(q, k, v, a, b, c))
+    assert "correct" in capsys.readouterr().out
+
+
+def _full_last_row(q, k, v, alpha, beta, gamma):
+    # the newest query placed last among dummy queries: causal shaped attention over all T
+    T = k.shape[-2]
+    q_all = torch.cat([torch.zeros_like(k[..., :-1, :]), q], dim=-2)  # (B, H, T, D)
+    soft = attention(q_all, k, v, is_causal=True)
+    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
+    out = a * v + b * soft - c * (centring_matrix(T, dtype=v.dtype) @ v)
+    return out[..., -1:, :]
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (_decode_top_left, "top-left"),
+        (
+            lambda q, k, v, a, b, c: (
+                _decode_right(q, k, v, a, b, c) + (a.view(-1, 1, 1) * (v[..., :1, :] - v[..., -1:, :]))
+            ),
+            "the last one",
+        ),
+        (
+            lambda q, k, v, a, b, c: (
+                _decode_right(q, k, v, a, b, c) + c.view(-1, 1, 1) * (v.mean(-2, keepdim=True) - v[..., :1, :])
+            ),
+            "not the first value alone",
+        ),
+        (
+            lambda q, k, v, a, b, c: (
+                _decode_right(q, k, v, a, b, c)
+                + c.view(-1, 1, 1) * (v.mean(-2, keepdim=True) - v[..., :-1, :].mean(-2, keepdim=True))
+            ),
+            "includes the newest position",
+        ),
+        (lambda q, k, v, a, b, c: _decode_right(q, k, v, a, b, c) * 1.01, "11.1"),
+        (lambda q, k, v, a, b, c: v, "11.1"),
+    ],
+)
+def test_shaped_decode_step_fails_slips(wrong, hint, capsys):
+    from attn_core.exercises.ch11 import check_shaped_decode_step
+
+    assert not check_shaped_decode_step(wrong)
+    out = capsys.readouterr().out
+    assert "not yet" in out and hint in out
+
+
+def test_shaped_decode_step_reports_a_stub(capsys):
+    from attn_core.exercises.ch11 import check_shaped_decode_step
+
+    def stub(q, k, v, alpha, beta, gamma):
+        raise NotImplementedError
+
+    assert not check_shaped_decode_step(stub)
+    assert "NotImplementedError" in capsys.readouterr().out

@@ -11,7 +11,12 @@ from ..mistakes import leaky_shaped_attention
 from ..simplified import centring_matrix
 from ._common import compare, report
 
-__all__ = ["check_centring_matrix", "check_shaped_attention", "check_causality_test"]
+__all__ = [
+    "check_centring_matrix",
+    "check_shaped_attention",
+    "check_causality_test",
+    "check_shaped_decode_step",
+]
 
 
 def check_centring_matrix(fn: Callable[[int], torch.Tensor]) -> bool:
@@ -148,3 +153,50 @@ def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -
                 f"that candidate {what}",
             )
     return report("11.3 causality test", True, f"right on all {len(candidates)} candidates (4 leak, 3 do not)")
+
+
+def check_shaped_decode_step(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 11.1 (revised chapter): ``fn(q, k, v, alpha, beta, gamma)`` is one decoding step
+    of shaped attention: the output of the newest position, whose query is ``q``, over a cache
+    ``k, v`` that already holds the newest position last.
+
+    The newest row of ``A = αI + β softmax(QKᵀ/√D + M) − γC`` sees every cached position:
+    ``α·v_last + β·softmax(q kᵀ/√D) v − γ·mean(v)``. The slips it names: a causal flag on a
+    single query (PyTorch's ``is_causal`` aligns the mask top-left, so the one query sees only
+    the first key), the identity taken at the first position, and ``C``'s row of the first
+    position (its value alone) instead of the running mean.
+
+    Shapes:
+        q: ``(B, H, 1, D)``; k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``;
+        fn's output: ``(B, H, 1, D)``
+    """
+    name = "11.1 shaped decoding step"
+    g = torch.Generator().manual_seed(111)
+    B, H, T, D = 2, 3, 6, 4
+    q_all, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    alpha, beta, gamma = (1 + 0.3 * torch.randn(H, generator=g, dtype=torch.float64) for _ in range(3))
+    q = q_all[:, :, -1:, :]  # (B, H, 1, D): the newest query
+    # the full sequence's last row is the reference (the chapter's shaped attention, all T)
+    want = _reference_shaped(q_all, k, v, alpha, beta, gamma)[:, :, -1:, :]  # (B, H, 1, D)
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), alpha.clone(), beta.clone(), gamma.clone())
+    except Exception as e:  # a learner's bug should print, not stop the notebook
+        return report(name, False, f"{type(e).__name__}: {e}")
+    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
+    soft = torch.softmax(q @ k.transpose(-2, -1) / D**0.5, dim=-1) @ v  # (B, H, 1, D)
+    slips = [
+        (a * v[..., -1:, :] + b * v[..., :1, :] - c * v.mean(-2, keepdim=True),
+         "the softmax saw only the first key: is_causal=True with one query masks top-left; "
+         "the newest query may see every cached key, so pass no mask"),
+        (a * v[..., :1, :] + b * soft - c * v.mean(-2, keepdim=True),
+         "the identity term is the newest position's own value (the last one), not the first"),
+        (a * v[..., -1:, :] + b * soft - c * v[..., :1, :],
+         "C's newest row averages all T cached values, not the first value alone"),
+        (a * v[..., -1:, :] + b * soft - c * v[..., :-1, :].mean(-2, keepdim=True),
+         "C's newest row includes the newest position itself (1/(i+1) on 0..i)"),
+    ]  # fmt: skip
+    if isinstance(got, torch.Tensor) and got.shape == want.shape:
+        for wrong, hint in slips:
+            if torch.allclose(got.double(), wrong, atol=1e-8):
+                return report(name, False, hint)
+    return compare(name, got, want, atol=1e-8)
