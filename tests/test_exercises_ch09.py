@@ -1,0 +1,66 @@
+"""attn_core.exercises.ch09 (the exercises of issue 25): each check passes a right answer and
+fails the plausible wrong ones, printing why and never raising."""
+
+from __future__ import annotations
+
+import torch
+
+from attn_core.exercises.ch09 import check_placement_probe
+
+
+def _probe_parts(step, d):
+    x = torch.randn(4, 8, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    out = step(x)
+    rms = lambda t: t.pow(2).mean(-1).sqrt()  # noqa: E731 - per token
+    out_is_normed = torch.allclose(rms(out), torch.ones_like(rms(out)), atol=1e-4)
+    inc = out - x
+    inc_is_normed = torch.allclose(rms(inc), torch.ones_like(rms(inc)), atol=1e-4)
+    # x + g(norm(x)): the increment does not change when x is scaled
+    scale_free = torch.allclose(step(2 * x) - 2 * x, inc, atol=1e-5)
+    return out_is_normed, inc_is_normed, scale_free
+
+
+def right(step, d):
+    out_is_normed, inc_is_normed, scale_free = _probe_parts(step, d)
+    if out_is_normed:
+        return "post"
+    if inc_is_normed:
+        return "sandwich" if scale_free else "olmo2"
+    return "pre"
+
+
+def no_scale_test(step, d):  # cannot tell sandwich from OLMo 2
+    out_is_normed, inc_is_normed, _ = _probe_parts(step, d)
+    return "post" if out_is_normed else "olmo2" if inc_is_normed else "pre"
+
+
+def no_increment_test(step, d):  # cannot tell sandwich from pre, nor OLMo 2 from pre
+    out_is_normed, _, scale_free = _probe_parts(step, d)
+    return "post" if out_is_normed else "pre"
+
+
+def scale_only(step, d):  # "the output is normalised" read from the mean, not the RMS
+    x = torch.randn(4, 8, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    out = step(x)
+    if out.mean(-1).abs().max() < 1e-6:
+        return "post"
+    _, inc_is_normed, scale_free = _probe_parts(step, d)
+    if inc_is_normed:
+        return "sandwich" if scale_free else "olmo2"
+    return "pre"
+
+
+def test_placement_probe(capsys):
+    assert check_placement_probe(right)
+    assert "correct" in capsys.readouterr().out
+    expected = {
+        no_scale_test: "sandwich (d=16) called 'olmo2'",
+        no_increment_test: "olmo2 (d=16) called 'pre'",
+        scale_only: "post (d=16) called 'pre'",
+        (lambda step, d: "pre"): "post (d=16) called 'pre'",
+    }
+    for wrong, words in expected.items():
+        assert not check_placement_probe(wrong)
+        assert words in capsys.readouterr().out
+    assert not check_placement_probe(lambda step, d: step(torch.zeros(3)))
+    assert "RuntimeError" in capsys.readouterr().out or "Error" in capsys.readouterr().out
