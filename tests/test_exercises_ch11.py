@@ -163,3 +163,79 @@ def test_shaped_decode_step_reports_a_stub(capsys):
 
     assert not check_shaped_decode_step(stub)
     assert "NotImplementedError" in capsys.readouterr().out
+
+
+# exercise 11.2 of the revised chapter: shaped attention over a left-padded batch -------
+def _padded(mask_softmax=True, mask_c=True):
+    from attn_core.exercises.ch11 import _padded_variant
+
+    def fn(q, k, v, alpha, beta, gamma, valid):
+        return _padded_variant(q, k, v, alpha, beta, gamma, valid, mask_softmax=mask_softmax, mask_c=mask_c)
+
+    return fn
+
+
+def _padded_by_loop(q, k, v, alpha, beta, gamma, valid):
+    """An independent right answer: each sequence alone, written into a zero tensor."""
+    out = torch.zeros_like(v)
+    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
+    for i in range(q.shape[0]):
+        p = int((~valid[i]).sum())
+        qi, ki, vi = (x[i, :, p:] for x in (q, k, v))  # (H, T - p, D)
+        soft = torch.nn.functional.scaled_dot_product_attention(qi, ki, vi, is_causal=True)
+        mean = vi.cumsum(-2) / torch.arange(1, vi.shape[-2] + 1, dtype=vi.dtype)[:, None]
+        out[i, :, p:] = a * vi + b * soft - c * mean
+    return out
+
+
+def test_padded_shaped_passes_right_answers(capsys):
+    from attn_core.exercises.ch11 import check_padded_shaped
+
+    assert check_padded_shaped(_padded())
+    assert check_padded_shaped(_padded_by_loop)
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (_padded(mask_c=False), "still in C"),
+        (_padded(mask_softmax=False), "softmax still sees"),
+        (_padded(mask_softmax=False, mask_c=False), "ignored"),
+        (lambda q, k, v, a, b, c, valid: _padded_by_loop(q, k, v, a, b, c, valid) * 1.01, "sequence"),
+        (lambda q, k, v, a, b, c, valid: v[..., :3, :], "want"),
+    ],
+)
+def test_padded_shaped_fails_slips(wrong, hint, capsys):
+    from attn_core.exercises.ch11 import check_padded_shaped
+
+    assert not check_padded_shaped(wrong)
+    out = capsys.readouterr().out
+    assert "not yet" in out and hint in out
+
+
+def test_padded_shaped_library_module_is_the_c_slip(capsys):
+    """ShapedAttention applies a padding mask to the softmax only (documented): the check
+    must name that slip for it, so the chapter's remark about the library stays true."""
+    from attn_core.exercises.ch11 import check_padded_shaped
+
+    def via_core(q, k, v, alpha, beta, gamma, valid):
+        T = q.shape[-2]
+        mask = valid[:, None, None, :] & torch.ones(T, T, dtype=torch.bool).tril()
+        mask = mask | torch.eye(T, dtype=torch.bool)  # no empty rows
+        soft = attention(q, k, v, mask=mask)  # the padding out of the softmax only
+        a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
+        return a * v + b * soft - c * (centring_matrix(T, dtype=v.dtype) @ v)
+
+    assert not check_padded_shaped(via_core)
+    assert "still in C" in capsys.readouterr().out
+
+
+def test_padded_shaped_reports_a_stub(capsys):
+    from attn_core.exercises.ch11 import check_padded_shaped
+
+    def stub(q, k, v, alpha, beta, gamma, valid):
+        raise NotImplementedError
+
+    assert not check_padded_shaped(stub)
+    assert "NotImplementedError" in capsys.readouterr().out

@@ -16,6 +16,7 @@ __all__ = [
     "check_shaped_attention",
     "check_causality_test",
     "check_shaped_decode_step",
+    "check_padded_shaped",
 ]
 
 
@@ -200,3 +201,79 @@ def check_shaped_decode_step(fn: Callable[..., torch.Tensor]) -> bool:
             if torch.allclose(got.double(), wrong, atol=1e-8):
                 return report(name, False, hint)
     return compare(name, got, want, atol=1e-8)
+
+
+def _padded_variant(q, k, v, alpha, beta, gamma, valid, *, mask_softmax: bool, mask_c: bool):
+    """Shaped attention over a left-padded batch, with the padding kept out of the softmax
+    and/or out of ``C`` (both: right; the others: the slips the check names).
+
+    Shapes:
+        q, k, v: ``(B, H, T, D)``; gains: ``(H,)``; valid: ``(B, T)`` bool; returns ``(B, H, T, D)``
+    """
+    T = q.shape[-2]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T)
+    keys = valid[:, None, None, :]  # (B, 1, 1, T): the keys that are real tokens
+    allowed = causal & keys if mask_softmax else causal.expand(q.shape[0], 1, T, T)
+    allowed = allowed | torch.eye(T, dtype=torch.bool)  # padded rows: no empty softmax
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, T, T)
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    seen = (causal & keys if mask_c else causal.expand(q.shape[0], 1, T, T)).to(v.dtype)
+    C = seen / seen.sum(-1, keepdim=True).clamp_min(1)  # (B, 1, T, T)
+    a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
+    return (a * torch.eye(T, dtype=v.dtype) + b * probs - g * C) @ v
+
+
+def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 11.2 (revised chapter): ``fn(q, k, v, alpha, beta, gamma, valid)`` is causal shaped
+    attention over a **left-padded** batch: at every real position the output must equal what
+    the sequence gets alone, without its padding.
+
+    ``valid[b, t]`` is False for the padding at the start of sequence ``b``. Outputs at padded
+    positions are not checked. The slips it names: the padding left in ``C`` (the running mean
+    counts the padded values; this is what :class:`attn_core.ShapedAttention` does with a
+    padding ``mask``, which by design reaches the softmax only), the padding left in the
+    softmax, and both.
+
+    Shapes:
+        q, k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``; valid: ``(B, T)`` bool;
+        fn's output: ``(B, H, T, D)``
+    """
+    name = "11.2 shaped attention, left-padded"
+    g = torch.Generator().manual_seed(112)
+    B, H, T, D = 3, 2, 7, 4
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    gains = tuple(1 + 0.3 * torch.randn(H, generator=g, dtype=torch.float64) for _ in range(3))
+    pads = (0, 2, 4)
+    valid = torch.arange(T)[None, :] >= torch.tensor(pads)[:, None]  # (B, T)
+    try:
+        got = fn(q.clone(), k.clone(), v.clone(), *(t.clone() for t in gains), valid.clone())
+    except Exception as e:  # a learner's bug should print, not stop the notebook
+        return report(name, False, f"{type(e).__name__}: {e}")
+    if not (isinstance(got, torch.Tensor) and got.shape == q.shape):
+        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        return report(name, False, f"got {shape}, want {tuple(q.shape)}")
+    # the reference: each sequence alone, without its padding (real rows only)
+    want = [
+        _reference_shaped(q[b : b + 1, :, p:], k[b : b + 1, :, p:], v[b : b + 1, :, p:], *gains)[0]
+        for b, p in enumerate(pads)
+    ]  # B tensors (H, T - p, D)
+
+    def same(out: torch.Tensor, ref: list[torch.Tensor]) -> bool:  # on the real rows
+        out = out.double()
+        return all(torch.allclose(out[b, :, p:], ref[b], atol=1e-8) for b, p in enumerate(pads))
+
+    if same(got, want):
+        return report(name, True, "every real position matches its sequence alone (pads 0, 2, 4)")
+    slips = [
+        (dict(mask_softmax=True, mask_c=False),
+         "the padding is still in C: row i must average the *real* positions up to i "
+         "(divide by their number, not by i + 1)"),
+        (dict(mask_softmax=False, mask_c=True), "the softmax still sees the padded keys: mask them"),
+        (dict(mask_softmax=False, mask_c=False), "the padding is ignored: it reaches both the softmax and C"),
+    ]  # fmt: skip
+    for flags, hint in slips:
+        wrong = _padded_variant(q, k, v, *gains, valid, **flags)  # (B, H, T, D)
+        if same(got, [wrong[b, :, p:] for b, p in enumerate(pads)]):
+            return report(name, False, hint)
+    b = next(b for b, p in enumerate(pads) if not torch.allclose(got.double()[b, :, p:], want[b], atol=1e-8))
+    return compare(f"{name} (sequence {b}, pad {pads[b]})", got[b, :, pads[b] :], want[b], atol=1e-8)
