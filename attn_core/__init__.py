@@ -39,6 +39,18 @@ concept; see each module's docstring for its shape legend:
     exercises   check functions for the chapters' exercises
 """
 
+import os as _os
+
+import torch as _torch
+
+# Triton decides between compiling and interpreting its kernels when they are defined, and
+# its own library functions (tl.cdiv, tl.sigmoid, ...) are defined when triton is first
+# imported. torch imports triton lazily (torch.utils.flop_counter does, and the measure and
+# exercise modules import it), so the choice is made here, before any submodule: on a
+# machine without CUDA, attn_core.flash's kernels can only run in the interpreter.
+if not _torch.cuda.is_available():
+    _os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 # --- efficient, measure (and its old name timing) (chapters 12-14) ---
 from . import convert, heads, linear_attention, measure, tasks, timing

@@ -261,6 +261,13 @@ def _flash_bwd_dq(Q, K, V, DO, Lse, Delta, DQ,
 INTERPRETED = bool(triton is not None and triton.knobs.runtime.interpret)
 """Whether the kernels above run in Triton's CPU interpreter (decided when they were defined)."""
 
+# Triton's own library functions (``tl.cdiv``, ``tl.sigmoid``, ...) were defined when
+# ``triton`` was first imported: if that happened before ``TRITON_INTERPRET`` was set (by
+# something that imported ``torch.utils.flop_counter`` before ``attn_core``), they are
+# compiled functions that an interpreted kernel cannot call. Say so now, not deep inside
+# a kernel launch.
+_LATE_INTERPRETER = INTERPRETED and type(tl.cdiv).__name__ != "InterpretedFunction"
+
 
 def kernel_source(name: str) -> str:
     """The source of one of this module's Triton functions, for reading (chapter 20 prints them).
@@ -291,6 +298,12 @@ def _check_inputs(q, k, v, is_causal, scale, window, sinks):
     """Check the arguments of :func:`flash_attention`; return ``(groups, scale, window)``."""
     if triton is None:
         raise ImportError("attn_core.flash needs Triton for its kernels: pip install triton")
+    if _LATE_INTERPRETER:
+        raise RuntimeError(
+            "triton was imported before TRITON_INTERPRET=1 was set (torch.utils.flop_counter "
+            "imports it), so its library functions cannot run in the CPU interpreter: import "
+            "attn_core first, or start Python with TRITON_INTERPRET=1"
+        )
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, ("B", "H", "T", "D"))
         if t.dtype not in _DTYPES:
@@ -485,6 +498,8 @@ def flash_attention(
 
     Raises:
         ImportError: Triton is not installed (``pip install triton``).
+        RuntimeError: Triton was imported before the interpreter was chosen (import
+            ``attn_core`` first on a machine without CUDA).
         TypeError: Non-tensor inputs, a dtype other than float32/float16/bfloat16,
             mismatched dtypes, a non-bool ``is_causal``, a non-int ``window``.
         ValueError: Not 4-D, mismatched batch/width/shapes, ``D`` not a power of two in

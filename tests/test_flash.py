@@ -268,3 +268,36 @@ def test_non_contiguous_inputs_from_a_b_t_h_d_layout():
         _grads(flash_attention, q, k, v, None, d_out, is_causal=True),
         _reference(q, k, v, None, d_out, is_causal=True),
     )
+
+
+def test_interpreter_is_chosen_before_torch_imports_triton():
+    """torch.utils.flop_counter imports triton: attn_core must pick the interpreter first.
+
+    Triton's library functions (tl.cdiv, tl.sigmoid) are defined when triton is imported;
+    imported before TRITON_INTERPRET=1 they are compiled functions that an interpreted
+    kernel cannot call (the unit suite met this when an exercise module imported the FLOP
+    counter before attn_core.flash). Importing attn_core first must be enough; importing
+    triton first must give a clear error, not one from inside a kernel launch.
+    """
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("compiled kernels on a GPU: the interpreter is not used")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    first_attn_core = (
+        "import attn_core, torch.utils.flop_counter, torch\n"
+        "from attn_core.flash import flash_attention\n"
+        "q = torch.randn(1, 1, 5, 16)\n"
+        "o = flash_attention(q, q, q, is_causal=True)\n"
+        "r = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)\n"
+        "assert (o - r).abs().max() < 1e-5\n"
+    )
+    done = subprocess.run([sys.executable, "-c", first_attn_core], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    first_triton = (
+        "import torch.utils.flop_counter, torch\n"
+        "from attn_core.flash import flash_attention\n"
+        "q = torch.randn(1, 1, 5, 16)\n"
+        "flash_attention(q, q, q)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", first_triton], env=env, capture_output=True, text=True)
+    assert done.returncode != 0 and "import attn_core first" in done.stderr, done.stderr
