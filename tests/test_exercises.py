@@ -1,4 +1,4 @@
-"""attn_core.exercises: the checks of exercises 3.3, 5.2, 5.3 and 7.3 accept a right answer,
+"""attn_core.exercises: the checks of exercises 3.3 and 5.2 (and chapter 15's) accept a right answer,
 report a wrong one (with its hint) and a "your turn" stub as not yet, and never raise."""
 
 from __future__ import annotations
@@ -7,10 +7,8 @@ import torch
 
 from attn_core import MultiHeadAttention
 from attn_core.exercises import (
-    check_attend_shared_kv,
     check_decode_one_by_one,
     check_mha_from_torch,
-    check_rope_matrix,
 )
 
 
@@ -70,36 +68,6 @@ def test_check_decode_one_by_one(capsys):
     assert "pass kv_cache=" in capsys.readouterr().out
     assert not check_decode_one_by_one(_stub)
     assert "not yet: NotImplementedError" in capsys.readouterr().out
-
-
-def _shared(q, k, v):
-    k, v = k.unsqueeze(1), v.unsqueeze(1)  # (B, 1, T_k, D)
-    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
-
-
-def test_check_attend_shared_kv(capsys):
-    assert check_attend_shared_kv(_shared)
-    forgot_axis = lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v  # noqa: E731
-    assert not check_attend_shared_kv(forgot_axis)  # runs silently when B = H
-    assert "give k and v a head axis" in capsys.readouterr().out
-    assert not check_attend_shared_kv(_stub)
-    assert "not yet" in capsys.readouterr().out
-
-
-def _rope_matrix(rope, delta):
-    eye = torch.eye(rope.head_dim, dtype=torch.float64)
-    return rope(eye.unsqueeze(1), offset=delta).squeeze(1).T  # (D, D): column j = R e_j
-
-
-def test_check_rope_matrix(capsys):
-    assert check_rope_matrix(_rope_matrix)
-    one_sequence = lambda rope, d: rope(torch.eye(rope.head_dim, dtype=torch.float64), offset=d).T  # noqa: E731
-    assert not check_rope_matrix(one_sequence)
-    assert "rotated as one sequence" in capsys.readouterr().out
-    assert not check_rope_matrix(lambda rope, d: _rope_matrix(rope, d).T)  # the inverse rotation
-    assert "delta=1" in capsys.readouterr().out
-    assert not check_rope_matrix(_stub)
-    assert "not yet: delta=0: NotImplementedError" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- chapter 15

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attn_core.exercises.ch18 import check_index_scores, check_indexer_kl, check_topk_mask, check_window_plus_topk
+from attn_core.exercises.ch18 import check_index_scores, check_indexer_kl, check_window_plus_topk
 
 
 def _scores(q, k, w):
@@ -31,18 +31,6 @@ def test_index_scores(capsys):
 def _topk(scores, k):
     top = scores.topk(min(k, scores.shape[-1]), dim=-1).indices
     return torch.zeros_like(scores, dtype=torch.bool).scatter(-1, top, True) & (scores > float("-inf"))
-
-
-def test_topk_mask(capsys):
-    assert check_topk_mask(_topk)
-    assert "correct" in capsys.readouterr().out
-    # The classic bug: keeping topk's -inf picks when fewer than k tokens are visible.
-    assert not check_topk_mask(lambda s, k: torch.zeros_like(s, dtype=torch.bool).scatter(
-        -1, s.topk(min(k, s.shape[-1]), -1).indices, True))  # fmt: skip
-    assert "fewer than k" in capsys.readouterr().out
-    assert not check_topk_mask(lambda s, k: _topk(s, k).long())  # not boolean
-    assert not check_topk_mask(lambda s, k: _topk(-s.nan_to_num(neginf=1e9), k))  # lowest scores
-    assert not check_topk_mask(lambda s, k: s.topk(k).indices)  # indices, not a mask
 
 
 def _kl(scores, weights):

@@ -4,55 +4,139 @@ One module per chapter (``ch01.py``, ``ch02.py``, ...). Each check runs the lear
 function against the reference in ``attn_core`` on a few seeded inputs, prints a short
 verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
 notebook keeps running).
+
+The notebooks import a chapter's checks from its module (``from attn_core.exercises.ch05
+import check_max_batch``); this package re-exports them for ``from attn_core.exercises
+import ...``. Two names exist in two chapters and are left to their modules here:
+``check_decode_intensity`` (``ch05``, ``ch06``) and ``check_causality_test``, which is
+``ch11``'s here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) and
+``check_cache_elements`` (``ch07``) are kept for their tests.
 """
 
 from ._common import compare, report
-from .ch01 import check_scaled_scores, check_self_attention, check_softmax_temperature
+from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
+from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
+from .ch03 import check_merge_heads, check_mha_from_torch, check_split_heads
+from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
+from .ch05 import check_decode_one_by_one, check_max_batch
+from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
+from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
+from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
+from .ch09 import check_placement_probe, check_rms_norm
+from .ch10 import check_parameter_formula, check_uniform_previous_score
+from .ch11 import check_causality_test, check_padded_shaped, check_shaped_decode_step
+from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
+from .ch13 import check_backward_from_lse, check_fa1_traffic, check_merge_stats
+from .ch14 import (
+    check_attention_parameters,
+    check_equivalent_groups,
+    check_kv_bytes_per_token,
+    check_stack_cache_bytes,
+)
+from .ch15 import (
+    check_mixed_cache_bytes,
+    check_ring_read,
+    check_sink_attention,
+    check_streaming_positions,
+    check_window_mask,
+)
+from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projection_bound
+from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
+from .ch18 import check_index_scores, check_indexer_kl, check_window_plus_topk
+from .ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
+from .ch20 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
+from .reading_a_model import check_duplicate_token_score, check_uniform_sink_baseline
+from .reading_an_llm import check_gqa_cache_bytes, check_logit_difference, check_sink_mass
 
-__all__ = ["report", "compare", "check_scaled_scores", "check_self_attention", "check_softmax_temperature"]
-
-from .ch07 import check_absorbed_query, check_cache_elements, check_decoupled_scores, check_rope_matrix  # noqa: E402
-from .ch08 import check_alibi_slopes, check_rope_rotation, check_sinusoidal  # noqa: E402
-
-__all__ += ["check_absorbed_query", "check_decoupled_scores", "check_rope_matrix", "check_cache_elements"]
-__all__ += ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]
-
-from .ch02 import check_causal_mask, check_masked_softmax, check_padding_mask  # noqa: E402
-from .ch03 import check_merge_heads, check_mha_from_torch, check_split_heads  # noqa: E402
-from .ch04 import check_cross_attention, check_source_mask, check_teacher_forcing  # noqa: E402
-from .ch05 import check_attend_shared_kv, check_broadcast_kv, check_decode_one_by_one  # noqa: E402
-from .ch06 import check_kv_cache_bytes, check_mean_pool_kv, check_repeat_kv  # noqa: E402
-
-__all__ += ["check_causal_mask", "check_padding_mask", "check_masked_softmax"]
-__all__ += ["check_split_heads", "check_merge_heads", "check_mha_from_torch"]
-__all__ += ["check_cross_attention", "check_source_mask", "check_teacher_forcing"]
-__all__ += ["check_broadcast_kv", "check_decode_one_by_one", "check_attend_shared_kv"]
-__all__ += ["check_repeat_kv", "check_mean_pool_kv", "check_kv_cache_bytes"]
-
-from .ch09 import check_layer_norm, check_residual_wiring, check_rms_norm  # noqa: E402
-from .ch10 import check_parameter_formula, check_swiglu, check_swiglu_hidden_dim  # noqa: E402
-from .ch11 import check_causality_test, check_centring_matrix, check_shaped_attention  # noqa: E402
-
-__all__ += ["check_layer_norm", "check_rms_norm", "check_residual_wiring"]
-__all__ += ["check_swiglu", "check_swiglu_hidden_dim", "check_parameter_formula"]
-__all__ += ["check_centring_matrix", "check_shaped_attention", "check_causality_test"]
-
-from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes  # noqa: E402
-
-__all__ += ["check_token_passes", "check_cache_bytes", "check_greedy_decode"]
-from .ch13 import check_attention_flops, check_merge_stats, check_online_attention_row  # noqa: E402
-
-__all__ += ["check_merge_stats", "check_online_attention_row", "check_attention_flops"]
-from .ch14 import check_attention_parameters, check_equivalent_groups, check_kv_bytes_per_token  # noqa: E402
-
-__all__ += ["check_kv_bytes_per_token", "check_attention_parameters", "check_equivalent_groups"]
-from .ch16 import check_qk_norm_bound, check_softcap, check_split_fused_gate  # noqa: E402
-
-__all__ += ["check_softcap", "check_split_fused_gate", "check_qk_norm_bound"]
-from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_window_mask  # noqa: E402
-
-__all__ += ["check_window_mask", "check_ring_read", "check_sink_attention", "check_mixed_cache_bytes"]
-
-from .reading_an_llm import check_gqa_cache_bytes, check_logit_difference, check_sink_mass  # noqa: E402
-
-__all__ += ["check_sink_mass", "check_logit_difference", "check_gqa_cache_bytes"]
+__all__ = [
+    "report",
+    "compare",
+    # ch01
+    "check_score_scale",
+    "check_query_jacobian",
+    "check_scale_test",
+    # ch02
+    "check_padding_mask",
+    "check_packed_causal_mask",
+    "check_decode_mask",
+    # ch03
+    "check_split_heads",
+    "check_merge_heads",
+    "check_mha_from_torch",
+    # ch04
+    "check_teacher_forcing",
+    "check_prefix_lm_mask",
+    "check_score_entries",
+    # ch05
+    "check_decode_one_by_one",
+    "check_max_batch",
+    # ch06
+    "check_gqa_to_mha",
+    "check_kv_bytes_per_gpu",
+    # ch07
+    "check_absorbed_query",
+    "check_decoupled_scores",
+    "check_absorbed_output",
+    "check_cache_elements",
+    # ch08
+    "check_sinusoidal",
+    "check_rope_rotation",
+    "check_alibi_slopes",
+    "check_alibi_reach",
+    # ch09
+    "check_rms_norm",
+    "check_placement_probe",
+    # ch10
+    "check_parameter_formula",
+    "check_uniform_previous_score",
+    # ch11
+    "check_causality_test",
+    "check_shaped_decode_step",
+    "check_padded_shaped",
+    # ch12
+    "check_token_passes",
+    "check_cache_bytes",
+    "check_greedy_decode",
+    # ch13
+    "check_merge_stats",
+    "check_fa1_traffic",
+    "check_backward_from_lse",
+    # ch14
+    "check_kv_bytes_per_token",
+    "check_attention_parameters",
+    "check_equivalent_groups",
+    "check_stack_cache_bytes",
+    # ch15
+    "check_window_mask",
+    "check_ring_read",
+    "check_sink_attention",
+    "check_mixed_cache_bytes",
+    "check_streaming_positions",
+    # ch16
+    "check_qk_norm_bound",
+    "check_gate_parameters",
+    "check_whole_projection_bound",
+    # ch17
+    "check_linear_attention_step",
+    "check_delta_rule_step",
+    "check_state_bytes",
+    # ch18
+    "check_index_scores",
+    "check_window_plus_topk",
+    "check_indexer_kl",
+    # ch19
+    "check_router_logit_grad",
+    "check_sequence_balance_loss",
+    "check_capacity_keep",
+    # ch20
+    "check_visited_tiles",
+    "check_softcap_kernel",
+    "check_combine_with_sink",
+    # reading_a_model
+    "check_uniform_sink_baseline",
+    "check_duplicate_token_score",
+    # reading_an_llm
+    "check_sink_mass",
+    "check_logit_difference",
+    "check_gqa_cache_bytes",
+]

@@ -7,9 +7,11 @@ from typing import Callable
 import torch
 
 from ..masks import causal_mask, padding_mask
-from ._common import compare, report
+from ._common import report
 
-__all__ = ["check_causal_mask", "check_padding_mask", "check_masked_softmax"]
+__all__ = [
+    "check_padding_mask",
+]
 
 
 def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
@@ -21,38 +23,6 @@ def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     if tuple(got.shape) != shape:
         return report(name, False, f"shape {tuple(got.shape)}, expected {shape}")
     return True
-
-
-def check_causal_mask(fn: Callable[[int, int], torch.Tensor]) -> bool:
-    """Exercise 2.1: ``fn(T_q, T_k)`` builds the causal mask from positions, aligned bottom-right.
-
-    ``True`` means *may attend*. The ``T_q`` queries are the last ``T_q`` of ``T_k``
-    positions (decoding with a cache), so query ``i`` sits at position ``T_k - T_q + i``.
-
-    Shapes:
-        fn's output: ``(T_q, T_k)``, boolean
-    """
-    name = "2.1 causal mask"
-    for T_q, T_k in ((4, 4), (1, 6), (3, 7), (40, 40)):
-        try:
-            got = fn(T_q, T_k)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"fn({T_q}, {T_k}) raised {type(e).__name__}: {e}")
-        if not _is_bool_tensor(f"{name} (T_q={T_q}, T_k={T_k})", got, (T_q, T_k)):
-            return False
-        expected = causal_mask(T_q, T_k)
-        if torch.equal(got, expected):
-            continue
-        if torch.equal(got, ~expected):
-            return report(name, False, "inverted: True must mean *may attend* (PyTorch's convention)")
-        top_left = torch.ones(T_q, T_k, dtype=torch.bool).tril()
-        if torch.equal(got, top_left):
-            return report(
-                name, False, f"aligned top-left (like is_causal=True) for T_q={T_q} < T_k={T_k}; align it bottom-right"
-            )
-        wrong = int((got != expected).sum())
-        return report(name, False, f"T_q={T_q}, T_k={T_k}: {wrong} entries differ from the causal mask")
-    return report(name, True, "square, decoding (T_q < T_k) and long masks all match")
 
 
 def check_padding_mask(fn: Callable[[list, int], torch.Tensor]) -> bool:
@@ -82,34 +52,6 @@ def check_padding_mask(fn: Callable[[list, int], torch.Tensor]) -> bool:
         if not torch.equal(got, expected):
             return report(name, False, f"lengths={lengths}, T={T}: {int((got != expected).sum())} entries differ")
     return report(name, True, "lengths [3, 5, 1], [0, 2] and [7] all match")
-
-
-def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 2.3: ``fn(scores, mask)`` is the softmax over the allowed keys only.
-
-    Blocked keys get weight 0; a row with *every* key blocked gets all-zero weights,
-    not NaN.
-
-    Shapes:
-        scores: ``(B, T_q, T_k)``; mask: ``(B, T_q, T_k)``, boolean; fn's output: ``(B, T_q, T_k)``
-    """
-    name = "2.3 masked softmax"
-    g = torch.Generator().manual_seed(20)
-    scores = torch.randn(2, 4, 5, generator=g, dtype=torch.float64) * 3
-    mask = torch.rand(2, 4, 5, generator=g) > 0.4
-    mask[0, 1] = False  # a fully masked row (padding)
-    mask[1, 2] = True
-    try:
-        got = fn(scores.clone(), mask.clone())
-    except Exception as e:
-        return report(name, False, f"{type(e).__name__}: {e}")
-    allowed = mask.any(-1, keepdim=True)
-    expected = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0) * allowed
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and bool(torch.isnan(got).any()):
-        return report(
-            name, False, "NaN in the weights: a fully masked row must give zeros (softmax of all -inf is NaN)"
-        )
-    return compare(name, got, expected, atol=1e-10)
 
 
 # The exercises of the revised chapter (issue 25): two masks the chapter did not build.

@@ -2,81 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
-from ..core import attention
-from ..masks import causal_mask, padding_mask
+from ..masks import causal_mask
 from ..tasks import SEP, reverse_seq2seq
 from ._common import compare, report
 
-__all__ = ["check_cross_attention", "check_source_mask", "check_teacher_forcing"]
-
-
-def _inputs(seed: int, *shape: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-
-def check_cross_attention(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 4.1: ``fn(x, context, W_q, W_k, W_v)``: single-head cross-attention.
-
-    Queries come from ``x``, keys and values from ``context``, which has another length
-    and another width.
-
-    Shapes:
-        x: ``(B, T_q, d)``; context: ``(B, T_k, d_c)``; W_q: ``(d, d_h)``; W_k: ``(d_c, d_h)``;
-        W_v: ``(d_c, d_v)``; fn's output: ``(B, T_q, d_v)``
-    """
-    name = "4.1 cross-attention"
-    x, context = _inputs(40, 2, 3, 6), _inputs(41, 2, 7, 5)
-    W_q, W_k, W_v = _inputs(42, 6, 4), _inputs(43, 5, 4), _inputs(44, 5, 8)
-    try:
-        got = fn(x, context, W_q, W_k, W_v)
-    except Exception as e:  # a learner's bug should print, not stop the notebook
-        return report(name, False, f"{type(e).__name__}: {e}")
-    expected = attention(x @ W_q, context @ W_k, context @ W_v)  # (B, T_q, d_v)
-    if isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 7, 8):
-        return report(name, False, "the output has the context's length (7): queries must come from x")
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-        unscaled = torch.softmax((x @ W_q) @ (context @ W_k).transpose(-2, -1), -1) @ (context @ W_v)
-        if torch.allclose(got, unscaled, atol=1e-10) and not torch.allclose(unscaled, expected, atol=1e-10):
-            return report(name, False, f"scale the scores by 1/√d_h = {1 / math.sqrt(4):.2f}")
-    return compare(name, got, expected, atol=1e-10)
-
-
-def check_source_mask(fn: Callable[[list, int, int], torch.Tensor]) -> bool:
-    """Exercise 4.2: ``fn(src_lengths, T_q, T_k)``: which source tokens each target query may see.
-
-    Every query of sequence ``b`` may attend to the first ``src_lengths[b]`` source
-    positions and to no padding.
-
-    Shapes:
-        src_lengths: ``B`` ints; fn's output: ``(B, T_q, T_k)``, boolean
-    """
-    name = "4.2 source mask"
-    for lengths, T_q, T_k in (([4, 2], 3, 4), ([1, 6, 3], 5, 6)):
-        try:
-            got = fn(list(lengths), T_q, T_k)
-        except Exception as e:
-            return report(name, False, f"{type(e).__name__}: {e}")
-        expected = padding_mask(lengths, T_k).expand(len(lengths), T_q, T_k)  # (B, T_q, T_k)
-        if not isinstance(got, torch.Tensor) or got.dtype != torch.bool:
-            return report(name, False, f"expected a boolean tensor, got {getattr(got, 'dtype', type(got).__name__)}")
-        if tuple(got.shape) != tuple(expected.shape):
-            if tuple(got.shape) == (len(lengths), T_k, T_q):
-                return report(name, False, f"shape {tuple(got.shape)}: the padding is on the keys, (B, T_q, T_k)")
-            return report(name, False, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
-        if not torch.equal(got, expected):
-            return report(
-                name,
-                False,
-                f"src_lengths={lengths}: {int((got != expected).sum())} entries differ "
-                "(True = a real source token, for every query)",
-            )
-    return report(name, True, "both batches match")
+__all__ = ["check_teacher_forcing"]
 
 
 def check_teacher_forcing(fn: Callable[[torch.Tensor], tuple]) -> bool:

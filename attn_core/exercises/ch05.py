@@ -10,36 +10,9 @@ from ..attention import MultiHeadAttention
 from ..cache import KVCache
 from ._common import check_counts, compare, report
 
-__all__ = ["check_broadcast_kv", "check_decode_one_by_one", "check_attend_shared_kv"]
-
-
-def check_broadcast_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
-    """Exercise 5.1: ``fn(k, n_heads)`` gives every query head the one key head, *without a copy*.
-
-    The result must be a view of ``k`` (same storage, stride 0 along the head axis).
-
-    Shapes:
-        k: ``(B, 1, T, D)``; fn's output: ``(B, H, T, D)``
-    """
-    name = "5.1 broadcast K/V"
-    g = torch.Generator().manual_seed(50)
-    k = torch.randn(2, 1, 5, 4, generator=g, dtype=torch.float64)
-    try:
-        got = fn(k, 6)
-    except Exception as e:  # a learner's bug should print, not stop the notebook
-        return report(name, False, f"{type(e).__name__}: {e}")
-    expected = k.expand(2, 6, 5, 4)  # (B, H, T, D)
-    if not (isinstance(got, torch.Tensor) and got.shape == expected.shape and torch.equal(got, expected)):
-        return compare(name, got, expected, atol=0.0)
-    if got.untyped_storage().data_ptr() != k.untyped_storage().data_ptr() or got.stride(1) != 0:
-        copied = got.untyped_storage().nbytes()
-        return report(
-            name,
-            False,
-            f"the result is a copy ({copied} bytes, {copied // k.untyped_storage().nbytes()}× "
-            "the key head): use expand, not repeat",
-        )
-    return report(name, True, "a view with stride 0 along the heads: no bytes copied")
+__all__ = [
+    "check_decode_one_by_one",
+]
 
 
 def check_decode_one_by_one(fn: Callable[[MultiHeadAttention, torch.Tensor], torch.Tensor]) -> bool:
@@ -87,37 +60,6 @@ def check_decode_one_by_one(fn: Callable[[MultiHeadAttention, torch.Tensor], tor
         elif not compare(name, got, expected, atol=1e-10):
             return False
     return report(name, True, "multi-head and multi-query layers: equal to the full pass within 1e-10")
-
-
-def check_attend_shared_kv(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 5.3: ``fn(q, k, v)``: every query head attends to one shared key/value head given without a head axis.
-
-    The keys and values arrive as ``(B, T, D)`` (the head axis dropped, bug 2 of the
-    chapter). The check uses ``B = H``, where forgetting the axis runs silently, and
-    ``B != H``; no mask.
-
-    Shapes:
-        q: ``(B, H, T_q, D)``; k, v: ``(B, T_k, D)``; fn's output: ``(B, H, T_q, D)``
-    """
-    name = "5.3 attend to a shared head"
-    g = torch.Generator().manual_seed(53)
-    for B, H in ((4, 4), (2, 3)):
-        q = torch.randn(B, H, 5, 8, generator=g, dtype=torch.float64)  # (B, H, T_q, D)
-        k = torch.randn(B, 7, 8, generator=g, dtype=torch.float64)  # (B, T_k, D)
-        v = torch.randn(B, 7, 8, generator=g, dtype=torch.float64)
-        try:
-            got = fn(q, k, v)
-        except Exception as e:
-            return report(name, False, f"B={B}, H={H}: {type(e).__name__}: {e}")
-        k1, v1 = k[:, None], v[:, None]  # (B, 1, T_k, D)
-        expected = torch.softmax(q @ k1.transpose(-2, -1) / 8**0.5, dim=-1) @ v1  # (B, H, T_q, D)
-        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape):
-            return compare(name, got, expected)
-        err = (got.double() - expected).abs().max().item()
-        if err > 1e-10:
-            hint = " (sequence b must use its own keys: give k and v a head axis of size 1)" if B == H else ""
-            return report(name, False, f"B={B}, H={H}: max abs difference {err:.1e}{hint}")
-    return report(name, True, "B = H and B != H: equal within 1e-10")
 
 
 # The exercises of the revised chapter (issue 25): predictions about a decoding step and

@@ -9,13 +9,11 @@ import torch
 
 from ..attention import MultiHeadAttention
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
-from ..positional import RotaryEmbedding
 from ._common import compare, report
 
 __all__ = [
     "check_absorbed_query",
     "check_decoupled_scores",
-    "check_rope_matrix",
     "check_cache_elements",
     "check_absorbed_output",
 ]
@@ -100,39 +98,6 @@ def check_cache_elements(fn: Callable[..., int]) -> bool:
             if got != want:
                 return report("7.3 cache elements", False, f"{kind} with {args}: got {got!r}, measured {want}")
     return report("7.3 cache elements", True, f"all {4 * len(cases)} layers match their measured caches")
-
-
-def check_rope_matrix(fn: Callable[[RotaryEmbedding, int], torch.Tensor]) -> bool:
-    """Exercise 7.3: ``fn(rope, delta)`` is the ``(D, D)`` matrix ``R`` with ``rope(x at position delta) = R x``.
-
-    The check rotates random vectors at single positions with ``rope`` itself and compares,
-    for several ``delta``; it recognises the classic slip of rotating the rows of an
-    identity matrix as *one sequence* (row ``j`` then sits at position ``delta + j``).
-
-    Shapes:
-        fn's output: ``(D, D)``; ``R @ x`` for a column ``x`` of width ``D``
-    """
-    name = "7.3 the RoPE matrix"
-    D = 8
-    rope = RotaryEmbedding(D)
-    xs = _inputs(73, 5, 1, D)  # (N, T=1, D): five vectors, each a sequence of one position
-    for delta in (0, 1, 3, 20):
-        try:
-            got = fn(rope, delta)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"delta={delta}: {type(e).__name__}: {e}")
-        if not (isinstance(got, torch.Tensor) and got.shape == (D, D)):
-            return compare(name, got, torch.zeros(D, D))
-        expected = rope(xs, offset=delta)[:, 0]  # (N, D): each vector rotated at position delta
-        err = (xs[:, 0] @ got.double().T - expected).abs().max().item()  # rows: (R x)ᵀ = xᵀ Rᵀ
-        if err > 1e-10:
-            eye = torch.eye(D, dtype=torch.float64)
-            slip = rope(eye, offset=delta)  # (D, D): row j rotated at position delta + j
-            hint = ""
-            if torch.allclose(got.double(), slip.T) or torch.allclose(got.double(), slip):
-                hint = ": the rows of eye were rotated as one sequence, row j at position delta + j"
-            return report(name, False, f"delta={delta}: max abs difference {err:.1e}{hint}")
-    return report(name, True, "R x equals rope(x) at positions 0, 1, 3 and 20, within 1e-10")
 
 
 def check_absorbed_output(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:

@@ -5,16 +5,12 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
-from ..attention import MultiHeadAttention
 from ..core import attention
 from ._common import compare, report
 
 __all__ = [
     "check_merge_stats",
-    "check_online_attention_row",
-    "check_attention_flops",
     "check_fa1_traffic",
     "check_backward_from_lse",
 ]
@@ -69,116 +65,6 @@ def check_merge_stats(fn: Callable[..., tuple]) -> bool:
         if not torch.allclose(gl, l, rtol=1e-10, atol=0):
             return report("13.3 merge stats", False, f"case {i + 1}: l is off; rescale each sum by exp(m_i - m)")
     return report("13.3 merge stats", True, f"{len(cases)} cases, including large scores and a masked block")
-
-
-def _streamed_blocks(k: torch.Tensor, v: torch.Tensor, block_size: int, handed: list[int]):
-    """Yield ``(k_block, v_block)`` one block at a time, through ONE reused buffer.
-
-    Like tiles streamed into a small fast memory: when the next block is asked for, the
-    previous one's data is overwritten. ``handed`` counts the keys handed out. The buffer
-    is allocated here, before the learner's function runs, so that its memory is not
-    counted as theirs.
-    """
-    k_buf = torch.empty(block_size, k.shape[1], dtype=k.dtype)  # (block, D): the "fast memory"
-    v_buf = torch.empty(block_size, v.shape[1], dtype=v.dtype)  # (block, D_v)
-
-    def stream():
-        for j in range(0, k.shape[0], block_size):
-            b = min(block_size, k.shape[0] - j)
-            k_buf[:b].copy_(k[j : j + b])
-            v_buf[:b].copy_(v[j : j + b])
-            handed.append(b)
-            yield k_buf[:b], v_buf[:b]  # views of the buffer: valid until the next block arrives
-
-    return stream()
-
-
-def check_online_attention_row(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 13.2: ``fn(q, blocks)`` computes one query's attention output with an online
-    softmax, reading the keys and values as a stream of blocks ``(k_block, v_block)``.
-
-    The check makes the *online* property visible: the blocks arrive one at a time
-    through one reused buffer (a block's data is overwritten when the next one is asked
-    for, as with tiles streamed through a small fast memory), so a solution that first
-    collects every block and then takes an ordinary softmax computes with stale data; and
-    the check measures the peak memory of the tensors ``fn`` creates
-    (:func:`attn_core.measure.peak_tensor_memory`'s method), which must stay below the
-    bytes of one full row of ``T`` scores, so that copying the blocks or the scores aside
-    fails too. An online solution holds only ``m``, ``l``, ``acc`` and one block's scores.
-
-    Shapes:
-        q: ``(D,)``; each block: k_block ``(b, D)``, v_block ``(b, D_v)`` with ``b <= block``;
-        fn's output: ``(D_v,)``
-    """
-    from ..measure.dispatch import peak_tensor_memory  # the exercise checks import no measuring tools at load
-
-    name = "13.2 online attention row"
-    cases = ((135, 64, 4, 3, 4), (136, 128, 8, 5, 8), (137, 192, 2, 2, 16))  # seed, T, D, D_v, block
-    for seed, T, D, D_v, block in cases:
-        q, k, v = _inputs(seed, D, scale=4.0), _inputs(seed + 10, T, D), _inputs(seed + 20, T, D_v)
-        expected = attention(q[None], k, v)[0]  # (D_v,)
-        handed: list[int] = []
-        box: list[object] = []
-        blocks = _streamed_blocks(k, v, block, handed)  # its buffer exists before fn runs
-        try:
-            peak = peak_tensor_memory(lambda box=box, q=q, blocks=blocks: box.append(fn(q, blocks)))
-        except Exception as e:
-            return report(name, False, f"{type(e).__name__}: {e}")
-        got = box[0] if box else None
-        if sum(handed) != T:
-            return report(name, False, f"T={T}: read {sum(handed)} of the {T} keys; iterate over every block")
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            unscaled = attention(q[None], k, v, scale=1.0)[0]
-            if torch.allclose(got, unscaled, atol=1e-8) and not torch.allclose(got, expected, atol=1e-8):
-                return report(name, False, "the scores need the 1/√D scale")
-        ok = isinstance(got, torch.Tensor) and got.shape == expected.shape
-        if not (ok and (got.detach().double() - expected).abs().max().item() <= 1e-10):
-            if ok and len(handed) > 1:
-                hint = "a block's data is overwritten when the next block arrives: use each block before the next"
-                return report(name, False, f"T={T}, block {block}: wrong output ({hint})")
-            return compare(f"{name} (T={T}, block {block})", got, expected, atol=1e-10)
-        row_bytes = T * expected.element_size()  # one full row of T scores
-        if peak >= row_bytes:
-            return report(
-                name,
-                False,
-                f"T={T}, block {block}: held {peak} bytes of tensors at once, as much as all {T} scores "
-                f"({row_bytes} bytes); keep only m, l, acc and the current block",
-            )
-    # One line for the three cases, with a bound: the exact float64 rounding varies by machine.
-    return report(
-        name,
-        True,
-        "3 cases (blocks of 4, 8, 16 streamed one at a time) match within 1e-10, holding less than one row of scores",
-    )
-
-
-def check_attention_flops(fn: Callable[[int, int, int], int]) -> bool:
-    """Exercise 13.3: ``fn(batch, T, d_model)`` counts the floating-point operations of one
-    (non-causal) multi-head self-attention layer's forward pass: the four projections and the
-    two attention products, 2 per multiply-add.
-
-    The reference is measured with ``torch.utils.flop_counter.FlopCounterMode`` on an
-    :class:`~attn_core.MultiHeadAttention` (explicit path, no bias).
-    """
-    for B, T, d, H in ((1, 8, 16, 2), (2, 16, 32, 4), (3, 5, 24, 3)):
-        with torch.random.fork_rng(devices=[]):
-            layer = MultiHeadAttention(d, H)
-        x = torch.zeros(B, T, d)
-        counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
-            layer(x, return_weights=True)
-        want = counter.get_total_flops()
-        try:
-            got = fn(B, T, d)
-        except Exception as e:
-            return report("13.3 attention FLOPs", False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = " (2 FLOPs per multiply-add)" if isinstance(got, (int, float)) and 2 * got == want else ""
-            return report(
-                "13.3 attention FLOPs", False, f"batch={B}, T={T}, d_model={d}: got {got!r}, measured {want}{hint}"
-            )
-    return report("13.3 attention FLOPs", True, "3 layer shapes match FlopCounterMode")
 
 
 def fa1_traffic_elements(T: int, head_dim: int, block_q: int, block_k: int) -> int:

@@ -1,10 +1,9 @@
 """Checks for the exercises of chapter 18 (learned sparse attention, DeepSeek Sparse Attention).
 
 * 18.1 the lightning indexer's scores from its queries, keys and head weights;
-* 18.2 the top-k selection mask, with fewer than k visible tokens;
-* 18.3 the indexer's distillation loss for one sequence;
-* 18.2 (window variant) a sliding window plus a top-k selection *outside* the window, the
-  pattern of NSA's window and selection branches and DeepSeek-V4's window plus selection.
+* 18.2 a sliding window plus a top-k selection *outside* the window, the pattern of NSA's
+  window and selection branches and DeepSeek-V4's window plus selection;
+* 18.3 the indexer's distillation loss for one sequence.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from ..masks import causal_mask
 from ..sparse_attention import indexer_loss, topk_selection
 from ._common import report
 
-__all__ = ["check_index_scores", "check_topk_mask", "check_indexer_kl", "check_window_plus_topk"]
+__all__ = ["check_index_scores", "check_indexer_kl", "check_window_plus_topk"]
 
 F64 = torch.float64
 
@@ -74,32 +73,6 @@ def check_index_scores(fn: Callable) -> bool:
         if not _close(name, got[finite], want[finite], f"H={H}, T={T}, visible entries"):
             return False
     return report(name, True, "equals the indexer's formula (causal, ReLU per head, weighted sum) for 2 sizes")
-
-
-def check_topk_mask(fn: Callable) -> bool:
-    """Exercise 18.2: ``fn(scores, k) -> mask``, True at each row's ``k`` highest visible scores.
-
-    Tokens scored ``-inf`` are never selected, so a row with fewer than ``k`` visible tokens
-    selects them all. (The test scores have no ties.)
-
-    Shapes:
-        scores: ``(T, T)``; mask: ``(T, T)``, boolean
-    """
-    name = "18.2 top-k selection"
-    g = torch.Generator().manual_seed(182)
-    for T, k in ((6, 2), (8, 3), (5, 9)):
-        scores = torch.randn(T, T, generator=g, dtype=F64).masked_fill(~_causal(T), float("-inf"))
-        want = topk_selection(scores, k)
-        got = _call(name, fn, scores, k)
-        if got is None:
-            return False
-        if not isinstance(got, torch.Tensor) or got.dtype != torch.bool or got.shape != want.shape:
-            return report(name, False, f"return a boolean tensor of shape {tuple(want.shape)}, got {got!r:.60}")
-        if not torch.equal(got, want):
-            row = int((got != want).any(-1).nonzero()[0])
-            why = " (fewer than k visible tokens: select those only)" if row + 1 < k else ""
-            return report(name, False, f"T={T}, k={k}: row {row} selects {got[row].nonzero().flatten().tolist()}{why}")
-    return report(name, True, "equals attn_core.topk_selection for 3 sizes, rows with fewer than k included")
 
 
 def check_indexer_kl(fn: Callable) -> bool:

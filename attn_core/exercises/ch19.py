@@ -3,10 +3,6 @@
 * 19.1 the router's gradient, derived by hand (``check_router_logit_grad``);
 * 19.2 DeepSeek-V3's complementary sequence-wise balance loss (``check_sequence_balance_loss``);
 * 19.3 capacity: which assignments an expert of limited capacity keeps.
-
-Earlier editions' 19.1 (Mixtral's router: top-k logits, then a softmax; ``check_topk_softmax``)
-and 19.2 (the Switch load-balancing loss; ``check_balancing_loss``) restated code the chapter
-prints; their checks are kept for anyone who still calls them.
 """
 
 from __future__ import annotations
@@ -15,12 +11,10 @@ from typing import Callable
 
 import torch
 
-from ..moe import TopKRouter, capacity_keep, load_balancing_loss
+from ..moe import capacity_keep
 from ._common import report
 
 __all__ = [
-    "check_topk_softmax",
-    "check_balancing_loss",
     "check_capacity_keep",
     "check_router_logit_grad",
     "check_sequence_balance_loss",
@@ -36,78 +30,6 @@ def _call(name: str, fn: Callable, *args):
     except Exception as e:  # a learner's bug should print, not stop the notebook
         report(name, False, f"{type(e).__name__}: {e}")
         return None
-
-
-def check_topk_softmax(fn: Callable) -> bool:
-    """Exercise 19.1: ``fn(logits, k) -> (weights, experts)``, Mixtral's routing of ``N`` tokens.
-
-    Keep the ``k`` largest logits of each token, then a softmax over those ``k`` only. The
-    order of the ``k`` experts within a token does not matter: pairs are compared after sorting
-    by expert. Compared with :class:`attn_core.TopKRouter` (``topk_first=True``).
-
-    Shapes:
-        logits: ``(N, E)``; weights: ``(N, k)``; experts: ``(N, k)`` (int64)
-    """
-    name = "19.1 top-k, then softmax"
-    g = torch.Generator().manual_seed(191)
-    for N, E, k in ((7, 4, 2), (12, 8, 3), (5, 6, 1)):
-        router = TopKRouter(E, E, k, topk_first=True).to(F64)
-        with torch.no_grad():
-            router.proj.weight.copy_(torch.eye(E, dtype=F64))  # logits = the input itself
-        logits = torch.randn(N, E, generator=g, dtype=F64)
-        want = router(logits)
-        got = _call(name, fn, logits.clone(), k)
-        if got is None:
-            return False
-        if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
-            return report(name, False, f"return (weights, experts), two tensors; got {type(got).__name__}")
-        weights, experts = got
-        if weights.shape != (N, k) or experts.shape != (N, k):
-            return report(name, False, f"shapes {tuple(weights.shape)}, {tuple(experts.shape)}; expected ({N}, {k})")
-        order, want_order = experts.long().sort(-1), want.experts.sort(-1)
-        if not torch.equal(order.values, want_order.values):
-            return report(name, False, "not the experts of the k largest logits")
-        diff = (weights.double().gather(-1, order.indices) - want.weights.gather(-1, want_order.indices)).abs().max()
-        if not diff < 1e-9:
-            sums = weights.double().sum(-1)
-            hint = " (a softmax over all E experts? the kept weights must sum to 1)" if (sums < 1 - 1e-6).any() else ""
-            return report(name, False, f"weights differ by {diff.item():.2g}{hint}")
-    return report(name, True, "the experts and weights of attn_core's Mixtral router, 3 cases")
-
-
-def check_balancing_loss(fn: Callable) -> bool:
-    """Exercise 19.2: ``fn(probs, experts, n_experts) -> loss``, the Switch Transformer's auxiliary loss.
-
-    ``E · Σ_e f_e · P_e``: ``f_e`` the fraction of the ``N·k`` assignments routed to expert
-    ``e``, ``P_e`` the mean router probability of ``e`` over the ``N`` tokens. Compared with
-    :func:`attn_core.moe.load_balancing_loss`, and its gradient with respect to ``probs`` too.
-
-    Shapes:
-        probs: ``(N, E)``; experts: ``(N, k)``; loss: a scalar
-    """
-    name = "19.2 load-balancing loss"
-    g = torch.Generator().manual_seed(192)
-    for N, E, k in ((10, 4, 1), (16, 8, 2), (9, 3, 3)):
-        probs = torch.softmax(torch.randn(N, E, generator=g, dtype=F64), -1)
-        experts = probs.topk(k, -1).indices
-        want = load_balancing_loss(probs, experts, E)
-        p = probs.clone().requires_grad_()
-        got = _call(name, fn, p, experts.clone(), E)
-        if got is None:
-            return False
-        if not isinstance(got, torch.Tensor) or got.numel() != 1:
-            return report(name, False, f"return a scalar tensor, got {got!r:.60}")
-        if not abs(got.item() - want.item()) < 1e-9:
-            hint = " (f must sum to 1: divide the counts by N·k)" if abs(got.item() - k * want.item()) < 1e-9 else ""
-            return report(name, False, f"N={N}, E={E}, k={k}: got {got.item():.4f}, expected {want.item():.4f}{hint}")
-        if not got.requires_grad:
-            return report(name, False, "the loss must be differentiable in probs (its gradient balances the router)")
-        (grad,) = torch.autograd.grad(got, p)
-        ref = probs.clone().requires_grad_()
-        (want_grad,) = torch.autograd.grad(load_balancing_loss(ref, experts, E), ref)
-        if not (grad - want_grad).abs().max() < 1e-9:
-            return report(name, False, "the gradient differs: only P (the probabilities) carries one, f is counted")
-    return report(name, True, "equals attn_core's loss for 3 routings, and is differentiable")
 
 
 def check_capacity_keep(fn: Callable) -> bool:
