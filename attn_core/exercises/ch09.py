@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ._common import compare, report
 
-__all__ = ["check_layer_norm", "check_rms_norm", "check_residual_wiring"]
+__all__ = ["check_rms_norm"]
 
 
 def _inputs(seed: int, *shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
@@ -23,24 +23,6 @@ def _run(name: str, fn: Callable, *args):
         return True, fn(*args)
     except Exception as e:  # a learner's bug should print, not stop the notebook
         return False, report(name, False, f"{type(e).__name__}: {e}")
-
-
-def check_layer_norm(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]) -> bool:
-    """Exercise 9.1: ``fn(x, weight, bias, eps)`` is LayerNorm over the last axis (biased variance).
-
-    Shapes:
-        x: ``(..., d)``; weight, bias: ``(d,)``; fn's output: ``(..., d)``
-    """
-    x = _inputs(90, 2, 3, 8, scale=3.0, shift=1.5)
-    weight, bias = _inputs(91, 8), _inputs(92, 8)
-    for eps in (1e-5, 0.5):  # a large eps catches an eps in the wrong place
-        ok, got = _run("9.1 layer norm", fn, x, weight, bias, eps)
-        if not ok:
-            return False
-        expected = F.layer_norm(x, (8,), weight, bias, eps)
-        if not compare(f"9.1 layer norm (eps={eps})", got, expected, atol=1e-8):
-            return False
-    return True
 
 
 def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> bool:
@@ -59,40 +41,6 @@ def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tenso
         if not compare(f"9.2 RMS norm (eps={eps})", got, expected, atol=1e-8):
             return False
     return True
-
-
-def check_residual_wiring(
-    pre_norm: Callable[[torch.Tensor, Callable, Callable], torch.Tensor],
-    post_norm: Callable[[torch.Tensor, Callable, Callable], torch.Tensor],
-) -> bool:
-    """Exercise 9.3: ``pre_norm(x, f, norm)`` and ``post_norm(x, f, norm)`` wire one sub-layer.
-
-    Pre-norm is ``x + f(norm(x))``; post-norm is ``norm(x + f(x))``. Swapped labels (a
-    common tutorial mistake) are reported as such.
-
-    Shapes:
-        x: ``(B, T, d)``; f, norm: ``(B, T, d) -> (B, T, d)``; outputs ``(B, T, d)``
-    """
-    x = _inputs(95, 2, 4, 8, scale=2.0)
-    W = _inputs(96, 8, 8) / 3
-    f = lambda t: torch.tanh(t @ W)  # noqa: E731 - a stand-in sub-layer
-    norm = lambda t: F.layer_norm(t, (8,))  # noqa: E731
-    expected_pre, expected_post = x + f(norm(x)), norm(x + f(x))
-    ok_pre, got_pre = _run("9.3 pre-norm", pre_norm, x, f, norm)
-    ok_post, got_post = _run("9.3 post-norm", post_norm, x, f, norm)
-    if not (ok_pre and ok_post):
-        return False
-
-    def close(a: object, b: torch.Tensor) -> bool:
-        return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a.double(), b, atol=1e-8)
-
-    if close(got_pre, expected_post) and close(got_post, expected_pre):
-        return report(
-            "9.3 residual wiring", False, "pre- and post-norm are swapped: post-norm normalises the sum x + f(x)"
-        )
-    return compare("9.3 pre-norm", got_pre, expected_pre, atol=1e-8) & compare(
-        "9.3 post-norm", got_post, expected_post, atol=1e-8
-    )
 
 
 # ---- issue 25: an exercise that needs a test design ----
