@@ -25,13 +25,14 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .checks import check_bool, check_choice, check_int, check_number
+from .checks import check_bool, check_choice, check_instance, check_int, check_number
 from .gating import GATE_KINDS
 from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
 from .norms import NORM_KINDS, NORM_POSITIONS
 from .positional import ROPE_LAYOUTS
+from .rope_scaling import RopeScaling
 
 __all__ = ["DecoderConfig"]
 
@@ -175,6 +176,17 @@ class DecoderConfig:
             key head (Hugging Face's ``partial_rotary_factor · head_dim``: GLM-4-MoE's half,
             Phi-4-mini's three quarters); the rest pass through. ``None``: the whole head.
             Multi-head attention with ``positional="rope"`` (MLA has ``rope_dim``).
+        rope_scaling: Context extension of the RoPE with base ``rope_base`` (issue 28): a
+            :class:`~attn_core.rope_scaling.RopeScaling` (PI, NTK-aware, dynamic NTK, YaRN with
+            its temperature, Llama 3.1's, LongRoPE), e.g. read from Hugging Face's
+            ``rope_parameters`` by :func:`~attn_core.rope_scaling.scaling_from_hf`. ``None``:
+            plain RoPE. The ``"sliding"`` layers' own RoPE (``sliding_rope_base``) is not scaled.
+            Multi-head attention with ``positional="rope"``.
+        rope_layers: Per layer, whether it rotates its queries and keys (``True``) or has no
+            positions at all (``False``, a NoPE layer: SmolLM3's every fourth layer, its
+            ``no_rope_layers``). ``None``: every layer as ``positional`` and
+            ``rope_full_layers`` say. A layer has RoPE only where both allow it.
+            Multi-head attention with ``positional="rope"`` in standard blocks.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -244,6 +256,8 @@ class DecoderConfig:
     index_head_dim: int | None = field(default=None, repr=False)
     index_topk: int | None = field(default=None, repr=False)
     rotary_dim: int | None = field(default=None, repr=False)
+    rope_scaling: RopeScaling | None = field(default=None, repr=False)
+    rope_layers: tuple[bool, ...] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -278,6 +292,7 @@ class DecoderConfig:
         self._check_moe()
         self._check_scales_and_layout()
         self._check_indexer()
+        self._check_rope_extensions()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -339,6 +354,39 @@ class DecoderConfig:
                 f"beta_ff={self.beta_ff} is the simplified blocks' MLP gain; block='standard' has none "
                 f"(leave it at 0.1 or use block='sas'/'sas-p')"
             )
+
+    def _check_rope_extensions(self) -> None:
+        """Check ``rope_scaling`` (a RopeScaling fitting the rotated width) and ``rope_layers`` (a bool per layer)."""
+        if isinstance(self.rope_layers, list):  # e.g. read back from JSON: store the frozen form
+            object.__setattr__(self, "rope_layers", tuple(self.rope_layers))
+        check_instance("rope_scaling", self.rope_scaling, RopeScaling, optional=True)
+        used = [n for n in ("rope_scaling", "rope_layers") if getattr(self, n) is not None]
+        if used and (self.positional != "rope" or self.attention != "mha"):
+            raise ValueError(
+                f"{', '.join(used)} change multi-head attention's RoPE: they need positional='rope' and "
+                f"attention='mha', got positional={self.positional!r}, attention={self.attention!r}"
+            )
+        if self.rope_scaling is not None:  # fail here, not when the model is built (e.g. LongRoPE factors' length)
+            self.rope_scaling.frequencies(self.rope_base, self.rotary_dim or self.resolved_head_dim)
+        if self.rope_layers is None:
+            return
+        if self.block != "standard":
+            raise ValueError(f"rope_layers needs block='standard', got block={self.block!r}")
+        if not isinstance(self.rope_layers, tuple) or len(self.rope_layers) != self.n_layers:
+            raise ValueError(
+                f"rope_layers must give True (RoPE) or False (no positions) per layer ({self.n_layers}), "
+                f"got {self.rope_layers!r}"
+            )
+        for i, on in enumerate(self.rope_layers):
+            check_bool(f"rope_layers[{i}]", on)
+
+    def layer_has_rope(self, i: int) -> bool:
+        """Whether layer ``i`` rotates its queries and keys (``positional``, ``rope_full_layers``, ``rope_layers``)."""
+        if self.positional != "rope" or self.resolved_layer_types[i] == "linear":
+            return False
+        if self.resolved_layer_types[i] == "full" and not self.rope_full_layers:
+            return False
+        return self.rope_layers is None or self.rope_layers[i]
 
     def _check_parity_fields(self) -> None:
         """Check the fields that real checkpoints need (norm ε, QK-norm, value width, RoPE layout)."""

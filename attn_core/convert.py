@@ -3,9 +3,13 @@
 :func:`config_from_hf` reads a Hugging Face model configuration into a
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
 :class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
-compute *exactly* is refused with a ``ValueError`` that names it: rope scaling other
-than the plain one (LLaMA-3.1's ``"llama3"``, YaRN, ...), activations other than SiLU,
-attention dropout. Mixtures of experts convert (chapter 19): Mixtral (``MixtralForCausalLM``:
+compute *exactly* is refused with a ``ValueError`` that names it: activations other than
+SiLU, attention dropout, rope scaling with MLA (DeepSeek) or Gemma. Rope scaling converts
+for the multi-head-attention families (issue 28): Hugging Face's ``rope_parameters`` (PI
+``"linear"``, ``"dynamic"`` NTK, ``"yarn"`` with its temperature, Llama 3.1's ``"llama3"``,
+``"longrope"``) become ``DecoderConfig.rope_scaling`` (:func:`~attn_core.rope_scaling.scaling_from_hf`).
+SmolLM3's NoPE layers (``no_rope_layers``) become ``DecoderConfig.rope_layers``.
+Mixtures of experts convert (chapter 19): Mixtral (``MixtralForCausalLM``:
 top-k logits then softmax), Qwen3-MoE (``Qwen3MoeForCausalLM``: softmax then top-k, optionally
 renormalised; QK-norm) and DeepSeek-V3's MoE layers (sigmoid scores, groups, scale, a shared
 expert, the ``e_score_correction_bias`` as the selection bias), each block by :func:`copy_moe`. Sliding windows are
@@ -94,6 +98,7 @@ from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
 from .model import DecoderLM
 from .moe import MixtureOfExperts
+from .rope_scaling import scaling_from_hf
 from .sparse_attention import LightningIndexer, SparseAttention
 
 __all__ = [
@@ -144,6 +149,21 @@ NOT_CONVERTED = {
 }
 
 
+def _rope_scaling(t: str, hf, kind: str) -> dict:
+    """``rope_scaling`` of the DecoderConfig (issue 28): Hugging Face's ``rope_parameters`` (``rope_scaling`` in 4.x)
+    read by :func:`~attn_core.rope_scaling.scaling_from_hf`; {} for plain RoPE."""
+    if kind == "default":
+        return {}
+    if t in ("deepseek_v3", "deepseek_v32"):
+        _refuse(
+            t,
+            f"rope scaling {kind!r} with multi-head latent attention (DeepSeek's YaRN also multiplies the softmax "
+            "scale by mscale(factor, mscale_all_dim)^2; MultiHeadLatentAttention takes no scaling)",
+        )
+    params = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
+    return dict(rope_scaling=scaling_from_hf(params, max_position_embeddings=hf.max_position_embeddings))
+
+
 def _rope(hf) -> tuple[float, str]:
     """RoPE's base and type, from ``rope_parameters`` (transformers 5) or ``rope_theta``/``rope_scaling`` (4.x)."""
     params = dict(getattr(hf, "rope_parameters", None) or {})
@@ -162,7 +182,12 @@ def _windows(model_type: str, hf) -> dict:
     window = getattr(hf, "sliding_window", None)
     if model_type in ("mistral", "mixtral", "qwen3_moe", "phi3"):  # Qwen3-MoE's config clears an unused window
         return {} if window is None else dict(sliding_window=window)
-    if model_type in ("qwen2", "qwen3", "cohere2"):
+    if model_type == "smollm3" and not getattr(hf, "use_sliding_window", False):
+        kinds = list(getattr(hf, "layer_types", None) or [])
+        if "sliding_attention" in kinds:  # HF builds a sliding mask for them but its layers do not slide
+            _refuse(model_type, "layer_types with 'sliding_attention' but use_sliding_window=False")
+        return {}
+    if model_type in ("qwen2", "qwen3", "cohere2", "smollm3"):
         kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
         if "sliding_attention" not in kinds or window is None:
             return {}
@@ -202,12 +227,15 @@ def config_from_hf(hf_config) -> DecoderConfig:
         rope, windows, style = _gemma(t, hf_config)
     else:
         base, kind = _rope(hf_config)
-        if kind != "default":
-            _refuse(t, f"rope scaling {kind!r} is not implemented (only plain RoPE, rope_type='default')")
+        scaling = _rope_scaling(t, hf_config, kind)  # PI, dynamic NTK, YaRN, Llama 3.1, LongRoPE (issue 28)
         act = getattr(hf_config, "hidden_act", "silu")
         if act != "silu":
             _refuse(t, f"hidden_act={act!r} (attn_core's SwiGLU uses SiLU)")
-        rope, windows, style = dict(rope_base=base), _windows(t, hf_config), dict(mlp="swiglu", norm_position="pre")
+        rope, windows, style = (
+            dict(rope_base=base, **scaling),
+            _windows(t, hf_config),
+            dict(mlp="swiglu", norm_position="pre"),
+        )
     if getattr(hf_config, "attention_dropout", 0.0):
         _refuse(t, f"attention_dropout={hf_config.attention_dropout} (attn_core's dropout also drops residuals)")
     d, H = hf_config.hidden_size, hf_config.num_attention_heads

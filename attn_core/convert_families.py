@@ -17,6 +17,9 @@ glm4_moe   ``qkv_bias`` (no bias on the output projection), ``qk_norm`` (``use_q
            ``rotary_dim`` (``partial_rotary_factor`` 0.5: half of each head rotated); its
            experts route as DeepSeek-V3's (sigmoid, groups, selection bias, shared experts,
            dense first layers)
+smollm3    LLaMA's block with NoPE layers: ``rope_layers`` from ``no_rope_layers`` (1: the layer uses
+           RoPE, 0: no positions; every fourth layer by default), a window only with
+           ``use_sliding_window``
 cohere2    ``parallel_block`` (attention and MLP from one norm), ``norm="layernorm"`` (its
            bias-free LayerNorm: attn_core's bias is copied as zeros), ``rope_layout="interleaved"``,
            RoPE in the sliding layers only (``rope_full_layers=False``) and ``logit_scale``
@@ -32,6 +35,7 @@ import types
 
 __all__ = [
     "FAMILY_FIELDS", "qwen2_fields", "granite_fields", "phi3_fields", "cohere2_fields", "glm4_moe_fields",
+    "smollm3_fields",
     "unfused_attention", "unfused_mlp",
 ]  # fmt: skip
 
@@ -94,10 +98,20 @@ def cohere2_fields(hf) -> dict:
     return fields
 
 
+def smollm3_fields(hf) -> dict:
+    """SmolLM3: LLaMA's block whose ``no_rope_layers[i] == 0`` layers have no positions (NoPE)."""
+    flags = tuple(bool(v) for v in hf.no_rope_layers)  # 1 = the layer rotates (the name says the opposite)
+    if len(flags) != hf.num_hidden_layers:
+        raise ValueError(
+            f"no_rope_layers must give 0 or 1 per layer ({hf.num_hidden_layers}), got {list(hf.no_rope_layers)}"
+        )
+    return {} if all(flags) else dict(rope_layers=flags)
+
+
 #: The families :func:`~attn_core.convert.config_from_hf` builds as LLaMA plus these fields.
 FAMILY_FIELDS = {
     "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
-    "glm4_moe": glm4_moe_fields,
+    "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields,
 }  # fmt: skip
 
 

@@ -55,7 +55,8 @@ class DecoderLM(nn.Module):
             added: ``√d_model`` with sinusoidal positions (Vaswani et al. 2017, §3.4; the
             encodings have entries of size 1, the embeddings start at 0.02) or with
             ``config.scale_embeddings`` (Gemma), else 1.
-        rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers, or None.
+        rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers (scaled by
+            ``config.rope_scaling`` if set), or None.
         sliding_rope: The one shared by the ``"sliding"`` layers when
             ``config.sliding_rope_base`` gives them a base of their own (Gemma 3), else None.
         alibi: The :class:`~attn_core.ALiBi` whose bias every layer adds to its scores, or None.
@@ -96,8 +97,10 @@ class DecoderLM(nn.Module):
         self.alibi = ALiBi(c.n_heads) if c.positional == "alibi" else None
         self.rope = None
         partial = {} if c.rotary_dim is None else {"rotary_dim": c.rotary_dim}  # GLM, Phi-4-mini: part of each head
-        if c.positional == "rope" and c.attention == "mha":
-            self.rope = RotaryEmbedding(c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout, **partial)
+        if c.positional == "rope" and c.attention == "mha":  # context extension (YaRN, Llama 3.1, ...) if any
+            self.rope = RotaryEmbedding(
+                c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout, scaling=c.rope_scaling, **partial
+            )
         self.sliding_rope = None
         if c.sliding_rope_base is not None:  # the config checked: RoPE, MHA, some sliding layers
             self.sliding_rope = RotaryEmbedding(
@@ -135,8 +138,10 @@ class DecoderLM(nn.Module):
 
     def _layer_rope(self, i: int) -> nn.Module | None:
         """The RoPE of layer ``i``: the sliding layers' own when ``config.sliding_rope_base`` is set, none in the
-        full layers when ``config.rope_full_layers`` is False."""
+        full layers when ``config.rope_full_layers`` is False, none where ``config.rope_layers[i]`` is False."""
         kind = self.config.resolved_layer_types[i]
+        if self.config.rope_layers is not None and not self.config.rope_layers[i]:  # SmolLM3's NoPE layers
+            return None
         if self.sliding_rope is not None and kind == "sliding":
             return self.sliding_rope
         if kind == "full" and not self.config.rope_full_layers:  # Cohere 2: position-free global layers

@@ -16,6 +16,7 @@ from attn_core import (
 )
 from attn_core.mla import default_rope_dim
 from attn_core.mlp import make_mlp, mlp_hidden_dim
+from attn_core.rope_scaling import LinearScaling, LongRopeScaling, YarnScaling
 from conftest import decoder
 
 
@@ -264,6 +265,9 @@ FIELD_CHANGES = {
     "index_head_dim": dict(index_head_dim=8),
     "index_topk": dict(index_topk=2),
     "rotary_dim": dict(rotary_dim=4),  # of heads of 8 (16 / 2)
+    # Issue 28: context extension and NoPE layers (layer 1 is a full-attention layer in every base).
+    "rope_scaling": dict(rope_scaling=LinearScaling(factor=2.0)),
+    "rope_layers": dict(rope_layers=(True, False)),
 }
 
 
@@ -452,3 +456,47 @@ def test_moe_fields_reach_the_modules():
 def test_moe_bad_fields(kw, message):
     with pytest.raises(ValueError, match=message):
         DecoderConfig.llama_like(**kw)
+
+
+# --------------------------------------------------------------------------- issue 28: scaled RoPE, NoPE layers
+def test_rope_scaling_and_rope_layers_reach_the_layers():
+    base = FIELD_BASES["mha"]
+    yarn = YarnScaling(factor=4.0, original_max_position=8)
+    model = decoder(dataclasses.replace(base, rope_scaling=yarn, rope_layers=(False, True)))
+    assert model.rope.scaling is yarn
+    assert model.blocks[0].attn.rope is None and model.blocks[1].attn.rope is model.rope
+    assert [model.config.layer_has_rope(i) for i in range(2)] == [False, True]
+    # Only the sliding layers' own base is left unscaled (Gemma 3's local layers).
+    sliding = decoder(dataclasses.replace(FIELD_BASES["mha-sliding"], sliding_rope_base=100.0, rope_scaling=yarn))
+    assert sliding.blocks[0].attn.rope.scaling is None and sliding.blocks[1].attn.rope.scaling is yarn
+    # rope_full_layers=False and rope_layers both remove RoPE: a layer keeps it only where both allow it.
+    both = dataclasses.replace(FIELD_BASES["mha-sliding"], rope_full_layers=False, rope_layers=(False, True))
+    assert [both.layer_has_rope(i) for i in range(2)] == [False, False]
+    assert [b.attn.rope for b in decoder(both).blocks] == [None, None]
+    # Defaults leave the repr (and so every existing config's printout) as it was.
+    assert "rope_scaling" not in repr(base) and "rope_layers" not in repr(base)
+    assert "rope_layers=(False, True)" in repr(model.config)
+    # A list (read back from JSON) is stored as a tuple.
+    assert dataclasses.replace(base, rope_layers=[True, False]).rope_layers == (True, False)
+
+
+@pytest.mark.parametrize(
+    "change,error,message",
+    [
+        (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), TypeError,
+         "rope_scaling must be an attn_core.RopeScaling or None, got dict"),
+        (dict(rope_scaling=LinearScaling(factor=2.0), positional="none", rope_base=10000.0), ValueError,
+         "rope_scaling change multi-head attention's RoPE: they need positional='rope'"),
+        (dict(rope_scaling=LongRopeScaling(short_factor=(1.0,) * 3, long_factor=(2.0,) * 3,
+                                           original_max_position=8, factor=4.0)), ValueError, "short_factor"),
+        (dict(rope_layers=(True,)), ValueError, r"rope_layers must give True \(RoPE\) or False"),
+        (dict(rope_layers=(True, 0)), TypeError, r"rope_layers\[1\]"),
+        (dict(rope_layers=(True, False), block="sas", n_kv_heads=None), ValueError,
+         "rope_layers needs block='standard'"),
+        (dict(rope_layers=(True, False), attention="mla", n_kv_heads=None, d_latent=16), ValueError,
+         "need positional='rope' and attention='mha'"),
+    ],
+)  # fmt: skip
+def test_rope_scaling_and_rope_layers_bad_values(change, error, message):
+    with pytest.raises(error, match=message):
+        dataclasses.replace(FIELD_BASES["mha"], **change)

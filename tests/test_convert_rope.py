@@ -1,0 +1,133 @@
+"""attn_core.convert with rope scaling (issue 28) and SmolLM3's NoPE layers: whole tiny models, float64.
+
+Hugging Face computes RoPE (and RMSNorm) in float32 whatever the model's dtype; the models
+here are built and run inside :func:`test_rope_scaling.hf_in_float64`, which lifts those
+steps to float64 with the formulas unchanged (the scaled ``inv_freq`` included, which is
+computed when the model is built). ``original_max_position_embeddings`` is 8 (dynamic NTK:
+``max_position_embeddings`` 8), so that the 9 tokens of ``IDX`` and the 17 of greedy
+generation reach past it and the scaled speeds (and dynamic NTK's update) act.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", minversion="5.0")
+
+from test_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
+from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
+from test_rope_scaling import hf_in_float64  # noqa: E402
+from transformers import (  # noqa: E402
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
+from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
+
+from attn_core import DecoderLM, generate  # noqa: E402
+from attn_core.convert import config_from_hf, from_hf  # noqa: E402
+from attn_core.rope_scaling import DynamicNTKScaling, LinearScaling, Llama3Scaling, YarnScaling  # noqa: E402
+
+NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8}  # fmt: skip
+YARN = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 8}
+LINEAR = {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}
+DYNAMIC = {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 4.0}
+
+
+def llama(rope_parameters: dict, seed: int = 3, **kw) -> LlamaForCausalLM:
+    base = dict(SMALL, rms_norm_eps=1e-5, rope_parameters=dict(rope_parameters), **NO_SPECIAL_TOKENS)
+    return seeded(LlamaForCausalLM(LlamaConfig(**{**base, **kw})), seed=seed)
+
+
+def qwen3(rope_parameters: dict, seed: int = 3, **kw) -> Qwen3ForCausalLM:
+    base = dict(SMALL, head_dim=16, rms_norm_eps=1e-6, rope_parameters=dict(rope_parameters), **NO_SPECIAL_TOKENS)
+    return seeded(Qwen3ForCausalLM(Qwen3Config(**{**base, **kw})), seed=seed)
+
+
+def qwen2(rope_parameters: dict, seed: int = 3, **kw) -> Qwen2ForCausalLM:
+    base = dict(SMALL, rms_norm_eps=1e-6, rope_parameters=dict(rope_parameters), **NO_SPECIAL_TOKENS)
+    return seeded(Qwen2ForCausalLM(Qwen2Config(**{**base, **kw})), seed=seed)
+
+
+CASES = {
+    "llama-llama3": (lambda seed: llama(LLAMA3, seed), Llama3Scaling),
+    "llama-dynamic": (lambda seed: llama(DYNAMIC, seed, max_position_embeddings=8), DynamicNTKScaling),
+    "qwen3-yarn": (lambda seed: qwen3(YARN, seed), YarnScaling),
+    "qwen3-linear": (lambda seed: qwen3(LINEAR, seed), LinearScaling),
+    "qwen2-yarn": (lambda seed: qwen2(YARN, seed), YarnScaling),
+}
+MODULES = (modeling_qwen2, modeling_qwen3)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_scaled_rope_gives_the_same_logits(case):
+    make, kind = CASES[case]
+    with hf_in_float64(*MODULES):
+        hf = make(3)
+        ours = from_hf(hf)
+        assert isinstance(ours.config.rope_scaling, kind) and ours.rope.scaling is ours.config.rope_scaling
+        expected = hf(IDX).logits
+    diff = max_diff(ours(IDX), expected)
+    print(f"{case}: max |logit difference| = {diff:.2e}")
+    assert diff < EXACT
+    # And the scaling matters: the same weights with plain RoPE give other logits past position 0.
+    plain = from_hf(hf)
+    plain.rope.scaling = None
+    plain.rope._cos = plain.rope._sin = None
+    assert max_diff(plain(IDX), expected) > 1e-3
+
+
+@pytest.mark.parametrize("case", sorted(set(CASES) - {"llama-dynamic"}))
+def test_scaled_rope_greedy_generation_with_caches(case):
+    """17 positions (5 prompt + 12 generated), past original_max_position_embeddings=8: HF's tokens and logits."""
+    with hf_in_float64(*MODULES):
+        assert_greedy_generation_matches(CASES[case][0](4))
+
+
+def test_dynamic_ntk_greedy_generation_with_caches():
+    """Dynamic NTK past max_position_embeddings=8: the speeds change at position 8 while decoding (the keys
+    already cached keep their rotation, in both). Our model's max_len is max_position_embeddings (8), which
+    caps generate: the converted weights are loaded into the same config with max_len=32."""
+    with hf_in_float64(*MODULES):
+        hf = CASES["llama-dynamic"][0](4)
+        idx = torch.randint(0, 61, (2, 5), generator=torch.Generator().manual_seed(1))
+        out = hf.generate(
+            idx, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(idx), output_logits=True,
+            return_dict_in_generate=True,
+        )  # fmt: skip
+        expected, expected_logits = out.sequences, torch.stack(out.logits, dim=1)  # (B, 12, V): each step's
+        converted = from_hf(hf)
+        ours = DecoderLM(dataclasses.replace(converted.config, max_len=32)).to(torch.float64).eval()
+        ours.load_state_dict(converted.state_dict())
+        tokens, logits = generate(ours, idx, 12, temperature=0.0, return_logits=True)
+        assert torch.equal(tokens, expected)
+        full = hf(tokens[:, :-1]).logits  # one call of 16 positions: the dynamic speeds throughout
+    # Each decoding step's logits: generate hands them back in float32, so equal to float32 rounding.
+    assert expected_logits.dtype == torch.float32
+    assert max_diff(logits[:, -12:].float(), expected_logits) < 1e-6
+    assert max_diff(ours(tokens[:, :-1]), full) < EXACT
+    # Decoding rotated the first 8 positions' keys with the plain speeds, one call of 16 with the dynamic ones.
+    assert max_diff(logits[:, -12:], full[:, 4:]) > 1e-3
+
+
+def test_scaling_values_are_read_from_rope_parameters():
+    c = config_from_hf(llama(LLAMA3).config)
+    assert c.rope_scaling == Llama3Scaling(
+        factor=8.0, original_max_position=8, low_freq_factor=1.0, high_freq_factor=4.0
+    )
+    assert c.rope_base == 5e5
+    y = config_from_hf(qwen3(YARN).config).rope_scaling
+    assert (y.factor, y.original_max_position) == (4.0, 8)
+    assert config_from_hf(qwen3({"rope_type": "default", "rope_theta": 1e4}).config).rope_scaling is None
+    assert config_from_hf(llama(DYNAMIC, max_position_embeddings=8).config).rope_scaling == DynamicNTKScaling(
+        factor=4.0, max_position=8
+    )
