@@ -542,7 +542,7 @@ def from_hf(model: nn.Module) -> DecoderLM:
 
     Works with the ``...ForCausalLM`` objects of :data:`SUPPORTED_MODEL_TYPES` (LLaMA, Mistral,
     Qwen2, Qwen3, DeepSeek-V3 and V3.2, Gemma 2 and 3, Mixtral, Qwen3-MoE, Granite, Phi-3,
-    Cohere 2, GLM-4-MoE; random-initialised or from ``from_pretrained``); the result has the
+    Cohere 2, GLM-4-MoE, SmolLM3; random-initialised or from ``from_pretrained``); the result has the
     model's dtype and device and is in eval mode. Its logits equal the Hugging Face model's up
     to rounding (float64: ~1e-14 measured, held below 1e-10; see ``tests/test_parity_hf.py``,
     ``tests/test_convert.py`` and ``tests/test_convert_families.py``).

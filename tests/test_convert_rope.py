@@ -131,3 +131,64 @@ def test_scaling_values_are_read_from_rope_parameters():
     assert config_from_hf(llama(DYNAMIC, max_position_embeddings=8).config).rope_scaling == DynamicNTKScaling(
         factor=4.0, max_position=8
     )
+
+
+# --------------------------------------------------------------------------- SmolLM3: NoPE layers
+def smollm3(seed: int = 3, rope_parameters: dict | None = None, **kw):
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    rope = rope_parameters or {"rope_type": "default", "rope_theta": 1e4}
+    base = dict(SMALL, num_hidden_layers=4, rms_norm_eps=1e-6, rope_parameters=dict(rope), **NO_SPECIAL_TOKENS)
+    return seeded(SmolLM3ForCausalLM(SmolLM3Config(**{**base, **kw})), seed=seed)
+
+
+def smollm3_modules():
+    from transformers.models.smollm3 import modeling_smollm3
+
+    return (*MODULES, modeling_smollm3)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(no_rope_layers=[0, 1, 0, 1]), dict(rope_parameters=YARN), dict(tie_word_embeddings=False)],
+    ids=["every-4th", "alternate", "yarn", "untied"],
+)
+def test_smollm3_gives_the_same_logits(kw):
+    pytest.importorskip("transformers.models.smollm3")
+    with hf_in_float64(*smollm3_modules()):
+        hf = smollm3(**kw)
+        ours = from_hf(hf)
+        expected = hf(IDX).logits
+    flags = tuple(bool(v) for v in hf.config.no_rope_layers)
+    assert ours.config.rope_layers == flags and not all(flags)
+    assert [b.attn.rope is not None for b in ours.blocks] == list(flags)
+    diff = max_diff(ours(IDX), expected)
+    print(f"smollm3 {kw}: max |logit difference| = {diff:.2e}")
+    assert diff < EXACT
+    # The NoPE layers matter: RoPE in every layer gives other logits.
+    every = DecoderLM(dataclasses.replace(ours.config, rope_layers=None)).to(torch.float64).eval()
+    every.load_state_dict(ours.state_dict())
+    assert max_diff(every(IDX), expected) > 1e-3
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(rope_parameters=YARN)], ids=["plain", "yarn"])
+def test_smollm3_greedy_generation_with_caches(kw):
+    pytest.importorskip("transformers.models.smollm3")
+    with hf_in_float64(*smollm3_modules()):
+        assert_greedy_generation_matches(smollm3(seed=4, **kw))
+
+
+def test_smollm3_sliding_nope_layers():
+    """use_sliding_window: SmolLM3's config makes its NoPE layers the sliding ones (window 3 < 9 tokens)."""
+    pytest.importorskip("transformers.models.smollm3")
+    with hf_in_float64(*smollm3_modules()):
+        hf = smollm3(use_sliding_window=True, sliding_window=3)
+        ours = from_hf(hf)
+        expected = hf(IDX).logits
+    c = ours.config
+    assert (c.layer_types, c.sliding_window) == (("full", "full", "full", "sliding"), 3)
+    assert max_diff(ours(IDX), expected) < EXACT
+    bad = smollm3().config
+    bad.layer_types = ["full_attention"] * 3 + ["sliding_attention"]
+    with pytest.raises(ValueError, match="'sliding_attention' but use_sliding_window=False"):
+        config_from_hf(bad)
