@@ -4,7 +4,8 @@
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
 :class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
 compute *exactly* is refused with a ``ValueError`` that names it: activations other than
-SiLU, attention dropout, rope scaling with MLA (DeepSeek) or Gemma. Rope scaling converts
+SiLU, attention dropout, rope scaling with MLA (DeepSeek), in Gemma 2 or in Gemma 3's sliding
+layers. Rope scaling converts (Gemma 3's global layers' too)
 for the multi-head-attention families (issue 28): Hugging Face's ``rope_parameters`` (PI
 ``"linear"``, ``"dynamic"`` NTK, ``"yarn"`` with its temperature, Llama 3.1's ``"llama3"``,
 ``"longrope"``) become ``DecoderConfig.rope_scaling`` (:func:`~attn_core.rope_scaling.scaling_from_hf`).
@@ -35,7 +36,8 @@ with the tanh GELU (``mlp="geglu_tanh"``), QK-norm, and the sliding layers' own 
 per block, the QK-norms and the final norm) is copied as ``1 + weight``. A
 ``query_pre_attn_scalar`` other than ``head_dim`` becomes the score scale
 (``attention_scale = query_pre_attn_scalar**-0.5``). Refused: soft-capping (attention or
-final logits), bidirectional attention, rope scaling.
+final logits), bidirectional attention, rope scaling in the sliding layers (the full
+layers' converts: ``rope_scaling``, Gemma 3 4B-27B's linear ×8).
 
 Gemma 2 (``Gemma2ForCausalLM``, ``model_type="gemma2"``) converts with the same block (scaled
 embeddings, ``1 + weight`` gains, sandwich norms, ``geglu_tanh``) but no QK-norm and one RoPE
@@ -357,14 +359,20 @@ def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
         return dict(rope_base=base), windows, style
     params = dict(getattr(hf, "rope_parameters", None) or {})
     bases, defaults = {}, getattr(hf, "default_theta", {"global": 1e6, "local": 1e4})  # Gemma 3's own defaults
+    main = "full_attention" if "full_attention" in kinds else "sliding_attention"  # the layers of rope_base
+    scaling = {}
     for kind in sorted(set(kinds)):
         p = dict(params.get(kind) or {})
         if p.get("rope_type", "default") != "default":
-            _refuse(
-                t, f"rope scaling {p['rope_type']!r} in the {kind} layers is not implemented (only rope_type='default')"
-            )
+            if kind != main:  # the sliding layers' own RoPE (sliding_rope_base) takes no scaling
+                _refuse(
+                    t, f"rope scaling {p['rope_type']!r} in the {kind} layers is not implemented (only the "
+                    f"{main} layers' RoPE is scaled)",
+                )  # fmt: skip
+            # Gemma 3 4B-27B: linear scaling (factor 8) in the global layers only (issue 28)
+            scaling = dict(rope_scaling=scaling_from_hf(p, max_position_embeddings=hf.max_position_embeddings))
         bases[kind] = float(p.get("rope_theta", defaults["global" if kind == "full_attention" else "local"]))
-    rope = dict(rope_base=bases.get("full_attention", bases.get("sliding_attention")))
+    rope = dict(rope_base=bases[main], **scaling)
     if windows:
         rope["sliding_rope_base"] = bases["sliding_attention"]
     return rope, windows, style

@@ -192,3 +192,36 @@ def test_smollm3_sliding_nope_layers():
     bad.layer_types = ["full_attention"] * 3 + ["sliding_attention"]
     with pytest.raises(ValueError, match="'sliding_attention' but use_sliding_window=False"):
         config_from_hf(bad)
+
+
+# --------------------------------------------------------------------------- Gemma 3: scaled global layers
+GEMMA3_LINEAR = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                 "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}}  # fmt: skip
+
+
+def gemma3_modules():
+    from transformers.models.gemma3 import modeling_gemma3
+
+    return (*MODULES, modeling_gemma3)
+
+
+def test_gemma3_linear_scaling_in_the_full_layers():
+    """Gemma 3 4B-27B: linear ×8 in the global layers, plain RoPE (base 1e4) in the sliding ones."""
+    from test_convert import tiny_gemma3
+
+    with hf_in_float64(*gemma3_modules()):
+        hf = tiny_gemma3(rope_parameters=GEMMA3_LINEAR)
+        ours = from_hf(hf)
+        expected = hf(IDX).logits
+    c = ours.config
+    assert c.rope_scaling == LinearScaling(factor=8.0) and (c.rope_base, c.sliding_rope_base) == (1e6, 1e4)
+    assert [b.attn.rope.scaling for b in ours.blocks] == [None, LinearScaling(factor=8.0), None]
+    diff = max_diff(ours(IDX), expected)
+    print(f"gemma3 linear x8: max |logit difference| = {diff:.2e}")
+    assert diff < EXACT
+    with hf_in_float64(*gemma3_modules()):
+        assert_greedy_generation_matches(tiny_gemma3(seed=4, rope_parameters=GEMMA3_LINEAR))
+    sliding_scaled = {"sliding_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0},
+                      "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
+    with pytest.raises(ValueError, match="rope scaling 'linear' in the sliding_attention layers is not implemented"):
+        config_from_hf(tiny_gemma3(rope_parameters=sliding_scaled).config)
