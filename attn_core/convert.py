@@ -137,8 +137,11 @@ NOT_CONVERTED = {
     "(layer_types 'linear'; one by one with copy_gated_deltanet), the gated full-attention layers "
     "(copy_attention: qk_norm=True, gate='elementwise'), RoPE on part of each head (rotary_dim; "
     "partial_rotary_factor={partial_rotary_factor}) and top-k experts (n_experts)",
-    "olmo2": "its norms follow attention and the MLP (not before them) and its QK-norm spans all heads "
-    "at once (attn_core's is per head)",
+    "olmo2": "its blocks compute x + norm(f(x)): a norm after each sub-layer and none before it "
+    "(TransformerBlock's norm_position has 'pre', 'post' = norm(x + f(x)) and 'sandwich' = x + norm(f(norm(x))), "
+    "not this), and its QK-norm spans all heads at once: one RMSNorm over all H*D query (H_kv*D key) "
+    "dimensions before the heads are split (MultiHeadAttention's qk_norm normalises each head over D with a "
+    "gain shared by the heads)",
     "kimi_linear": "its Kimi Delta Attention layers (KDA: a delta rule whose forget gate has one decay per "
     "channel, from a low-rank f_a_proj/f_b_proj) are not attn_core's GatedDeltaNet (one decay per head), and "
     "its full layers are MLA without RoPE",
