@@ -811,9 +811,10 @@ class DecoderConfig:
         """gpt-oss-20b's shapes: 24 layers, d=2880, GQA 64/8 heads of 64, sinks, windows of 128 on alternate layers,
         biases, 32 experts of width 2880, top-4 with a router bias; 20,914,757,184 parameters.
 
-        Not gpt-oss itself: its experts' SwiGLU is clamped (``limit=7``, ``(up + 1)·gate·σ(1.702·gate)``)
-        and its RoPE is YaRN-scaled, neither of which attn_core computes; the parameters
-        (and so the counts) are the same. Active per token without the embedding: 3,608,307,264 ("3.61B").
+        Not gpt-oss itself: its experts' SwiGLU is clamped (``limit=7``, ``(up + 1)·gate·σ(1.702·gate)``),
+        which attn_core does not compute, and its RoPE is YaRN-scaled (``rope_scaling=YarnScaling(factor=32.0,
+        original_max_position=4096, truncate=False)`` would give that); the parameters (and so the counts) are
+        the same. Active per token without the embedding: 3,608,307,264 ("3.61B").
         """
         base = dict(
             vocab_size=201088, n_layers=24, d_model=2880, n_heads=64, n_kv_heads=8, head_dim=64, d_ff=2880,

@@ -128,8 +128,9 @@ SUPPORTED_MODEL_TYPES = (
 #: convert with :func:`copy_attention` where it says so.
 NOT_CONVERTED = {
     "gpt_oss": "its experts' SwiGLU is clamped and shifted (gate clamped at 7, up to [-7, 7], "
-    "(up + 1) * gate * sigmoid(1.702 * gate)) and its RoPE is YaRN-scaled, neither of which DecoderLM computes "
-    "(its shapes are DecoderConfig.gpt_oss_20b/120b: num_local_experts={num_local_experts}, "
+    "(up + 1) * gate * sigmoid(1.702 * gate)), which DecoderLM does not compute (its RoPE, YaRN-scaled, "
+    "would convert: DecoderConfig.rope_scaling; its shapes are DecoderConfig.gpt_oss_20b/120b: "
+    "num_local_experts={num_local_experts}, "
     "top-{num_experts_per_tok} routing with a router bias); its attention layers (sliding window on alternate "
     "layers, learned sinks) convert one by one with copy_attention",
     "qwen3_next": "its shared expert is scaled by a learned sigmoid gate (shared_expert_gate), which "
