@@ -33,7 +33,13 @@ from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
 
 from attn_core import DecoderLM, generate  # noqa: E402
 from attn_core.convert import config_from_hf, from_hf  # noqa: E402
-from attn_core.rope_scaling import DynamicNTKScaling, LinearScaling, Llama3Scaling, YarnScaling  # noqa: E402
+from attn_core.rope_scaling import (  # noqa: E402
+    DynamicNTKScaling,
+    LinearScaling,
+    Llama3Scaling,
+    LongRopeScaling,
+    YarnScaling,
+)
 
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -225,3 +231,33 @@ def test_gemma3_linear_scaling_in_the_full_layers():
                       "full_attention": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
     with pytest.raises(ValueError, match="rope scaling 'linear' in the sliding_attention layers is not implemented"):
         config_from_hf(tiny_gemma3(rope_parameters=sliding_scaled).config)
+
+
+# --------------------------------------------------------------------------- Phi-3: LongRoPE
+LONGROPE = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0, 1.5, 2.0, 3.0],
+            "long_factor": [2.0, 3.0, 5.0, 8.0], "original_max_position_embeddings": 8}  # fmt: skip
+
+
+def phi3_longrope(seed: int = 3):
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    base = dict(SMALL, max_position_embeddings=32, original_max_position_embeddings=8, rms_norm_eps=1e-5)
+    config = Phi3Config(**base, rope_parameters=dict(LONGROPE), **NO_SPECIAL_TOKENS)
+    return seeded(Phi3ForCausalLM(config), seed=seed)
+
+
+def test_phi3_longrope_short_and_long_factors():
+    """Phi-3's LongRoPE: the short factors up to 8 positions (5 tokens), the long ones past them (9 tokens)."""
+    from transformers.models.phi3 import modeling_phi3
+
+    with hf_in_float64(*MODULES, modeling_phi3):
+        hf = phi3_longrope()
+        ours = from_hf(hf)
+        long, short = hf(IDX).logits, hf(IDX[:, :5]).logits
+    assert isinstance(ours.config.rope_scaling, LongRopeScaling) and ours.config.rope_scaling.factor == 4.0
+    diffs = max_diff(ours(IDX), long), max_diff(ours(IDX[:, :5]), short)
+    print(f"phi3 longrope: max |logit difference| = {diffs[0]:.2e} (long), {diffs[1]:.2e} (short)")
+    assert max(diffs) < EXACT
+    # Not checked: greedy generation past 8 positions. Phi3ForCausalLM.prepare_inputs_for_generation drops
+    # its cache when the sequence crosses original_max_position_embeddings and re-runs the prompt, so every key
+    # is re-rotated with the long factors; attn_core's generate keeps the keys cached with the short ones.
