@@ -55,6 +55,7 @@ __all__ = [
     "linear_attention_recurrent",
     "linear_attention_chunked",
     "delta_rule_matrix",
+    "solve_unit_lower",
     "delta_rule_parallel",
     "delta_rule_recurrent",
     "delta_rule_chunked",
@@ -315,6 +316,22 @@ def _decays(G: torch.Tensor) -> torch.Tensor:
     return diff.masked_fill(~causal_mask(G.shape[-1], device=G.device), float("-inf")).exp()
 
 
+def solve_unit_lower(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """Solve the unit lower-triangular system ``system @ x = rhs`` in at least float32; ``x`` in ``rhs``'s dtype.
+
+    PyTorch has no half-precision triangular solve (``"triangular_solve" not implemented
+    for 'BFloat16'``), and a substitution in 8 bits of mantissa would lose the corrections
+    anyway: production kernels (flash-linear-attention's chunked delta rule) build and
+    solve this system in float32 whatever the inputs' dtype, as here.
+
+    Shapes:
+        system: ``(..., C, C)``; rhs: ``(..., C, N)``; output: ``(..., C, N)``
+    """
+    work = torch.promote_types(rhs.dtype, torch.float32)
+    x = torch.linalg.solve_triangular(system.to(work), rhs.to(work), upper=False, unitriangular=True)
+    return x.to(rhs.dtype)
+
+
 def delta_rule_recurrent(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -401,6 +418,11 @@ def delta_rule_chunked(
     _check_v(k, v)
     check_int("chunk_size", chunk_size)
     S = _delta_state(k, v, initial_state)
+    # Half-precision inputs are computed in float32 (the state, the decays, the solve) and
+    # the results cast back, as production kernels do: a bf16 state drifts over long inputs.
+    out_dtype, work = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta, S = (t.to(work) for t in (q, k, v, beta, S))
+    g = None if g is None else g.to(work)
     outputs = []
     for start in range(0, q.shape[2], chunk_size):
         qc, kc, vc = (x[:, :, start : start + chunk_size] for x in (q, k, v))  # (B, H, C, ·)
@@ -412,11 +434,11 @@ def delta_rule_chunked(
         system = (bc[..., :, None] * (kc @ kc.transpose(-1, -2)) * decays).masked_fill(~strictly_lower, 0.0)
         system = system + torch.eye(C, dtype=q.dtype, device=q.device)  # (B, H, C, C), unit lower triangular
         rhs = bc[..., None] * (vc - G.exp()[..., None] * (kc @ S))  # (B, H, C, D_v)
-        u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)  # (B, H, C, D_v)
+        u = solve_unit_lower(system, rhs)  # (B, H, C, D_v)
         outputs.append(G.exp()[..., None] * (qc @ S) + ((qc @ kc.transpose(-1, -2)) * decays) @ u)
         to_end = (G[..., -1:] - G).exp()[..., None]  # (B, H, C, 1): decay from each token to the chunk's end
         S = G[..., -1, None, None].exp() * S + (to_end * kc).transpose(-1, -2) @ u  # (B, H, D_k, D_v)
-    return torch.cat(outputs, dim=2), S  # (B, H, T, D_v)
+    return torch.cat(outputs, dim=2).to(out_dtype), S.to(out_dtype)  # (B, H, T, D_v)
 
 
 def delta_rule_matrix(
@@ -443,7 +465,7 @@ def delta_rule_matrix(
     strictly_lower = torch.ones(T, T, dtype=torch.bool, device=q.device).tril(-1)
     system = (beta[..., :, None] * (k @ k.transpose(-1, -2)) * decays).masked_fill(~strictly_lower, 0.0)
     system = system + torch.eye(T, dtype=q.dtype, device=q.device)  # (B, H, T, T)
-    writes = torch.linalg.solve_triangular(system, torch.diag_embed(beta), upper=False, unitriangular=True)
+    writes = solve_unit_lower(system, torch.diag_embed(beta))  # (B, H, T, T)
     return ((q @ k.transpose(-1, -2)) * decays) @ writes  # (B, H, T, T)
 
 
