@@ -14,7 +14,7 @@
   var fb = root.querySelector(".attnx-fallback");
   if (fb) fb.style.display = "none";
   controls.style.display = "flex"; controls.style.flexWrap = "wrap"; controls.style.gap = "4px 16px";
-  view.style.display = "block";
+  view.style.display = "block"; view.style.overflowX = "auto"; view.style.maxWidth = "100%";
   var LOG_MIN = Math.log10(d.logFloor);  // the log scale spans [logFloor, 1]
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]; }); }
   function slider(name, label, min, max, step, value, fmt) {
@@ -35,7 +35,7 @@
   }
   if (L > 1) slider("layer", "layer", 0, L - 1, 1, 0, function (v) { return d.layers[v]; });
   if (H > 1) slider("head", "head", 0, H - 1, 1, 0, function (v) { return v; });
-  slider("query", "query", 0, TQ - 1, 1, st.query, function (v) { return d.q[v]; });
+  slider("query", d.rowLabel, 0, TQ - 1, 1, st.query, function (v) { return d.q[v]; });
   if (d.temperature) slider("tau", "temperature", -1, 1, 0.05, 0, function (v) { return Math.pow(10, v).toFixed(2); });
   Object.keys(d.masks).forEach(function (m) { checkbox("mask:" + m, m + " mask", true); });
   checkbox("log", "log scale", d.log);
@@ -63,26 +63,68 @@
     }
     return {w: w, blocked: blocked};
   }
-  // Room for the longest label: d.charPx pixels a character at 12 px, plus a margin.
-  function labelWidth(labels) {
-    return d.charPx * Math.max.apply(null, labels.map(function (t) { return String(t).length; })) + 10;
+  // Room for the longest label at font size fs: d.charPx pixels a character at 12 px.
+  function labelWidth(labels, fs) {
+    var n = Math.max.apply(null, labels.map(function (t) { return String(t).length; }));
+    return Math.ceil(d.charPx * n * fs / 12) + 10;
   }
   function color(v) {
     var t = st.log ? (Math.log10(Math.max(v, d.logFloor)) - LOG_MIN) / -LOG_MIN : v;
     t = Math.max(0, Math.min(1, t));
     return d.lut[Math.round(t * (d.lut.length - 1))];
   }
+  // The map fits the width of the page's column: cells of CELL_MAX pixels when they fit, smaller
+  // ones (down to CELL_MIN) when they do not, and only below CELL_MIN does the view scroll
+  // sideways. Labels shrink with the cells (never under 9 px) and, where a cell is narrower than
+  // a label, only every n-th is written (the highlighted query's always; every cell's title
+  // names its pair).
+  var CELL_MAX = 22, CELL_MIN = 8, AXIS = 18;
+  function layout() {
+    var avail = root.clientWidth;  // 0 while the page has not laid the explorer out yet
+    var c = CELL_MAX;
+    if (avail > 0) {
+      var lw12 = labelWidth(d.q, 12);
+      c = Math.floor((avail - AXIS - lw12 - 12) / TK);
+      if (c < CELL_MAX) {  // smaller labels leave more room for the cells
+        var fs0 = Math.max(9, Math.min(12, c - 1));
+        c = Math.floor((avail - AXIS - labelWidth(d.q, fs0) - 12) / TK);
+      }
+      c = Math.max(CELL_MIN, Math.min(CELL_MAX, c));
+    }
+    var fs = Math.max(9, Math.min(12, c - 1));
+    return {c: c, fs: fs, every: Math.ceil((fs + 1) / c), width: avail};
+  }
+  function shown(i, every, keep) {
+    if (i === keep) return true;
+    return i % every === 0 && Math.abs(i - keep) >= every;
+  }
+  var drawnWidth = -1;
   function draw() {
-    var r = weights(), c = 22, lw = labelWidth(d.q), klw = labelWidth(d.k), top = klw + 4;
-    var W = lw + TK * c + 10, Hh = top + TQ * c + 10, s = [];
-    s.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + Hh + '" font-size="12" font-family="sans-serif">');
+    var g = layout(), c = g.c, fs = g.fs, every = g.every;
+    drawnWidth = g.width;
+    var r = weights(), lw = AXIS + labelWidth(d.q, fs), klw = labelWidth(d.k, fs), top = AXIS + klw + 4;
+    // A title wider than the columns starts at their left edge instead of centring on them.
+    var titleW = d.charPx * d.colTitle.length, narrow = titleW > TK * c;
+    var W = Math.max(lw + TK * c, narrow ? lw + titleW : 0) + 10, Hh = top + TQ * c + 10, s = [];
+    // flex:none: a flex row must not squeeze the picture (that clips it); the view scrolls instead.
+    s.push('<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + Hh + '" font-size="' + fs +
+      '" font-family="sans-serif" style="flex:none" data-cell-size="' + c + '">');
+    // Axis titles: what the columns and the rows are.
+    s.push('<text class="attnx-col-title" x="' + (narrow ? lw : lw + TK * c / 2) + '" y="13" font-size="12" text-anchor="' +
+      (narrow ? "start" : "middle") + '">' + esc(d.colTitle) + "</text>");
+    s.push('<text class="attnx-row-title" font-size="12" text-anchor="middle" transform="translate(13,' +
+      (top + TQ * c / 2) + ') rotate(-90)">' + esc(d.rowTitle) + "</text>");
     for (var j = 0; j < TK; j++) {
+      if (!shown(j, every, -every)) continue;
       var x = lw + j * c + c / 2;
-      s.push('<text transform="translate(' + (x + 4) + ',' + (top - 6) + ') rotate(-90)">' + esc(d.k[j]) + "</text>");
+      s.push('<text data-col-label="' + j + '" transform="translate(' + (x + fs / 3) + ',' + (top - 6) +
+        ') rotate(-90)">' + esc(d.k[j]) + "</text>");
     }
     for (var i = 0; i < TQ; i++) {
-      s.push('<text x="' + (lw - 6) + '" y="' + (top + i * c + c / 2 + 4) + '" text-anchor="end"' +
-        (i === st.query ? ' font-weight="bold"' : "") + ">" + esc(d.q[i]) + "</text>");
+      if (shown(i, every, st.query)) {
+        s.push('<text data-row-label="' + i + '" x="' + (lw - 6) + '" y="' + (top + i * c + c / 2 + fs / 3) +
+          '" text-anchor="end"' + (i === st.query ? ' font-weight="bold"' : "") + ">" + esc(d.q[i]) + "</text>");
+      }
       for (j = 0; j < TK; j++) {
         var k = i * TK + j, v = r.w[k];
         var fill = r.blocked[k] ? "#d9d9d9" : color(v);
@@ -93,14 +135,18 @@
     }
     s.push('<rect x="' + lw + '" y="' + (top + st.query * c) + '" width="' + TK * c + '" height="' + c +
       '" fill="none" stroke="#e4572e" stroke-width="2.5"/></svg>');
-    // The bar chart is labelled by keys (klw), which may be longer than the query labels.
-    var bw = 180, b = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + (klw + bw + 50) + '" height="' + (TK * 18 + 30) +
-      '" font-size="12" font-family="sans-serif"><text x="0" y="12" font-weight="600">query \u201c' + esc(d.q[st.query]) + '\u201d attends to</text>'];
+    // The bar chart is labelled by keys (klw), which may be longer than the query labels; its
+    // rows shrink with the map's cells (12 to 18 px).
+    var bh = Math.max(12, Math.min(18, c)), bfs = Math.min(12, bh - 2), bklw = labelWidth(d.k, bfs), bw = 180;
+    var b = ['<svg xmlns="http://www.w3.org/2000/svg" width="' + (bklw + bw + 50) + '" height="' + (TK * bh + 30) +
+      '" font-size="' + bfs + '" font-family="sans-serif" style="flex:none"><text x="0" y="12" font-size="12" font-weight="600">' +
+      esc(d.barTitle[0] + d.q[st.query] + d.barTitle[1]) + "</text>"];
     for (j = 0; j < TK; j++) {
-      var val = r.w[st.query * TK + j], y = 22 + j * 18;
-      b.push('<text x="' + (klw - 6) + '" y="' + (y + 12) + '" text-anchor="end">' + esc(d.k[j]) + "</text>");
-      b.push('<rect data-bar="' + j + '" x="' + klw + '" y="' + y + '" width="' + (val * bw).toFixed(1) + '" height="14" fill="#3b75af"/>');
-      b.push('<text x="' + (klw + val * bw + 4) + '" y="' + (y + 12) + '">' + val.toFixed(2) + "</text>");
+      var val = r.w[st.query * TK + j], y = 22 + j * bh;
+      b.push('<text x="' + (bklw - 6) + '" y="' + (y + bh - 5) + '" text-anchor="end">' + esc(d.k[j]) + "</text>");
+      b.push('<rect data-bar="' + j + '" x="' + bklw + '" y="' + y + '" width="' + (val * bw).toFixed(1) +
+        '" height="' + (bh - 4) + '" fill="#3b75af"/>');
+      b.push('<text x="' + (bklw + val * bw + 4) + '" y="' + (y + bh - 5) + '">' + val.toFixed(2) + "</text>");
     }
     b.push("</svg>");
     view.innerHTML = '<div style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">' + s.join("") + b.join("") + "</div>";
@@ -108,5 +154,10 @@
     root.setAttribute("data-state", "layer=" + st.layer + " head=" + st.head + " query=" + st.query +
       " tau=" + st.tau.toFixed(2) + " masks=" + masks + " log=" + st.log);
   }
+  // Redraw when the column's width changes (a resized window; a notebook that lays the output
+  // out after this script ran, when clientWidth was still 0).
+  function refit() { if (root.clientWidth !== drawnWidth) draw(); }
+  if (typeof ResizeObserver !== "undefined") new ResizeObserver(refit).observe(root);
+  else window.addEventListener("resize", refit);
   draw();
 })();

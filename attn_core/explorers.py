@@ -27,6 +27,7 @@ from typing import Callable
 
 import torch
 
+from .checks import check_instance
 from .plots import LOG_FLOOR, as_tensor, check_labels, check_mask, heatmap, to_4d
 
 __all__ = ["explorer", "AttentionExplorer", "KernelExplorer", "MAX_EMBED_BYTES"]
@@ -74,6 +75,33 @@ def _quantize(values: torch.Tensor, digits: int) -> torch.Tensor:
     return torch.where(torch.isinf(v), v, torch.round(v, decimals=digits))
 
 
+def _axis_titles(row_label: str, col_label: str) -> tuple[str, str, list[str]]:
+    """The rows' and the columns' axis titles and the bar chart's title (before, after the token).
+
+    The defaults describe attention (``"query (attending)"``, ``"key (attended to)"``,
+    ``query “x” attends to``); other labels describe any row-stochastic map, e.g. a router's
+    characters × experts: ``character “x”: weight per expert``.
+    """
+    if (row_label, col_label) == ("query", "key"):
+        return "query (attending)", "key (attended to)", ["query \u201c", "\u201d attends to"]
+    return row_label, col_label, [f"{row_label} \u201c", f"\u201d: weight per {col_label}"]
+
+
+#: Most tick labels a fallback picture writes per axis; longer axes show every n-th.
+MAX_TICK_LABELS = 40
+
+
+def _thin_ticks(ax, q_labels: list[str], k_labels: list[str]) -> None:
+    """Keep at most :data:`MAX_TICK_LABELS` labels per axis, so that they stay legible."""
+    upright = max(map(len, k_labels)) <= 2  # single letters stand upright, as in heatmap
+    for labels, set_ticks, rotation in ((k_labels, ax.set_xticks, 0 if upright else 90), (q_labels, ax.set_yticks, 0)):
+        n = len(labels)
+        if n > MAX_TICK_LABELS:
+            step = math.ceil(n / MAX_TICK_LABELS)
+            kept = list(range(0, n, step))
+            set_ticks(kept, [labels[i] for i in kept], rotation=rotation, fontsize=8)
+
+
 class AttentionExplorer:
     """A self-contained, kernel-free attention explorer (build it with :func:`explorer`).
 
@@ -97,12 +125,16 @@ class AttentionExplorer:
         temperature: bool,
         log: bool,
         query: int,
+        row_label: str = "query",
+        col_label: str = "key",
         fallback_png: bool = True,
     ) -> None:
         scores = _quantize(scores, _SCORE_DECIMALS)  # (L, H, T_q, T_k), on the embedded grid
         self.scores, self.q_tokens, self.k_tokens = scores, q_tokens, k_tokens
         self.masks, self.layer_names, self.title = masks, layer_names, title
         self.temperature, self.log, self.query = temperature, log, query
+        self.row_label, self.col_label = row_label, col_label
+        self.row_title, self.col_title, bar_title = _axis_titles(row_label, col_label)
         self._payload = {
             "shape": list(scores.shape),
             "scores": _round_list(scores, _SCORE_DECIMALS),
@@ -117,6 +149,11 @@ class AttentionExplorer:
             "title": title,
             "logFloor": LOG_FLOOR,
             "charPx": _CHAR_PX,
+            "rowLabel": row_label,
+            "colLabel": col_label,
+            "rowTitle": self.row_title,
+            "colTitle": self.col_title,
+            "barTitle": bar_title,
         }
         self._data = json.dumps(self._payload, separators=(",", ":"), ensure_ascii=False)
         self._uid = "attnx-" + hashlib.sha1(self._data.encode()).hexdigest()[:12]
@@ -141,9 +178,15 @@ class AttentionExplorer:
         w = torch.softmax(s.masked_fill(blocked_row, 0.0), -1)
         return w.masked_fill(blocked_row, 0.0)
 
-    def _fallback_png(self) -> str:
-        import matplotlib.pyplot as plt
+    def fallback_figure(self):
+        """The static picture shown where scripts cannot run: the first map, all masks on.
 
+        Its axes are titled with the explorer's row and column labels, and an axis of more
+        than :data:`MAX_TICK_LABELS` tokens labels every n-th, so that the labels stay legible.
+
+        Returns:
+            The matplotlib Figure (close it when done).
+        """
         combined = None
         for m in self.masks.values():
             combined = m if combined is None else combined & m
@@ -155,10 +198,19 @@ class AttentionExplorer:
             log=self.log,
             title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(),
             annotate=False,
+            xlabel=self.col_title,
+            ylabel=self.row_title,
         )
+        _thin_ticks(ax, self.q_tokens, self.k_tokens)
+        return ax.figure
+
+    def _fallback_png(self) -> str:
+        import matplotlib.pyplot as plt
+
+        fig = self.fallback_figure()
         buf = io.BytesIO()
-        ax.figure.savefig(buf, format="png", dpi=60, bbox_inches="tight")
-        plt.close(ax.figure)
+        fig.savefig(buf, format="png", dpi=60, bbox_inches="tight")
+        plt.close(fig)
         return base64.b64encode(buf.getvalue()).decode()
 
     def __repr__(self) -> str:
@@ -306,6 +358,8 @@ def explorer(
     log: bool = False,
     query: int = 0,
     text: str | None = None,
+    row_label: str = "query",
+    col_label: str = "key",
 ) -> AttentionExplorer | KernelExplorer:
     """Explore attention maps: one call, kernel-free or with Python callbacks.
 
@@ -325,6 +379,10 @@ def explorer(
         log: Start with a logarithmic colour scale.
         query: The query row highlighted first.
         text: The starting sentence of a kernel explorer.
+        row_label: What a row is (the query slider's name and the rows' axis title), for
+            maps that are not attention: ``row_label="character"``.
+        col_label: What a column is (the columns' axis title and the bar chart's title),
+            e.g. ``col_label="expert"`` for a router's probabilities.
 
     Returns:
         An :class:`AttentionExplorer` (display it) or a :class:`KernelExplorer`.
@@ -366,6 +424,10 @@ def explorer(
     checked = {str(k): check_mask(f"masks[{k!r}]", m, (T_q, T_k)) for k, m in (masks or {}).items()}
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < T_q:
         raise ValueError(f"query must be an int in [0, {T_q}), got query={query!r}")
+    for name, value in (("row_label", row_label), ("col_label", col_label)):
+        check_instance(name, value, str)
+        if not value.strip():
+            raise ValueError(f"{name} must be a non-empty string, got {name}={value!r}")
     return AttentionExplorer(
         s,
         q_labels,
@@ -376,4 +438,6 @@ def explorer(
         temperature=temperature,
         log=log,
         query=query,
+        row_label=row_label,
+        col_label=col_label,
     )

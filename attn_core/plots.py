@@ -80,6 +80,8 @@ def heatmap(
     annotate: bool | None = None,
     colorbar: bool = True,
     cmap: str = "viridis",
+    xlabel: str = "key (attended to)",
+    ylabel: str = "query (attending)",
 ):
     """Draw one attention map: rows are queries, columns are keys.
 
@@ -95,6 +97,8 @@ def heatmap(
         annotate: Write the values in the cells (default: when the map is at most 8×8).
         colorbar: Add a colorbar.
         cmap: Matplotlib colormap name.
+        xlabel: Title of the columns' axis (another one for maps that are not attention).
+        ylabel: Title of the rows' axis.
 
     Returns:
         The matplotlib Axes.
@@ -136,8 +140,8 @@ def heatmap(
             ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, hatch="///", lw=0, color="#9a9a9a"))
     ax.set_xticks(range(T_k), k_labels, rotation=90 if max(map(len, k_labels)) > 2 else 0)
     ax.set_yticks(range(T_q), q_labels)
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query (attending)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     if annotate is None:

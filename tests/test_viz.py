@@ -19,6 +19,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from attn_core import causal_mask, viz  # noqa: E402
+from attn_core.explorers import MAX_TICK_LABELS  # noqa: E402
 
 
 def _weights(*shape, seed=0):
@@ -157,3 +158,57 @@ def test_kernel_explorer_recomputes_in_python():
     assert torch.allclose(sharp.sum(-1), torch.ones(5, dtype=sharp.dtype))
     assert sharp.max(-1).values.min() > k.weights[0, 0].max(-1).values.min()
     assert repr(k) == "KernelExplorer(L=2, H=2, T_q=5, T_k=5)"
+
+
+def test_explorer_axis_labels_default_to_attention():
+    e = viz.explorer(_weights(3, 3), list("abc"))
+    data = _embedded(e)
+    assert (data["rowLabel"], data["colLabel"]) == ("query", "key")
+    assert (data["rowTitle"], data["colTitle"]) == ("query (attending)", "key (attended to)")
+    assert data["barTitle"] == ["query \u201c", "\u201d attends to"]
+    fig = e.fallback_figure()
+    assert (fig.axes[0].get_ylabel(), fig.axes[0].get_xlabel()) == ("query (attending)", "key (attended to)")
+    plt.close(fig)
+
+
+def test_explorer_axis_labels_for_a_map_that_is_not_attention():
+    """A router's characters x experts: the slider, the axes and the bar chart say so."""
+    probs = _weights(2, 1, 5, 4)
+    e = viz.explorer(probs, list("hello"), [f"expert {i}" for i in range(4)], row_label="character", col_label="expert")
+    data = _embedded(e)
+    assert (data["rowLabel"], data["colLabel"]) == ("character", "expert")
+    assert (data["rowTitle"], data["colTitle"]) == ("character", "expert")
+    assert data["barTitle"] == ["character \u201c", "\u201d: weight per expert"]
+    assert "query" not in json.dumps([data["rowTitle"], data["colTitle"], data["barTitle"]])
+    fig = e.fallback_figure()
+    assert (fig.axes[0].get_ylabel(), fig.axes[0].get_xlabel()) == ("character", "expert")
+    plt.close(fig)
+    # The page-side script reads these fields (and names the query slider by rowLabel).
+    js = e.html()
+    for field in ("d.rowLabel", "d.rowTitle", "d.colTitle", "d.barTitle"):
+        assert field in js, field
+
+
+def test_explorer_axis_labels_bad_input():
+    with pytest.raises(TypeError, match="row_label must be a str, got int"):
+        viz.explorer(_weights(3, 3), row_label=3)
+    with pytest.raises(ValueError, match="col_label must be a non-empty string, got col_label=' '"):
+        viz.explorer(_weights(3, 3), col_label=" ")
+
+
+def test_explorer_fallback_picture_thins_long_axes():
+    """82 bytes: at most MAX_TICK_LABELS labels per axis, evenly spaced, the first included."""
+    T = 82
+    tokens = [chr(ord("a") + i % 26) for i in range(T)]
+    e = viz.explorer(_weights(T, T), tokens)
+    fig = e.fallback_figure()
+    ax = fig.axes[0]
+    for ticks, labels in ((ax.get_xticks(), ax.get_xticklabels()), (ax.get_yticks(), ax.get_yticklabels())):
+        assert 20 <= len(ticks) <= MAX_TICK_LABELS
+        assert ticks[0] == 0 and len(set(ticks[1:] - ticks[:-1])) == 1  # evenly spaced
+        assert [t.get_text() for t in labels] == [tokens[int(i)] for i in ticks]
+    plt.close(fig)
+    # A short axis keeps every label.
+    small = viz.explorer(_weights(12, 12), list("abcdefghijkl")).fallback_figure()
+    assert len(small.axes[0].get_xticks()) == 12
+    plt.close(small)
