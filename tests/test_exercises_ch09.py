@@ -64,3 +64,48 @@ def test_placement_probe(capsys):
         assert words in capsys.readouterr().out
     assert not check_placement_probe(lambda step, d: step(torch.zeros(3)))
     assert "RuntimeError" in capsys.readouterr().out or "Error" in capsys.readouterr().out
+
+
+# ---- 9.2: RMSNorm's backward pass by hand ----
+
+from attn_core.exercises.ch09 import check_rms_norm_backward  # noqa: E402
+
+
+def rms_backward(x, w, g, eps, *, variant="right"):
+    d = x.shape[-1]
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    gw = g * w
+    if variant == "right":
+        return r * gw - r**3 * x * (gw * x).sum(-1, keepdim=True) / d
+    if variant == "rms constant":
+        return r * gw
+    if variant == "no 1/d":
+        return r * gw - r**3 * x * (gw * x).sum(-1, keepdim=True)
+    if variant == "no gain":
+        return r * g - r**3 * x * (g * x).sum(-1, keepdim=True) / d
+    if variant == "eps outside":  # 1/(rms + eps) instead of 1/sqrt(ms + eps)
+        rr = 1 / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps)
+        return rr * gw - rr**3 * x * (gw * x).sum(-1, keepdim=True) / d
+    if variant == "float32":  # loses digits: not within 1e-8
+        return rms_backward(x.float(), w.float(), g.float(), eps)
+    raise ValueError(variant)
+
+
+def test_rms_norm_backward(capsys):
+    assert check_rms_norm_backward(rms_backward)
+    out = capsys.readouterr().out
+    assert "correct" in out and "< 1e-10 at eps=1e-12" in out
+    expected = {
+        "rms constant": "term along x",
+        "no 1/d": "is a mean",
+        "no gain": "gain w",
+        "eps outside": "max abs difference",
+        "float32": "max abs difference",
+    }
+    for variant, words in expected.items():
+        assert not check_rms_norm_backward(lambda x, w, g, eps, v=variant: rms_backward(x, w, g, eps, variant=v))
+        assert words in capsys.readouterr().out, variant
+    assert not check_rms_norm_backward(lambda x, w, g, eps: 1 / 0)
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert not check_rms_norm_backward(lambda x, w, g, eps: rms_backward(x, w, g, eps)[..., :4])
+    assert "shape" in capsys.readouterr().out

@@ -132,3 +132,92 @@ def check_alibi_reach(fn: Callable[[float, float], int]) -> bool:
     return report(
         name, True, f"{len(cases)} cases, e.g. slope 1/256 keeps 90% within {_alibi_reach(1 / 256, 0.9)} keys"
     )
+
+
+# ---- issue 25: derivations checked numerically ----
+
+__all__ += ["check_rope_relative_score", "check_sinusoidal_shift"]
+
+
+def _rope_score_variant(q: torch.Tensor, k: torch.Tensor, delta: int, *, sign: float = 1.0, pairs: str = "half"):
+    """``(R_m q)·(R_{m+δ} k)`` in closed form (and its plausible wrong versions, for the hints)."""
+    D = q.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+    if pairs == "half":
+        q1, q2, k1, k2 = q[: D // 2], q[D // 2 :], k[: D // 2], k[D // 2 :]  # (D/2,) each
+    else:
+        q1, q2, k1, k2 = q[0::2], q[1::2], k[0::2], k[1::2]
+    angle = sign * delta * theta  # (D/2,)
+    return ((q1 * k1 + q2 * k2) * angle.cos() + (q2 * k1 - q1 * k2) * angle.sin()).sum().item()
+
+
+def check_rope_relative_score(fn: Callable[[torch.Tensor, torch.Tensor, int], float]) -> bool:
+    """Exercise 8.2: ``fn(q, k, delta)`` is the RoPE score of ``q`` at position ``m`` and
+    ``k`` at ``m + delta``, from ``delta`` alone.
+
+    RoPE here is ``RotaryEmbedding(D)``: base 10000, the ``"half"`` layout (pairs
+    ``(x_i, x_{i + D/2})``). The answer is a sum over the ``D/2`` pairs of a cosine and a
+    sine term of ``delta·θ_i``; the check compares it with the dot product of the rotated
+    vectors at three positions ``m``, for positive and negative ``delta``.
+
+    Shapes:
+        q, k: ``(D,)`` float64; fn's output: a number
+    """
+    name = "8.2 RoPE score from the distance"
+    g = torch.Generator().manual_seed(82)
+    D = 8
+    rope = RotaryEmbedding(D)
+    for delta in (0, 1, 3, -3, 17, -250):
+        q = torch.randn(D, generator=g, dtype=torch.float64)
+        k = torch.randn(D, generator=g, dtype=torch.float64)
+        try:
+            got = float(fn(q.clone(), k.clone(), delta))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        for m in (250, 255, 1000):  # positions m and m + delta, both >= 0
+            qm = rope(q[None], offset=m)[0]  # (D,): q at position m
+            kn = rope(k[None], offset=m + delta)[0]  # (D,): k at position m + delta
+            want = (qm @ kn).item()
+            if abs(got - want) > 1e-8:
+                hint = ""
+                if abs(got - _rope_score_variant(q, k, delta, sign=-1.0)) < 1e-8:
+                    hint = ": that is the score for -delta (the sine term's sign)"
+                elif abs(got - _rope_score_variant(q, k, delta, pairs="interleaved")) < 1e-8:
+                    hint = ": that pairs neighbours (2i, 2i+1); this RoPE pairs the halves"
+                elif abs(got - (q @ k).item()) < 1e-8:
+                    hint = ": that is the unrotated score q·k"
+                return report(name, False, f"delta={delta}, m={m}: got {got:.6f}, expected {want:.6f}{hint}")
+    return report(name, True, "6 distances from -250 to 17, each at positions 250, 255 and 1000")
+
+
+def check_sinusoidal_shift(fn: Callable[[int, int], torch.Tensor]) -> bool:
+    """Exercise 8.3: ``fn(d_model, k)`` is the matrix ``M`` with ``PE[p + k] = M @ PE[p]`` for every ``p``.
+
+    ``PE`` is ``SinusoidalPositionalEncoding(d_model)`` (sines in even, cosines in odd
+    dimensions). ``M`` depends on ``k`` only, not on ``p``: the linear map Vaswani et al.
+    give as their reason for choosing sinusoids. Checked for every ``p`` in ``0..63``
+    (``p + k ≥ 0``), at two widths and three shifts, one negative.
+
+    Shapes:
+        fn's output: ``(d_model, d_model)``
+    """
+    name = "8.3 shift the sinusoids"
+    for d, k in ((4, 1), (16, 5), (16, -3)):
+        try:
+            M = _as_tensor(fn(d, k))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(M, torch.Tensor) or M.shape != (d, d):
+            shape = tuple(M.shape) if isinstance(M, torch.Tensor) else type(M).__name__
+            return report(name, False, f"d_model={d}, k={k}: expected a ({d}, {d}) matrix, got {shape}")
+        pe = SinusoidalPositionalEncoding(d).encodings(64 + abs(k), dtype=torch.float64)  # (T, d)
+        p = torch.arange(max(0, -k), 64)  # positions with p + k in range
+        got = pe[p] @ M.detach().double().T  # (P, d): M @ PE[p] for every p
+        err = (got - pe[p + k]).abs().max().item()
+        if not err <= 1e-8:
+            hint = ""
+            back = pe[p + k] @ M.detach().double().T  # (P, d): M @ PE[p + k]
+            if (back - pe[p]).abs().max() <= 1e-8:  # M takes p + k back to p
+                hint = " (that shifts by -k: the sine terms' signs are swapped, or M is transposed)"
+            return report(name, False, f"d_model={d}, k={k}: M @ PE[p] is off PE[p + k] by up to {err:.2e}{hint}")
+    return report(name, True, "PE[p + k] = M @ PE[p] for every p, 3 shifts, 2 widths")

@@ -100,3 +100,77 @@ def check_placement_probe(fn: Callable[[Callable[[torch.Tensor], torch.Tensor], 
     if wrong:
         return report(name, False, "; ".join(wrong))
     return report(name, True, "8 hidden sub-layers, each placement named")
+
+
+# ---- issue 25: a derivation checked numerically ----
+
+__all__ += ["check_rms_norm_backward"]
+
+
+def _rms_backward_variants(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float) -> dict[str, torch.Tensor]:
+    """The right gradient and the plausible wrong ones, for the hints.
+
+    Shapes:
+        x, g: ``(..., d)``; w: ``(d,)``; every entry: ``(..., d)``
+    """
+    d = x.shape[-1]
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    gw = g * w  # (..., d)
+    along_x = (gw * x).sum(-1, keepdim=True)  # (..., 1)
+    return {
+        "right": r * gw - r**3 * x * along_x / d,
+        "rms constant": r * gw,
+        "no 1/d": r * gw - r**3 * x * along_x,
+        "no gain": r * g - r**3 * x * (g * x).sum(-1, keepdim=True) / d,
+    }
+
+
+_BACKWARD_HINTS = {
+    "rms constant": "the RMS depends on x too: its derivative adds a term along x",
+    "no 1/d": "the mean square is a mean: ∂ms/∂x_j = 2 x_j / d",
+    "no gain": "the gain w multiplies the output: the incoming gradient reaches x̂ as g ⊙ w",
+}
+
+
+def check_rms_norm_backward(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]) -> bool:
+    """Exercise 9.2: ``fn(x, weight, grad_out, eps)`` is RMSNorm's gradient with respect to ``x``, without autograd.
+
+    ``y = x / sqrt(mean(x²) + eps) ⊙ weight`` over the last axis; ``grad_out`` is
+    ``∂L/∂y``; ``fn`` returns ``∂L/∂x``. Compared with autograd in float64 at two ``eps``
+    (a large one shows whether ``eps`` sits in the right place).
+
+    Shapes:
+        x, grad_out: ``(..., d)``; weight: ``(d,)``; fn's output: ``(..., d)``
+    """
+    name = "9.2 RMSNorm backward"
+    x = _inputs(95, 2, 3, 8, scale=2.0, shift=0.5)
+    weight = _inputs(96, 8, scale=0.5, shift=1.0)
+    grad_out = _inputs(97, 2, 3, 8)
+    for eps in (1e-6, 0.5):
+        xg = x.clone().requires_grad_(True)
+        y = F.rms_norm(xg, (8,), weight, eps=eps)
+        (want,) = torch.autograd.grad(y, xg, grad_out)
+        ok, got = _run(name, fn, x.clone(), weight.clone(), grad_out.clone(), eps)
+        if not ok:
+            return False
+        wrong_values = (
+            isinstance(got, torch.Tensor)
+            and got.shape == want.shape
+            and not torch.allclose(got.detach().double(), want, atol=1e-8)
+        )
+        if wrong_values:
+            for key, wrong in _rms_backward_variants(x, weight, grad_out, eps).items():
+                if key != "right" and torch.allclose(got.detach().double(), wrong, atol=1e-8):
+                    return report(name, False, f"eps={eps}: {_BACKWARD_HINTS[key]}")
+        if not compare(f"{name} (eps={eps})", got, want, atol=1e-8):
+            return False
+    along = (x * want).sum(-1).abs().max().item()  # eps = 0.5 here: not scale-invariant
+    xg = x.clone().requires_grad_(True)
+    (g0,) = torch.autograd.grad(F.rms_norm(xg, (8,), weight, eps=1e-12), xg, grad_out)
+    along0 = (x * g0).sum(-1).abs().max().item()
+    return report(
+        name,
+        True,
+        f"equal to autograd; |x·∂L/∂x| {'<' if along0 < 1e-10 else '>='} 1e-10 at eps=1e-12 "
+        f"(scale-invariant), {along:.2f} at eps=0.5",
+    )
