@@ -29,7 +29,7 @@ from .checks import (
 from .core import attend
 from .gating import GATE_KINDS, gate_width, output_gate
 from .masks import check_window, position_mask
-from .norms import RMSNorm
+from .norms import make_qk_norm
 from .positional import check_rope
 from .shapes import head_mask, merge_heads, split_heads
 
@@ -59,7 +59,9 @@ class MultiHeadAttention(nn.Module):
             decouples the heads from the model width (Qwen3, Gemma): the query and output
             projections are then ``d_model × H·D``.
         qk_norm: RMS-normalise every query and key head over its ``D`` dimensions (a learned
-            gain per dimension, shared by the heads) before RoPE: Qwen3, OLMo 2, Gemma 3.
+            gain per dimension, shared by the heads) before RoPE: Qwen3, Gemma 3. ``"all_heads"``:
+            one RMSNorm over a token's ``H·D`` query (``H_kv·D`` key) values together, a gain
+            per value (OLMo 2/3; :class:`~attn_core.norms.HeadsRMSNorm`).
         norm_eps: The ε of the QK-norm's :class:`~attn_core.RMSNorm` s.
         gate: An output gate per head (Qiu et al. 2025, arXiv 2505.06708; Qwen3-Next):
             ``"elementwise"`` (one sigmoid per channel) or ``"headwise"`` (one per head),
@@ -102,7 +104,7 @@ class MultiHeadAttention(nn.Module):
         rope: nn.Module | None = None,
         d_context: int | None = None,
         head_dim: int | None = None,
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         norm_eps: float = 1e-6,
         gate: str | None = None,
         softcap: float | None = None,
@@ -143,9 +145,10 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_context, kv_width, bias=qkv_bias)
         self.v_proj = nn.Linear(d_context, kv_width, bias=qkv_bias)
         self.out_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
-        # QK-norm (qk_norm=True): one RMSNorm over each head's D dims, its gain shared by the heads.
-        self.q_norm = RMSNorm(self.head_dim, eps=norm_eps) if check_bool("qk_norm", qk_norm) else None
-        self.k_norm = RMSNorm(self.head_dim, eps=norm_eps) if qk_norm else None
+        # QK-norm (qk_norm=True): one RMSNorm over each head's D dims, its gain shared by the heads;
+        # "all_heads" (OLMo 2/3): one over a token's H·D (H_kv·D) values, a gain per value.
+        self.q_norm = make_qk_norm(qk_norm, n_heads, self.head_dim, eps=norm_eps)
+        self.k_norm = make_qk_norm(qk_norm, n_kv_heads, self.head_dim, eps=norm_eps)
         # Gated attention and soft-capping (chapter 16).
         self.gate = None if gate is None else check_choice("gate", gate, GATE_KINDS)
         self.softcap = None if softcap is None else check_number("softcap", softcap, low=0.0, low_open=True)

@@ -70,6 +70,9 @@ class TransformerBlock(nn.Module):
       norm_position="sandwich")`` builds a :class:`SandwichBlock`, the subclass whose
       ``forward`` adds the two post-norms (this class's ``forward``, shown in chapter 9,
       is the pre/post one).
+    * ``norm_position="post_sublayer"`` (OLMo 2/3): ``x + post_norm(f(x))``, the sandwich
+      without its first norms (``attn_norm`` and ``mlp_norm`` are ``nn.Identity``): only
+      what each sub-layer adds is normalised; also a :class:`SandwichBlock`.
 
     Args:
         d_model: Width of the residual stream.
@@ -79,7 +82,8 @@ class TransformerBlock(nn.Module):
         mlp: ``"gelu"``, ``"gelu_tanh"`` (:class:`FeedForward`), ``"swiglu"`` or
             ``"geglu_tanh"`` (:class:`SwiGLU`).
         norm: ``"layernorm"`` or ``"rmsnorm"``.
-        norm_position: ``"pre"``, ``"post"`` or ``"sandwich"``.
+        norm_position: ``"pre"``, ``"post"``, ``"sandwich"`` or ``"post_sublayer"`` (the
+            last two build a :class:`SandwichBlock`).
         rope: A :class:`~attn_core.RotaryEmbedding` for the queries and keys, or None.
         dropout: Dropout on the attention weights and on each sub-layer's output (with
             ``attention=``, on the sub-layers' outputs only: the module has its own).
@@ -93,7 +97,8 @@ class TransformerBlock(nn.Module):
         causal: Causal self-attention (a decoder, the default); ``False`` for an encoder block.
         head_dim: Width of one attention head (default ``d_model // n_heads``; see
             :class:`~attn_core.MultiHeadAttention`).
-        qk_norm: RMS-normalise each query and key head before RoPE (Qwen3, OLMo 2, Gemma 3).
+        qk_norm: RMS-normalise each query and key head before RoPE (Qwen3, Gemma 3); ``"all_heads"``:
+            all of a token's heads together (OLMo 2/3; see :class:`~attn_core.MultiHeadAttention`).
         norm_eps: The ε of the block's norms (and of the QK-norm); ``None``: each norm's default.
         gate: The attention's output gate, ``"elementwise"`` or ``"headwise"`` (chapter 16).
         softcap: The attention's logit soft-cap (Gemma 2; chapter 16).
@@ -120,7 +125,7 @@ class TransformerBlock(nn.Module):
     def __new__(cls, *args, **kwargs):
         # norm_position="sandwich" builds the subclass with the post-norms in its forward,
         # parallel=True the one whose attention and MLP read the same norm.
-        if cls is TransformerBlock and kwargs.get("norm_position") == "sandwich":
+        if cls is TransformerBlock and kwargs.get("norm_position") in ("sandwich", "post_sublayer"):
             cls = SandwichBlock
         elif cls is TransformerBlock and kwargs.get("parallel") is True:
             cls = ParallelBlock
@@ -142,7 +147,7 @@ class TransformerBlock(nn.Module):
         bias: bool = False,
         causal: bool | None = None,
         head_dim: int | None = None,
-        qk_norm: bool | None = None,
+        qk_norm: bool | str | None = None,
         norm_eps: float | None = None,
         gate: str | None = None,
         softcap: float | None = None,
@@ -167,7 +172,7 @@ class TransformerBlock(nn.Module):
             raise ValueError(
                 f"parallel=True reads one pre-norm for both sub-layers, got norm_position={norm_position!r}"
             )
-        for name, flag in (("causal", causal), ("qk_norm", qk_norm), ("sinks", sinks), ("qkv_bias", qkv_bias)):
+        for name, flag in (("causal", causal), ("sinks", sinks), ("qkv_bias", qkv_bias)):
             if flag is not None:  # None: the default; bool(flag) below would take 1 or "no" as true
                 check_bool(name, flag)
         if attention is None:
@@ -180,7 +185,7 @@ class TransformerBlock(nn.Module):
                 dropout=dropout,
                 rope=rope,
                 head_dim=head_dim,
-                qk_norm=bool(qk_norm),
+                qk_norm=False if qk_norm is None else qk_norm,  # False, True or "all_heads" (checked there)
                 **({} if norm_eps is None else {"norm_eps": norm_eps}),
                 gate=gate,
                 softcap=softcap,
@@ -202,13 +207,15 @@ class TransformerBlock(nn.Module):
                 )
             if getattr(attention, "n_heads", n_heads) != n_heads:
                 raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
-        sandwich = norm_position == "sandwich"
-        self.attn_norm = make_norm(norm, d_model, norm_eps)
+        sandwich = norm_position in ("sandwich", "post_sublayer")  # a norm on each sub-layer's output
+        # OLMo 2/3 have no norm before a sub-layer: x + norm(f(x)).
+        pre_norm = nn.Identity() if norm_position == "post_sublayer" else None
+        self.attn_norm = pre_norm or make_norm(norm, d_model, norm_eps)
         self.attn = attention
         if sandwich:  # only then: the other blocks' modules (and state dicts) stay as they were
             self.attn_post_norm = make_norm(norm, d_model, norm_eps)
         if not parallel:  # a parallel block's MLP reads attn_norm's output
-            self.mlp_norm = make_norm(norm, d_model, norm_eps)
+            self.mlp_norm = pre_norm or make_norm(norm, d_model, norm_eps)
         self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
         if sandwich:
             self.mlp_post_norm = make_norm(norm, d_model, norm_eps)
@@ -267,7 +274,8 @@ class SandwichBlock(TransformerBlock):
     branch, so the stream is never normalised (as in pre-norm) and each sub-layer's
     contribution is rescaled by a learned gain before it is added. What
     ``TransformerBlock(..., norm_position="sandwich")`` builds; the arguments are
-    :class:`TransformerBlock`'s.
+    :class:`TransformerBlock`'s. With ``norm_position="post_sublayer"`` (OLMo 2/3) ``attn_norm``
+    and ``mlp_norm`` are ``nn.Identity``: ``x + attn_post_norm(attn(x))``.
 
     Attributes:
         attn_post_norm: The norm of the attention's output (Hugging Face's ``post_attention_layernorm``).
@@ -279,8 +287,10 @@ class SandwichBlock(TransformerBlock):
     """
 
     def __init__(self, d_model: int, n_heads: int, *, norm_position: str = "sandwich", **kwargs) -> None:
-        if norm_position != "sandwich":
-            raise ValueError(f"SandwichBlock has norm_position='sandwich', got norm_position={norm_position!r}")
+        if norm_position not in ("sandwich", "post_sublayer"):
+            raise ValueError(
+                f"SandwichBlock has norm_position='sandwich' or 'post_sublayer', got norm_position={norm_position!r}"
+            )
         super().__init__(d_model, n_heads, norm_position=norm_position, **kwargs)
 
     def forward(

@@ -30,7 +30,7 @@ from .gating import GATE_KINDS
 from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
-from .norms import NORM_KINDS, NORM_POSITIONS
+from .norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
 from .positional import ROPE_LAYOUTS
 from .rope_scaling import RopeScaling
 
@@ -69,8 +69,9 @@ class DecoderConfig:
         mlp: ``"gelu"`` (exact GELU), ``"gelu_tanh"`` (GPT-2's tanh approximation), ``"swiglu"``
             or ``"geglu_tanh"`` (the gated MLP with a tanh-GELU gate, Gemma 2/3).
         norm: ``"layernorm"`` or ``"rmsnorm"``.
-        norm_position: ``"pre"``, ``"post"`` or ``"sandwich"`` (a second norm on each
-            sub-layer's output, Gemma 2/3; see :class:`~attn_core.TransformerBlock`).
+        norm_position: ``"pre"``, ``"post"``, ``"sandwich"`` (a second norm on each
+            sub-layer's output, Gemma 2/3) or ``"post_sublayer"`` (the output's norm alone,
+            ``x + norm(f(x))``, OLMo 2/3); see :class:`~attn_core.TransformerBlock`.
         tie_weights: The output projection reuses the token embedding matrix.
         attention: ``"mha"`` (MHA/GQA/MQA) or ``"mla"`` (multi-head latent attention).
         d_latent: MLA's key/value latent width ``d_c`` (required for ``"mla"``).
@@ -89,8 +90,9 @@ class DecoderConfig:
         norm_eps: The ε of every norm of the blocks and the final norm, and of the QK-norm
             (``None``: each norm's default, ``1e-5`` LayerNorm, ``1e-6`` RMSNorm). MLA's
             latent norms keep DeepSeek's ``1e-6``.
-        qk_norm: RMSNorm on every query and key head before RoPE (Qwen3, OLMo 2, Gemma 3);
-            ``attention="mha"`` only.
+        qk_norm: RMSNorm on every query and key head before RoPE (Qwen3, Gemma 3), or
+            ``"all_heads"``: over all of a token's heads together (OLMo 2/3;
+            :class:`~attn_core.norms.HeadsRMSNorm`); ``attention="mha"`` only.
         v_head_dim: MLA's value width per head (``None``: ``head_dim``); DeepSeek-V3 has
             ``head_dim=128`` (its ``qk_nope_head_dim``) and ``v_head_dim=128``, DeepSeek-V2-Lite too.
         rope_layout: Which dimensions RoPE pairs: ``"half"`` (Hugging Face's LLaMA/Qwen3
@@ -181,7 +183,8 @@ class DecoderConfig:
             its temperature, Llama 3.1's, LongRoPE), e.g. read from Hugging Face's
             ``rope_parameters`` by :func:`~attn_core.rope_scaling.scaling_from_hf`. ``None``:
             plain RoPE. The ``"sliding"`` layers' own RoPE (``sliding_rope_base``) is not scaled.
-            Multi-head attention with ``positional="rope"``.
+            Multi-head attention with ``positional="rope"`` (MLA's decoupled RoPE takes it as
+            ``MultiHeadLatentAttention(rope_scaling=)``, which :class:`DecoderLM` does not pass yet).
         rope_layers: Per layer, whether it rotates its queries and keys (``True``) or has no
             positions at all (``False``, a NoPE layer: SmolLM3's every fourth layer, its
             ``no_rope_layers``). ``None``: every layer as ``positional`` and
@@ -215,7 +218,7 @@ class DecoderConfig:
     bias: bool = False
     rope_base: float = 10000.0
     norm_eps: float | None = field(default=None, repr=False)
-    qk_norm: bool = field(default=False, repr=False)
+    qk_norm: bool | str = field(default=False, repr=False)
     v_head_dim: int | None = field(default=None, repr=False)
     rope_layout: str = field(default="half", repr=False)
     layer_types: tuple[str, ...] | None = field(default=None, repr=False)
@@ -360,10 +363,15 @@ class DecoderConfig:
         if isinstance(self.rope_layers, list):  # e.g. read back from JSON: store the frozen form
             object.__setattr__(self, "rope_layers", tuple(self.rope_layers))
         check_instance("rope_scaling", self.rope_scaling, RopeScaling, optional=True)
-        used = [n for n in ("rope_scaling", "rope_layers") if getattr(self, n) is not None]
-        if used and (self.positional != "rope" or self.attention != "mha"):
+        if self.rope_scaling is not None and (self.positional != "rope" or self.attention != "mha"):
+            # MultiHeadLatentAttention(rope_scaling=) computes DeepSeek's YaRN; DecoderLM does not pass it on yet.
             raise ValueError(
-                f"{', '.join(used)} change multi-head attention's RoPE: they need positional='rope' and "
+                "rope_scaling changes multi-head attention's RoPE: it needs positional='rope' and attention='mha', "
+                f"got positional={self.positional!r}, attention={self.attention!r}"
+            )
+        if self.rope_layers is not None and (self.positional != "rope" or self.attention != "mha"):
+            raise ValueError(
+                "rope_layers change multi-head attention's RoPE: they need positional='rope' and "
                 f"attention='mha', got positional={self.positional!r}, attention={self.attention!r}"
             )
         if self.rope_scaling is not None:  # fail here, not when the model is built (e.g. LongRoPE factors' length)
@@ -392,7 +400,7 @@ class DecoderConfig:
         """Check the fields that real checkpoints need (norm ε, QK-norm, value width, RoPE layout)."""
         if self.norm_eps is not None:
             check_number("norm_eps", self.norm_eps, low=0.0)
-        check_bool("qk_norm", self.qk_norm)
+        check_qk_norm(self.qk_norm)  # False, True or "all_heads"
         if self.v_head_dim is not None:
             check_int("v_head_dim", self.v_head_dim)
         check_choice("rope_layout", self.rope_layout, ROPE_LAYOUTS)

@@ -138,11 +138,12 @@ NOT_CONVERTED = {
     "(layer_types 'linear'; one by one with copy_gated_deltanet), the gated full-attention layers "
     "(copy_attention: qk_norm=True, gate='elementwise'), RoPE on part of each head (rotary_dim; "
     "partial_rotary_factor={partial_rotary_factor}) and top-k experts (n_experts)",
-    "olmo2": "its blocks compute x + norm(f(x)): a norm after each sub-layer and none before it "
-    "(TransformerBlock's norm_position has 'pre', 'post' = norm(x + f(x)) and 'sandwich' = x + norm(f(norm(x))), "
-    "not this), and its QK-norm spans all heads at once: one RMSNorm over all H*D query (H_kv*D key) "
-    "dimensions before the heads are split (MultiHeadAttention's qk_norm normalises each head over D with a "
-    "gain shared by the heads)",
+    "llama4_text": "its RoPE layers attend in chunks (attention_chunk_size={attention_chunk_size}: a query sees "
+    "only the keys of its own chunk, not a sliding window) and L2-normalise queries and keys without a gain "
+    "(use_qk_norm), its NoPE layers multiply the queries by a temperature that grows with the position "
+    "(log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1), and its MoE routes each token to one expert with a "
+    "sigmoid score that scales the token before the expert, beside a shared expert; DecoderLM computes none of "
+    "these (its NoPE layer pattern would convert: rope_layers)",
     "kimi_linear": "its Kimi Delta Attention layers (KDA: a delta rule whose forget gate has one decay per "
     "channel, from a low-rank f_a_proj/f_b_proj) are not attn_core's GatedDeltaNet (one decay per head), and "
     "its full layers are MLA without RoPE",
@@ -163,8 +164,9 @@ def _rope_scaling(t: str, hf, kind: str) -> dict:
     if t in ("deepseek_v3", "deepseek_v32"):
         _refuse(
             t,
-            f"rope scaling {kind!r} with multi-head latent attention (DeepSeek's YaRN also multiplies the softmax "
-            "scale by mscale(factor, mscale_all_dim)^2; MultiHeadLatentAttention takes no scaling)",
+            f"rope scaling {kind!r} with multi-head latent attention: MultiHeadLatentAttention(rope_scaling=) "
+            "computes DeepSeek's YaRN (its softmax scale times mscale(factor, mscale_all_dim)^2 included; "
+            "copy_attention copies such a layer), but DecoderLM does not build its MLA layers with rope_scaling yet",
         )
     params = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
     return dict(rope_scaling=scaling_from_hf(params, max_position_embeddings=hf.max_position_embeddings))
@@ -193,7 +195,7 @@ def _windows(model_type: str, hf) -> dict:
         if "sliding_attention" in kinds:  # HF builds a sliding mask for them but its layers do not slide
             _refuse(model_type, "layer_types with 'sliding_attention' but use_sliding_window=False")
         return {}
-    if model_type in ("qwen2", "qwen3", "cohere2", "smollm3"):
+    if model_type in ("qwen2", "qwen3", "cohere2", "smollm3", "olmo3"):
         kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
         if "sliding_attention" not in kinds or window is None:
             return {}
@@ -225,23 +227,28 @@ def config_from_hf(hf_config) -> DecoderConfig:
     if t in NOT_CONVERTED:
         rope = getattr(hf_config, "rope_parameters", None) or {}  # transformers 5 keeps the factor there
         fields = {"num_local_experts": "?", "num_experts_per_tok": "?", "partial_rotary_factor": "?"}
+        fields["attention_chunk_size"] = "?"
         fields["partial_rotary_factor"] = rope.get("partial_rotary_factor", fields["partial_rotary_factor"])
         _refuse(t, NOT_CONVERTED[t].format(**{**fields, **vars(hf_config)}))
     if t not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"model_type={t!r} is not supported; from_hf converts {', '.join(SUPPORTED_MODEL_TYPES)}")
     if t in ("gemma2", "gemma3_text"):
         rope, windows, style = _gemma(t, hf_config)
+    elif t == "olmo3":  # a RoPE per layer type (YaRN in the full layers), windows in the sliding ones
+        theta = float(getattr(hf_config, "default_theta", 10000.0))
+        kinds = _layer_types(t, hf_config)
+        rope = _rope_per_layer_type(t, hf_config, kinds, {"full_attention": theta, "sliding_attention": theta})
+        windows, style = _windows(t, hf_config), dict(mlp="swiglu")  # OLMo's norms: olmo_fields
     else:
         base, kind = _rope(hf_config)
         scaling = _rope_scaling(t, hf_config, kind)  # PI, dynamic NTK, YaRN, Llama 3.1, LongRoPE (issue 28)
-        act = getattr(hf_config, "hidden_act", "silu")
-        if act != "silu":
-            _refuse(t, f"hidden_act={act!r} (attn_core's SwiGLU uses SiLU)")
         rope, windows, style = (
             dict(rope_base=base, **scaling),
             _windows(t, hf_config),
             dict(mlp="swiglu", norm_position="pre"),
         )
+    if style["mlp"] == "swiglu" and getattr(hf_config, "hidden_act", "silu") != "silu":
+        _refuse(t, f"hidden_act={hf_config.hidden_act!r} (attn_core's SwiGLU uses SiLU)")
     if getattr(hf_config, "attention_dropout", 0.0):
         _refuse(t, f"attention_dropout={hf_config.attention_dropout} (attn_core's dropout also drops residuals)")
     d, H = hf_config.hidden_size, hf_config.num_attention_heads
@@ -283,7 +290,7 @@ def config_from_hf(hf_config) -> DecoderConfig:
     attention = dict(
         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or H,
         head_dim=None if head_dim * H == d else head_dim,
-        qk_norm=t in ("qwen3", "gemma3_text", "qwen3_moe"),
+        qk_norm=t in ("qwen3", "gemma3_text", "qwen3_moe"),  # per head; OLMo's over all heads: its family's
     )
     return DecoderConfig(**{**common, **windows, **moe, **attention, **family})
 
@@ -345,13 +352,10 @@ def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
                 _refuse(t, f"{name}={getattr(hf, name)} (soft-capping is not converted)")
     if getattr(hf, "use_bidirectional_attention", False):
         _refuse(t, "use_bidirectional_attention=True (DecoderLM is causal)")
-    names = {"full_attention": "full", "sliding_attention": "sliding"}
-    kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
-    if set(kinds) - set(names):
-        _refuse(t, f"layer_types {sorted(set(kinds) - set(names))}")
+    kinds = _layer_types(t, hf)
     windows = {}
     if "sliding_attention" in kinds:
-        windows = dict(sliding_window=hf.sliding_window, layer_types=tuple(names[k] for k in kinds))
+        windows = dict(sliding_window=hf.sliding_window, layer_types=tuple(_LAYER_NAMES[k] for k in kinds))
     if t == "gemma2":  # one RoPE base; both soft-caps (None: not capped)
         base, kind = _rope(hf)
         if kind != "default":
@@ -361,10 +365,34 @@ def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
             final_softcap=getattr(hf, "final_logit_softcapping", None),
         )
         return dict(rope_base=base), windows, style
+    defaults = getattr(hf, "default_theta", {"global": 1e6, "local": 1e4})  # Gemma 3's own defaults
+    rope = _rope_per_layer_type(
+        t, hf, kinds, {"full_attention": defaults["global"], "sliding_attention": defaults["local"]}
+    )
+    return rope, windows, style
+
+
+_LAYER_NAMES = {"full_attention": "full", "sliding_attention": "sliding"}
+
+
+def _layer_types(t: str, hf) -> list[str]:
+    """Hugging Face's ``layer_types`` (every layer full if unset), refusing a kind other than full or sliding."""
+    kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
+    if set(kinds) - set(_LAYER_NAMES):
+        _refuse(t, f"layer_types {sorted(set(kinds) - set(_LAYER_NAMES))}")
+    return kinds
+
+
+def _rope_per_layer_type(t: str, hf, kinds: list[str], default_theta: dict) -> dict:
+    """``rope_base``, ``rope_scaling`` and ``sliding_rope_base`` from ``rope_parameters`` keyed by layer type.
+
+    Gemma 3 and OLMo 3 give each layer type its own RoPE: the full layers' (Gemma 3 4B-27B's
+    linear ×8, OLMo 3's YaRN) becomes ``rope_base`` and ``rope_scaling``, the sliding layers'
+    base ``sliding_rope_base``; scaling in the sliding layers is refused (their RoPE takes none).
+    """
     params = dict(getattr(hf, "rope_parameters", None) or {})
-    bases, defaults = {}, getattr(hf, "default_theta", {"global": 1e6, "local": 1e4})  # Gemma 3's own defaults
     main = "full_attention" if "full_attention" in kinds else "sliding_attention"  # the layers of rope_base
-    scaling = {}
+    bases, scaling = {}, {}
     for kind in sorted(set(kinds)):
         p = dict(params.get(kind) or {})
         if p.get("rope_type", "default") != "default":
@@ -373,13 +401,12 @@ def _gemma(t: str, hf) -> tuple[dict, dict, dict]:
                     t, f"rope scaling {p['rope_type']!r} in the {kind} layers is not implemented (only the "
                     f"{main} layers' RoPE is scaled)",
                 )  # fmt: skip
-            # Gemma 3 4B-27B: linear scaling (factor 8) in the global layers only (issue 28)
             scaling = dict(rope_scaling=scaling_from_hf(p, max_position_embeddings=hf.max_position_embeddings))
-        bases[kind] = float(p.get("rope_theta", defaults["global" if kind == "full_attention" else "local"]))
+        bases[kind] = float(p.get("rope_theta", default_theta[kind]))
     rope = dict(rope_base=bases[main], **scaling)
-    if windows:
+    if main == "full_attention" and "sliding_attention" in kinds:
         rope["sliding_rope_base"] = bases["sliding_attention"]
-    return rope, windows, style
+    return rope
 
 
 @torch.no_grad()
@@ -588,12 +615,16 @@ def from_hf(model: nn.Module) -> DecoderLM:
     if not c.tie_weights:
         _copy(ours.lm_head, model.lm_head)
     for block, layer in zip(ours.blocks, core.layers, strict=True):
-        _copy_norm(block.attn_norm, layer.input_layernorm, offset)
+        if c.norm_position == "post_sublayer":  # OLMo 2/3: a norm after each sub-layer, none before
+            _copy_norm(block.attn_post_norm, layer.post_attention_layernorm, offset)
+            _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
+        else:
+            _copy_norm(block.attn_norm, layer.input_layernorm, offset)
         if c.norm_position == "sandwich":  # Gemma 2 and 3: a norm on each side of each sub-layer
             _copy_norm(block.attn_post_norm, layer.post_attention_layernorm, offset)
             _copy_norm(block.mlp_norm, layer.pre_feedforward_layernorm, offset)
             _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
-        elif not c.parallel_block:  # Cohere's parallel block has one norm
+        elif not c.parallel_block and c.norm_position != "post_sublayer":  # Cohere's parallel block has one norm
             _copy_norm(block.mlp_norm, layer.post_attention_layernorm, offset)
         if isinstance(block.mlp, MixtureOfExperts):
             copy_moe(block.mlp, layer.mlp)

@@ -20,6 +20,11 @@ glm4_moe   ``qkv_bias`` (no bias on the output projection), ``qk_norm`` (``use_q
 smollm3    LLaMA's block with NoPE layers: ``rope_layers`` from ``no_rope_layers`` (1: the layer uses
            RoPE, 0: no positions; every fourth layer by default), a window only with
            ``use_sliding_window``
+olmo2      ``norm_position="post_sublayer"`` (``x + norm(f(x))``: no norm before a sub-layer, Hugging
+           Face's ``post_attention_layernorm`` / ``post_feedforward_layernorm`` after it) and
+           ``qk_norm="all_heads"`` (one RMSNorm over the whole query / key projection)
+olmo3      OLMo 2's block with sliding windows per ``layer_types`` and a RoPE per layer type (YaRN
+           in the full layers: ``rope_scaling``; the sliding layers' base ``sliding_rope_base``)
 cohere2    ``parallel_block`` (attention and MLP from one norm), ``norm="layernorm"`` (its
            bias-free LayerNorm: attn_core's bias is copied as zeros), ``rope_layout="interleaved"``,
            RoPE in the sliding layers only (``rope_full_layers=False``) and ``logit_scale``
@@ -35,7 +40,7 @@ import types
 
 __all__ = [
     "FAMILY_FIELDS", "qwen2_fields", "granite_fields", "phi3_fields", "cohere2_fields", "glm4_moe_fields",
-    "smollm3_fields",
+    "smollm3_fields", "olmo_fields",
     "unfused_attention", "unfused_mlp",
 ]  # fmt: skip
 
@@ -108,10 +113,15 @@ def smollm3_fields(hf) -> dict:
     return {} if all(flags) else dict(rope_layers=flags)
 
 
+def olmo_fields(hf) -> dict:
+    """OLMo 2 / OLMo 3: a norm after each sub-layer only, QK-norm over all heads at once."""
+    return dict(norm_position="post_sublayer", qk_norm="all_heads")
+
+
 #: The families :func:`~attn_core.convert.config_from_hf` builds as LLaMA plus these fields.
 FAMILY_FIELDS = {
     "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
-    "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields,
+    "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields, "olmo2": olmo_fields, "olmo3": olmo_fields,
 }  # fmt: skip
 
 

@@ -37,9 +37,24 @@ from .checks import check_bool, check_choice, check_instance, check_int, check_m
 from .core import attend
 from .norms import RMSNorm
 from .positional import ROPE_LAYOUTS, RotaryEmbedding
+from .rope_scaling import RopeScaling, YarnScaling, yarn_mscale
 from .shapes import head_mask, merge_heads, split_heads
 
-__all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim"]
+__all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim", "deepseek_softmax_factor"]
+
+
+def deepseek_softmax_factor(scaling: RopeScaling | None) -> float:
+    """What DeepSeek's attention multiplies its softmax scale by under rope scaling: ``yarn_mscale(factor,
+    mscale_all_dim)²`` for YaRN with a non-zero ``mscale_all_dim`` (Hugging Face's ``yarn_apply_mscale``), else 1.
+
+    Example:
+        >>> from attn_core.rope_scaling import YarnScaling
+        >>> round(deepseek_softmax_factor(YarnScaling(40.0, 4096, mscale=1.0, mscale_all_dim=1.0)), 4)
+        1.8739
+    """
+    if isinstance(scaling, YarnScaling) and scaling.mscale_all_dim:
+        return yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
+    return 1.0
 
 
 def default_rope_dim(head_dim: int) -> int:
@@ -101,6 +116,9 @@ class MultiHeadLatentAttention(nn.Module):
             ``"half"`` or ``"interleaved"`` (DeepSeek's checkpoints).
         latent_norm_eps: The ε of the latent RMSNorms (DeepSeek: ``1e-6`` whatever the
             model's ``rms_norm_eps``).
+        rope_scaling: Context extension of the decoupled RoPE (a
+            :class:`~attn_core.rope_scaling.RopeScaling`; DeepSeek-V3's YaRN, whose
+            ``mscale_all_dim`` also raises the score scale: :attr:`scale`), or ``None``.
 
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
@@ -128,6 +146,7 @@ class MultiHeadLatentAttention(nn.Module):
         dropout: float = 0.0,
         rope_layout: str = "half",
         latent_norm_eps: float = 1e-6,
+        rope_scaling: RopeScaling | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -168,14 +187,26 @@ class MultiHeadLatentAttention(nn.Module):
         self.v_up = nn.Linear(d_latent, H * self.v_head_dim, bias=False)
         # One RoPE key for all heads, computed from x (not from c_KV) and cached.
         self.k_rope = nn.Linear(d_model, rope_dim, bias=bias) if rope_dim else None
-        self.rope = RotaryEmbedding(rope_dim, base=rope_base, layout=rope_layout) if rope_dim else None
+        self.rope_scaling = check_instance("rope_scaling", rope_scaling, RopeScaling, optional=True)
+        if rope_scaling is not None and not rope_dim:
+            raise ValueError(f"rope_scaling={rope_scaling!r} scales RoPE, but rope_dim=0 rotates nothing")
+        self.rope = (
+            RotaryEmbedding(rope_dim, base=rope_base, layout=rope_layout, scaling=rope_scaling) if rope_dim else None
+        )
 
         self.out_proj = nn.Linear(H * self.v_head_dim, d_model, bias=bias)
 
     @property
     def scale(self) -> float:
-        """The score scale ``1/√(d_h + d_r)``: a query/key pair has ``d_h + d_r`` dimensions."""
-        return 1.0 / math.sqrt(self.head_dim + self.rope_dim)
+        """The score scale ``1/√(d_h + d_r)``: a query/key pair has ``d_h + d_r`` dimensions.
+
+        With DeepSeek's YaRN (``rope_scaling`` a :class:`~attn_core.rope_scaling.YarnScaling`
+        with ``mscale_all_dim``) it is multiplied by ``yarn_mscale(factor, mscale_all_dim)²``:
+        DeepSeek sharpens *every* score, the content part too, while YaRN's own temperature
+        (``mscale / mscale_all_dim``, 1 when they are equal as in DeepSeek-V3) scales only the
+        rotated part through the cos/sin tables.
+        """
+        return 1.0 / math.sqrt(self.head_dim + self.rope_dim) * deepseek_softmax_factor(self.rope_scaling)
 
     # ------------------------------------------------------------------ pieces
     def queries(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,15 +25,31 @@ from torch import nn
 
 from .checks import check_choice, check_int, check_number, check_tensor
 
-__all__ = ["LayerNorm", "RMSNorm", "make_norm", "NORM_KINDS", "NORM_POSITIONS"]
+__all__ = [
+    "LayerNorm",
+    "RMSNorm",
+    "HeadsRMSNorm",
+    "make_norm",
+    "NORM_KINDS",
+    "NORM_POSITIONS",
+    "QK_NORM_KINDS",
+    "make_qk_norm",
+    "check_qk_norm",
+]
 
 #: The names :func:`make_norm` (and the blocks' ``norm=`` argument) accept.
 NORM_KINDS = ("layernorm", "rmsnorm")
 #: Where a transformer block puts its normalisation (``norm_position=``): before the
 #: sub-layer (``x + f(norm(x))``), after the residual addition (``norm(x + f(x))``), or
 #: both before and after the sub-layer, inside the residual branch (``"sandwich"``,
-#: Gemma 2/3: ``x + norm₂(f(norm₁(x)))``).
-NORM_POSITIONS = ("pre", "post", "sandwich")
+#: Gemma 2/3: ``x + norm₂(f(norm₁(x)))``), or after the sub-layer only, inside the residual
+#: branch (``"post_sublayer"``, OLMo 2/3: ``x + norm(f(x))``).
+NORM_POSITIONS = ("pre", "post", "sandwich", "post_sublayer")
+#: The QK-norms of an attention layer (``qk_norm=``): ``False`` none, ``True`` one RMSNorm per
+#: head over its ``D`` dimensions (a gain shared by the heads: Qwen3, Gemma 3), ``"all_heads"``
+#: one RMSNorm over all ``H·D`` query (``H_kv·D`` key) dimensions of a token, as OLMo 2/3 apply
+#: it to the whole projection before the heads are split (:class:`HeadsRMSNorm`).
+QK_NORM_KINDS = (False, True, "all_heads")
 
 
 def _check_input(x: object, d: int) -> torch.Tensor:
@@ -135,6 +151,63 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"
+
+
+class HeadsRMSNorm(RMSNorm):
+    """An :class:`RMSNorm` over all heads of a token at once, taking the heads split: OLMo 2/3's QK-norm.
+
+    OLMo normalises the query projection's whole output (``H·D`` wide, one gain per
+    dimension) before splitting it into heads; this module does the same to a tensor whose
+    heads are already split, so that an attention layer calls it where it calls a per-head
+    norm. Unlike the per-head norm, one head's scale changes the others' (they share the
+    root mean square).
+
+    Args:
+        n_heads: ``H`` (``H_kv`` for keys).
+        head_dim: ``D``.
+        eps: As :class:`RMSNorm`'s.
+
+    Attributes:
+        weight: ``(H·D,)`` gain, head ``h``'s in ``[h·D, (h+1)·D)`` (the projection's row order).
+
+    Shapes:
+        x: ``(B, H, T, D)``; output: ``(B, H, T, D)``, same dtype as ``x``.
+    """
+
+    def __init__(self, n_heads: int, head_dim: int, eps: float = 1e-6) -> None:
+        super().__init__(check_int("n_heads", n_heads) * check_int("head_dim", head_dim), eps=eps)
+        self.n_heads, self.head_dim = n_heads, head_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise each token's ``H·D`` values together.
+
+        Shapes:
+            x: ``(B, H, T, D)``; output: ``(B, H, T, D)``
+        """
+        check_tensor("x", x, ("B", ("n_heads", self.n_heads), "T", ("head_dim", self.head_dim)), floating=True)
+        B, H, T, D = x.shape
+        merged = x.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, H·D): a token's heads side by side
+        return super().forward(merged).view(B, T, H, D).transpose(1, 2)  # (B, T, H·D) -> (B, H, T, D)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, head_dim={self.head_dim}, eps={self.eps:g}"
+
+
+def make_qk_norm(kind: bool | str, n_heads: int, head_dim: int, eps: float = 1e-6) -> nn.Module | None:
+    """The QK-norm of ``kind`` (:data:`QK_NORM_KINDS`) for ``n_heads`` heads of width ``head_dim``, or None."""
+    if check_qk_norm(kind) == "all_heads":
+        return HeadsRMSNorm(n_heads, head_dim, eps=eps)
+    return RMSNorm(head_dim, eps=eps) if kind else None
+
+
+def check_qk_norm(kind: object) -> bool | str:
+    """``kind`` if it is one of :data:`QK_NORM_KINDS`; a TypeError for another type (1 is not True), else a
+    ValueError naming it."""
+    if not isinstance(kind, (bool, str)):
+        raise TypeError(f"qk_norm must be a bool or 'all_heads', got qk_norm={kind!r} ({type(kind).__name__})")
+    if kind not in QK_NORM_KINDS:
+        raise ValueError(f"qk_norm must be one of {QK_NORM_KINDS}, got qk_norm={kind!r}")
+    return kind
 
 
 def make_norm(kind: str, d: int, eps: float | None = None) -> nn.Module:

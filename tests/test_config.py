@@ -486,7 +486,7 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
         (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), TypeError,
          "rope_scaling must be an attn_core.RopeScaling or None, got dict"),
         (dict(rope_scaling=LinearScaling(factor=2.0), positional="none", rope_base=10000.0), ValueError,
-         "rope_scaling change multi-head attention's RoPE: they need positional='rope'"),
+         "rope_scaling changes multi-head attention's RoPE: it needs positional='rope'"),
         (dict(rope_scaling=LongRopeScaling(short_factor=(1.0,) * 3, long_factor=(2.0,) * 3,
                                            original_max_position=8, factor=4.0)), ValueError, "short_factor"),
         (dict(rope_layers=(True,)), ValueError, r"rope_layers must give True \(RoPE\) or False"),
