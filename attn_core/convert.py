@@ -128,15 +128,16 @@ SUPPORTED_MODEL_TYPES = (
 #: convert with :func:`copy_attention` where it says so.
 NOT_CONVERTED = {
     "gpt_oss": "its experts' SwiGLU is clamped and shifted (gate clamped at 7, up to [-7, 7], "
-    "(up + 1) * gate * sigmoid(1.702 * gate)), which DecoderLM does not compute (its RoPE, YaRN-scaled, "
-    "would convert: DecoderConfig.rope_scaling; its shapes are DecoderConfig.gpt_oss_20b/120b: "
-    "num_local_experts={num_local_experts}, "
-    "top-{num_experts_per_tok} routing with a router bias); its attention layers (sliding window on alternate "
-    "layers, learned sinks) convert one by one with copy_attention",
-    "qwen3_next": "its shared expert is scaled by a learned sigmoid gate (shared_expert_gate), which "
-    "MixtureOfExperts does not compute; its other parts exist in attn_core: the Gated DeltaNet layers "
-    "(layer_types 'linear'; one by one with copy_gated_deltanet), the gated full-attention layers "
-    "(copy_attention: qk_norm=True, gate='elementwise'), RoPE on part of each head (rotary_dim; "
+    "(up + 1) * gate * sigmoid(1.702 * gate)): MixtureOfExperts(swiglu_limit=) computes it and copy_moe copies "
+    "GptOssMLP (router bias, interleaved expert weights and their biases), but DecoderLM does not build its "
+    "mixtures of experts with clamped experts yet; the rest would convert (its RoPE, YaRN-scaled: "
+    "DecoderConfig.rope_scaling; sliding windows on alternate layers and learned sinks, one by one with "
+    "copy_attention; num_local_experts={num_local_experts}, top-{num_experts_per_tok} routing with a router bias)",
+    "qwen3_next": "its shared expert is scaled by a learned sigmoid gate (shared_expert_gate): "
+    "MixtureOfExperts(shared_gate=True, shared_d_ff=) computes it and copy_moe copies Qwen3NextSparseMoeBlock, but "
+    "DecoderLM does not build its mixtures of experts with the gate yet; its other parts exist in attn_core: the "
+    "Gated DeltaNet layers (layer_types 'linear'; one by one with copy_gated_deltanet), the gated full-attention "
+    "layers (copy_attention: qk_norm=True, gate='elementwise'), RoPE on part of each head (rotary_dim; "
     "partial_rotary_factor={partial_rotary_factor}) and top-k experts (n_experts)",
     "llama4_text": "its RoPE layers attend in chunks (attention_chunk_size={attention_chunk_size}: a query sees "
     "only the keys of its own chunk, not a sliding window) and L2-normalise queries and keys without a gain "
@@ -665,7 +666,8 @@ def _copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:
 
 @torch.no_grad()
 def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
-    """Copy a Hugging Face sparse-MoE block (Mixtral, Qwen3-MoE, DeepSeek-V3) into :class:`~attn_core.MixtureOfExperts`.
+    """Copy a Hugging Face sparse-MoE block into :class:`~attn_core.MixtureOfExperts` (Mixtral, Qwen3-MoE,
+    DeepSeek-V3, gpt-oss, Qwen3-Next).
 
     Transformers 5 stacks the experts: ``experts.gate_up_proj`` ``(E, 2f, d)`` (the gate's
     rows first) and ``experts.down_proj`` ``(E, d, f)``; 4.x has a list of experts with
@@ -673,31 +675,55 @@ def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
     router is ``gate.weight`` ``(E, d)``; DeepSeek-V3's ``gate.e_score_correction_bias``
     becomes the ``selection_bias``, its ``shared_experts`` the ``shared`` SwiGLU.
 
+    gpt-oss (``GptOssMLP``): the router is ``router`` (weight and bias), and its experts are
+    stored transposed with biases, gate and up *interleaved*: ``gate_up_proj`` ``(E, d, 2f)``
+    whose even columns are the gate's and odd ones the up projection's,
+    ``gate_up_proj_bias`` ``(E, 2f)`` likewise, ``down_proj`` ``(E, f, d)``, ``down_proj_bias``
+    ``(E, d)``. Qwen3-Next (``Qwen3NextSparseMoeBlock``): one ``shared_expert`` and its
+    ``shared_expert_gate`` ``(1, d)``.
+
     Raises:
-        ValueError: A shape that does not match (another number of experts, widths).
+        ValueError: A shape that does not match (another number of experts, widths), or
+            shared experts (or their gate) on one side only.
     """
-    _copy(ours.router.proj, hf.gate)
-    correction = getattr(hf.gate, "e_score_correction_bias", None)
+    router = getattr(hf, "router", None) if getattr(hf, "gate", None) is None else hf.gate
+    _copy(ours.router.proj, router)
+    correction = getattr(router, "e_score_correction_bias", None)
     if correction is not None:
         ours.router.selection_bias.copy_(correction)
-    stacked = getattr(hf.experts, "gate_up_proj", None)
+    experts = hf.experts
+    stacked = getattr(experts, "gate_up_proj", None)
+    interleaved = getattr(experts, "gate_up_proj_bias", None) is not None  # gpt-oss: x @ W + b, columns alternate
     for e, expert in enumerate(ours.experts):
-        if stacked is not None:
+        bias = {}
+        if interleaved:
+            w, b = stacked[e], experts.gate_up_proj_bias[e]  # (d, 2f), (2f,)
+            gate, up, down = w[:, 0::2].t(), w[:, 1::2].t(), experts.down_proj[e].t()  # (f, d), (f, d), (d, f)
+            bias = dict(gate=b[0::2], up=b[1::2], down=experts.down_proj_bias[e])
+        elif stacked is not None:
             gate, up = stacked[e].chunk(2, dim=0)  # (2f, d) -> the gate's f rows, then the up projection's
-            down = hf.experts.down_proj[e]
+            down = experts.down_proj[e]
         else:
-            src = hf.experts[e]
+            src = experts[e]
             names = ("gate_proj", "up_proj", "down_proj") if hasattr(src, "gate_proj") else ("w1", "w3", "w2")
             gate, up, down = (getattr(src, n).weight for n in names)
-        _copy(expert.gate_proj, gate)
-        _copy(expert.up_proj, up)
-        _copy(expert.down_proj, down)
-    shared = getattr(hf, "shared_experts", None)
+        _copy(expert.gate_proj, gate, bias=bias.get("gate"))
+        _copy(expert.up_proj, up, bias=bias.get("up"))
+        _copy(expert.down_proj, down, bias=bias.get("down"))
+    shared = getattr(hf, "shared_experts", None)  # DeepSeek's
+    shared = getattr(hf, "shared_expert", None) if shared is None else shared  # Qwen3-Next's
     if (shared is None) != (ours.shared is None):
         raise ValueError(f"shared experts: Hugging Face has {shared is not None}, ours {ours.shared is not None}")
     if shared is not None:
         for name in ("gate_proj", "up_proj", "down_proj"):
             _copy(getattr(ours.shared, name), getattr(shared, name))
+    gate = getattr(hf, "shared_expert_gate", None)
+    if (gate is None) != (ours.shared_gate is None):
+        raise ValueError(
+            f"shared expert gate: Hugging Face has {gate is not None}, ours {ours.shared_gate is not None}"
+        )
+    if gate is not None:
+        _copy(ours.shared_gate, gate)
     return ours
 
 

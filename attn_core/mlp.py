@@ -9,6 +9,8 @@ vector on its own, with the same weights at every position.
   up (:func:`swiglu_hidden_dim`), so that it costs what the GELU MLP costs. With
   ``activation="gelu_tanh"`` the gate is the tanh GELU instead: Gemma's GeGLU
   (``"geglu_tanh"``), the same three matrices.
+* :class:`ClampedSwiGLU`: gpt-oss's experts, ``down((clamp(up) + 1) · g·σ(α·g))`` with
+  ``g = min(gate, limit)`` and ``up`` clamped to ``[-limit, limit]`` (``limit`` 7, ``α`` 1.702).
 * :func:`make_mlp` builds either from its name, as the blocks' ``mlp=`` argument does.
 
 Shape legend:
@@ -27,6 +29,7 @@ from .checks import check_choice, check_int, check_number, check_tensor
 __all__ = [
     "FeedForward",
     "SwiGLU",
+    "ClampedSwiGLU",
     "swiglu_hidden_dim",
     "mlp_hidden_dim",
     "make_mlp",
@@ -158,6 +161,50 @@ class SwiGLU(nn.Module):
     def extra_repr(self) -> str:
         act = "" if self.activation == "silu" else f", activation={self.activation!r}"
         return f"d_model={self.d_model}, d_ff={self.d_ff}{act}"
+
+
+class ClampedSwiGLU(SwiGLU):
+    """gpt-oss's expert MLP: a SwiGLU whose gate and up projections are clamped, with a shifted, sharper gate.
+
+    ``down((u + 1) · g · σ(α·g))`` with ``g = min(gate(x), limit)`` (clamped from above only)
+    and ``u = clamp(up(x), -limit, limit)``: the clamps bound what one expert can add (the
+    checkpoints are trained with them), ``g·σ(α·g)`` with ``α = 1.702`` is the sigmoid
+    approximation of GELU (``σ(1.702·g) ≈ Φ(g)``), and ``u + 1`` lets the gate pass the
+    input through when ``up`` is 0. Hugging Face's ``GptOssExperts._apply_gate``.
+
+    Args:
+        d_model, d_ff, multiple_of, dropout, bias: As :class:`SwiGLU`'s.
+        limit: The clamp (gpt-oss: 7.0), > 0.
+        alpha: The gate's sigmoid slope (gpt-oss: 1.702), > 0.
+
+    Shapes:
+        x: ``(..., d_model)``; output: ``(..., d_model)``
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int | None = None,
+        *,
+        limit: float = 7.0,
+        alpha: float = 1.702,
+        multiple_of: int = 8,
+        dropout: float = 0.0,
+        bias: bool = False,
+    ) -> None:
+        super().__init__(d_model, d_ff, multiple_of=multiple_of, dropout=dropout, bias=bias)
+        self.limit = check_number("limit", limit, low=0.0, low_open=True)
+        self.alpha = check_number("alpha", alpha, low=0.0, low_open=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
+        check_tensor("x", x, ("...", ("d_model", self.d_model)), like=self.up_proj.weight)
+        gate = self.gate_proj(x).clamp(max=self.limit)  # (..., d_ff): from above only
+        up = self.up_proj(x).clamp(-self.limit, self.limit)  # (..., d_ff)
+        return self.dropout(self.down_proj((up + 1) * gate * torch.sigmoid(self.alpha * gate)))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, d_ff={self.d_ff}, limit={self.limit:g}, alpha={self.alpha:g}"
 
 
 def make_mlp(kind: str, d_model: int, d_ff: int | None, *, bias: bool, dropout: float = 0.0) -> nn.Module:

@@ -55,7 +55,7 @@ from .checks import (
     check_number,
     check_tensor,
 )
-from .mlp import SwiGLU, swiglu_hidden_dim
+from .mlp import ClampedSwiGLU, SwiGLU, swiglu_hidden_dim
 
 __all__ = [
     "ROUTER_SCORINGS",
@@ -362,11 +362,20 @@ class MixtureOfExperts(nn.Module):
         bias: Biases in the experts' linear layers (gpt-oss).
         router_bias: A bias in the router (gpt-oss).
         scoring, topk_first, normalize, scale, n_groups, topk_groups: :class:`TopKRouter`'s.
+        swiglu_limit: gpt-oss: the experts are :class:`~attn_core.mlp.ClampedSwiGLU` s with this
+            clamp (7.0) and ``swiglu_alpha`` (1.702); ``None``: plain SwiGLUs. The shared
+            experts stay plain.
+        swiglu_alpha: The clamped experts' gate slope; only with ``swiglu_limit``.
+        shared_d_ff: The shared experts' hidden width (Qwen3-Next's ``shared_expert_intermediate_size``);
+            ``None``: ``n_shared · d_ff``.
+        shared_gate: Qwen3-Next: the shared experts' output times ``σ(x·w)``, one learned sigmoid
+            gate per token (``shared_gate``, ``nn.Linear(d_model, 1)`` without bias); needs ``n_shared >= 1``.
 
     Attributes:
         router: The :class:`TopKRouter`.
-        experts: ``nn.ModuleList`` of ``E`` :class:`~attn_core.SwiGLU`.
+        experts: ``nn.ModuleList`` of ``E`` :class:`~attn_core.SwiGLU` (or ``ClampedSwiGLU``).
         shared: A :class:`~attn_core.SwiGLU` or None.
+        shared_gate: ``nn.Linear(d_model, 1, bias=False)`` or None.
         stats: :class:`MoEStats` of the last forward (None before the first).
 
     Raises:
@@ -393,6 +402,10 @@ class MixtureOfExperts(nn.Module):
         scale: float = 1.0,
         n_groups: int = 1,
         topk_groups: int = 1,
+        swiglu_limit: float | None = None,
+        swiglu_alpha: float = 1.702,
+        shared_d_ff: int | None = None,
+        shared_gate: bool = False,
     ) -> None:
         super().__init__()
         self.router = TopKRouter(
@@ -405,8 +418,22 @@ class MixtureOfExperts(nn.Module):
             check_number("capacity_factor", capacity_factor, low=0.0, low_open=True)
         self.capacity_factor = capacity_factor
         self.d_model, self.n_experts, self.k = d_model, n_experts, k
-        self.experts = nn.ModuleList(SwiGLU(d_model, self.d_ff, bias=bias) for _ in range(n_experts))
-        self.shared = SwiGLU(d_model, n_shared * self.d_ff, bias=bias) if n_shared else None
+        if swiglu_limit is None:
+            if swiglu_alpha != 1.702:
+                raise ValueError(f"swiglu_alpha={swiglu_alpha} shapes the clamped experts: set swiglu_limit too")
+            self.experts = nn.ModuleList(SwiGLU(d_model, self.d_ff, bias=bias) for _ in range(n_experts))
+        else:  # gpt-oss
+            self.experts = nn.ModuleList(
+                ClampedSwiGLU(d_model, self.d_ff, limit=swiglu_limit, alpha=swiglu_alpha, bias=bias)
+                for _ in range(n_experts)
+            )
+        if shared_d_ff is not None and not n_shared:
+            raise ValueError(f"shared_d_ff={shared_d_ff} is the shared experts' width, but n_shared=0")
+        shared_width = n_shared * self.d_ff if shared_d_ff is None else check_int("shared_d_ff", shared_d_ff)
+        self.shared = SwiGLU(d_model, shared_width, bias=bias) if n_shared else None
+        if check_bool("shared_gate", shared_gate) and not n_shared:
+            raise ValueError("shared_gate=True gates the shared experts, but n_shared=0")
+        self.shared_gate = nn.Linear(d_model, 1, bias=False) if shared_gate else None
         self.stats: MoEStats | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -430,7 +457,9 @@ class MixtureOfExperts(nn.Module):
             if token.numel():
                 y = expert(flat[token]) * weights[token, slot, None]  # (n_e, d)
                 out = out.index_add(0, token, y)  # out of place: autograd needs `out` as it was
-        if self.shared is not None:
+        if self.shared_gate is not None:  # Qwen3-Next: a sigmoid gate per token on the shared experts
+            out = out + torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)  # (N, 1) * (N, d)
+        elif self.shared is not None:
             out = out + self.shared(flat)
         self.stats = MoEStats(
             tokens_per_expert=torch.bincount(r.experts.reshape(-1), minlength=self.n_experts),

@@ -1,0 +1,86 @@
+"""Qwen3-Next's mixture of experts (issue 28): a shared expert scaled by a learned sigmoid gate per token.
+
+Hugging Face's ``Qwen3NextSparseMoeBlock`` is the reference in float64, copied by
+:func:`~attn_core.convert.copy_moe` (``shared_expert``, ``shared_expert_gate``). Its other layers
+convert one by one (gated attention: ``tests/test_parity_hf_*``; Gated DeltaNet:
+``copy_gated_deltanet``). :func:`~attn_core.convert.from_hf` still refuses the whole model:
+DecoderLM does not build its mixtures of experts with the shared gate yet.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", minversion="5.0")
+
+from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
+from test_rope_scaling import hf_in_float64  # noqa: E402
+from transformers import Qwen3NextConfig  # noqa: E402
+from transformers.models.qwen3_next import modeling_qwen3_next as hf_qwen3_next  # noqa: E402
+
+from attn_core.convert import config_from_hf, copy_moe  # noqa: E402
+from attn_core.moe import MixtureOfExperts  # noqa: E402
+
+F64 = torch.float64
+
+
+def qwen3_next_config(**kw) -> Qwen3NextConfig:
+    base = dict(
+        hidden_size=16, moe_intermediate_size=8, shared_expert_intermediate_size=12, num_experts=6,
+        num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, vocab_size=31,
+    )  # fmt: skip
+    return Qwen3NextConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm_topk_prob", "unnormalised"])
+def test_qwen3_next_moe_equals_hugging_face(normalize):
+    config = qwen3_next_config(norm_topk_prob=normalize)
+    with hf_in_float64(hf_qwen3_next):  # its router's softmax in float32, lifted
+        hf = seeded(hf_qwen3_next.Qwen3NextSparseMoeBlock(config), seed=2)
+        ours = MixtureOfExperts(16, 6, 2, d_ff=8, n_shared=1, shared_d_ff=12, shared_gate=True, normalize=normalize).to(
+            F64
+        )
+        copy_moe(ours, hf)
+        x = torch.randn(2, 7, 16, dtype=F64, generator=torch.Generator().manual_seed(0))
+        expected = hf(x)
+    diff = max_diff(ours(x), expected)
+    print(f"Qwen3-Next MoE (normalize={normalize}): max |difference| = {diff:.2e}")
+    assert diff < EXACT
+    # The gate matters: without it (the shared expert added whole) the output differs.
+    ungated = MixtureOfExperts(16, 6, 2, d_ff=8, n_shared=1, shared_d_ff=12, normalize=normalize).to(F64)
+    ungated.load_state_dict({k: v for k, v in ours.state_dict().items() if not k.startswith("shared_gate")})
+    assert max_diff(ungated(x), expected) > 1e-3
+
+
+def test_shared_gate_scales_the_shared_expert_by_a_sigmoid_per_token():
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(8, 4, 1, d_ff=6, n_shared=1, shared_gate=True).double()
+    x = torch.randn(5, 8, dtype=F64)
+    routed = MixtureOfExperts(8, 4, 1, d_ff=6).double()
+    routed.load_state_dict({k: v for k, v in moe.state_dict().items() if k.startswith(("router", "experts"))})
+    by_hand = routed(x) + torch.sigmoid(x @ moe.shared_gate.weight.t()) * moe.shared(x)
+    assert max_diff(moe(x), by_hand) < 1e-14
+    assert moe.shared.d_ff == 6 and moe.shared_gate.bias is None
+    torch.autograd.gradcheck(moe, (x[:2].clone().requires_grad_(),))
+
+
+def test_shared_gate_bad_arguments():
+    with pytest.raises(ValueError, match="shared_gate=True gates the shared experts, but n_shared=0"):
+        MixtureOfExperts(8, 4, 2, shared_gate=True)
+    with pytest.raises(ValueError, match="shared_d_ff=12 is the shared experts' width, but n_shared=0"):
+        MixtureOfExperts(8, 4, 2, shared_d_ff=12)
+    with pytest.raises(TypeError, match="shared_gate"):
+        MixtureOfExperts(8, 4, 2, n_shared=1, shared_gate=1)
+
+
+def test_copy_moe_refuses_a_missing_gate():
+    hf = hf_qwen3_next.Qwen3NextSparseMoeBlock(qwen3_next_config())
+    with pytest.raises(ValueError, match="shared expert gate: Hugging Face has True, ours False"):
+        copy_moe(MixtureOfExperts(16, 6, 2, d_ff=8, n_shared=1, shared_d_ff=12), hf)
+
+
+def test_from_hf_refuses_qwen3_next_naming_why():
+    with pytest.raises(ValueError, match="qwen3_next model exactly: .*DecoderLM does not build"):
+        config_from_hf(qwen3_next_config())
