@@ -19,6 +19,9 @@ Decoder-only tasks (one sequence; data tokens ``x_1..x_n``, a separator, the ans
 * :func:`seen_before_task` ``BOS x₁ x₂ ...``: at every position, has this token appeared
   before? A head that finds no earlier copy must put its attention somewhere: on the
   first token (an attention sink, chapter 15).
+* :func:`needle_recall_task` ``f f N f … f QUERY`` -> ``N``: one "needle" token hidden at
+  a random position among filler; at the query, name it. The distance to the needle is
+  anything up to the sequence length: the task of chapter 21 (context extension).
 
 Encoder-decoder form (chapter 4): :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
 the ideal cross-attention is the anti-diagonal :func:`reverse_alignment`.
@@ -38,7 +41,7 @@ from typing import NamedTuple
 
 import torch
 
-from .checks import check_instance, check_int
+from .checks import check_bool, check_instance, check_int
 
 __all__ = [
     "IGNORE_INDEX",
@@ -49,6 +52,8 @@ __all__ = [
     "induction_task",
     "associative_recall_task",
     "seen_before_task",
+    "needle_recall_task",
+    "QUERY",
     "NEW",
     "SEEN",
     "Seq2SeqBatch",
@@ -291,6 +296,66 @@ def associative_recall_task(
     inputs = torch.cat((pairs, query), dim=1)  # (B, 2m + 1)
     targets = torch.full_like(inputs, IGNORE_INDEX)
     targets[:, -1:] = values.gather(1, which)
+    return inputs, targets
+
+
+#: The query token of :func:`needle_recall_task` (id 0): "which needle came before?"
+QUERY = 0
+
+
+def needle_recall_task(
+    batch_size: int,
+    *,
+    n: int = 16,
+    n_filler: int = 12,
+    n_needles: int = 8,
+    score_all: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Recall a needle: ``f … f N f … f QUERY`` -> ``N``, the needle anywhere before the query.
+
+    Filler tokens are ids ``1..n_filler``, needles ``n_filler+1 .. n_filler+n_needles``, and
+    the last input token is :data:`QUERY`. Exactly one needle sits at a position drawn
+    uniformly from ``0..n-2``, so the distance from the query back to it is anything from
+    1 to ``n - 1``: evaluated at ``n = 8L``, a model trained at ``n = L`` must retrieve
+    from distances it never saw. One attention layer solves it by content (the query
+    matches the needle keys, whatever their distance); RoPE rotates that match by the
+    distance, which is what breaks past the training length (chapter 21).
+
+    Args:
+        batch_size: ``B``.
+        n: Sequence length (the query included).
+        n_filler: Number of distinct filler tokens.
+        n_needles: Number of distinct needles (chance is ``1/n_needles``).
+        score_all: Also score every position from the needle on (the target is the needle
+            there too: "name the needle seen so far"). More signal per sequence for
+            training; evaluate with ``False`` (the query only).
+        generator: Source of randomness.
+
+    Returns:
+        ``(inputs, targets)``: ``targets`` is :data:`IGNORE_INDEX` except at the query
+        (and, with ``score_all``, from the needle on), where it is the needle.
+
+    Shapes:
+        inputs, targets: ``(B, n)``
+
+    Raises:
+        ValueError: ``n < 2`` (no room for a needle before the query) or a bad size.
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("n", n, minimum=2)
+    check_int("n_filler", n_filler, minimum=1)
+    check_int("n_needles", n_needles, minimum=1)
+    check_bool("score_all", score_all)
+    check_instance("generator", generator, torch.Generator, optional=True)
+    inputs = torch.randint(1, n_filler + 1, (batch_size, n), generator=generator)  # (B, n)
+    needles = torch.randint(n_filler + 1, n_filler + n_needles + 1, (batch_size, 1), generator=generator)  # (B, 1)
+    where = torch.randint(0, n - 1, (batch_size, 1), generator=generator)  # (B, 1): before the query
+    t = torch.arange(n)[None, :]  # (1, n)
+    inputs = torch.where(t == where, needles, inputs)
+    inputs[:, -1] = QUERY
+    scored = (t >= where) if score_all else (t == n - 1)  # (B, n) or (1, n)
+    targets = torch.where(scored, needles, torch.full_like(inputs, IGNORE_INDEX))  # (B, n)
     return inputs, targets
 
 
