@@ -266,7 +266,37 @@ class TransformerBlock(nn.Module):
         return f"d_model={self.d_model}, norm_position={self.norm_position!r}"
 
 
-class SandwichBlock(TransformerBlock):
+class _AfterAttentionBlock(TransformerBlock):
+    """The forward :class:`SandwichBlock` and :class:`ParallelBlock` share: the attention on ``attn_norm(x)``,
+    then the subclass's :meth:`_add` of both sub-layers to the stream."""
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        kv_cache: KVCache | LatentKVCache | None = None,
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Apply the attention and MLP sub-layers (as :meth:`TransformerBlock.forward`; the wiring is :meth:`_add`'s).
+
+        Shapes:
+            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
+        """
+        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
+        h = self.attn_norm(x)
+        a, weights = split_result(
+            self.attn(h, mask=mask, kv_cache=kv_cache, return_weights=return_weights), return_weights
+        )
+        x = self._add(x, h, a)
+        return (x, weights) if return_weights else x
+
+    def _add(self, x: torch.Tensor, h: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """The stream after both sub-layers, from the stream ``x``, the attention's input ``h`` and output ``a``."""
+        raise NotImplementedError
+
+
+class SandwichBlock(_AfterAttentionBlock):
     """A :class:`TransformerBlock` with sandwich norms (Gemma 2/3): a norm before *and* after each sub-layer.
 
     ``h = x + attn_post_norm(attn(attn_norm(x)))``, then
@@ -293,28 +323,13 @@ class SandwichBlock(TransformerBlock):
             )
         super().__init__(d_model, n_heads, norm_position=norm_position, **kwargs)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        kv_cache: KVCache | LatentKVCache | None = None,
-        return_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Apply the attention and MLP sub-layers, each between its two norms (as :meth:`TransformerBlock.forward`).
-
-        Shapes:
-            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
-        """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
-        result = self.attn(self.attn_norm(x), mask=mask, kv_cache=kv_cache, return_weights=return_weights)
-        a, weights = split_result(result, return_weights)
+    def _add(self, x: torch.Tensor, h: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """``x + norm₂(a)``, then the MLP between its two norms the same way."""
         x = x + self.resid_dropout(self.attn_post_norm(a))  # x + norm₂(f(norm₁(x)))
-        x = x + self.resid_dropout(self.mlp_post_norm(self.mlp(self.mlp_norm(x))))
-        return (x, weights) if return_weights else x
+        return x + self.resid_dropout(self.mlp_post_norm(self.mlp(self.mlp_norm(x))))
 
 
-class ParallelBlock(TransformerBlock):
+class ParallelBlock(_AfterAttentionBlock):
     """A :class:`TransformerBlock` whose attention and MLP run side by side on one norm (GPT-J, Cohere).
 
     ``out = x + (attn(h) + mlp(h))`` with ``h = attn_norm(x)``: one norm per block (no
@@ -331,25 +346,9 @@ class ParallelBlock(TransformerBlock):
             raise ValueError(f"ParallelBlock has parallel=True, got parallel={parallel!r}")
         super().__init__(d_model, n_heads, parallel=True, **kwargs)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        kv_cache: KVCache | LatentKVCache | None = None,
-        return_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attention and MLP on one normalised input, both added to the stream (as :meth:`TransformerBlock.forward`).
-
-        Shapes:
-            x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
-        """
-        check_tensor("x", x, ("B", "T", ("d_model", self.d_model)), like=first_weight(self))
-        h = self.attn_norm(x)
-        result = self.attn(h, mask=mask, kv_cache=kv_cache, return_weights=return_weights)
-        a, weights = split_result(result, return_weights)
-        x = x + (self.resid_dropout(a) + self.resid_dropout(self.mlp(h)))  # x + (f(h) + g(h)), Cohere's order
-        return (x, weights) if return_weights else x
+    def _add(self, x: torch.Tensor, h: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """``x + (a + mlp(h))``: both sub-layers read the one norm's output ``h``."""
+        return x + (self.resid_dropout(a) + self.resid_dropout(self.mlp(h)))  # x + (f(h) + g(h)), Cohere's order
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, parallel=True"

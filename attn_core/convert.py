@@ -133,12 +133,6 @@ NOT_CONVERTED = {
     "mixtures of experts with clamped experts yet; the rest would convert (its RoPE, YaRN-scaled: "
     "DecoderConfig.rope_scaling; sliding windows on alternate layers and learned sinks, one by one with "
     "copy_attention; num_local_experts={num_local_experts}, top-{num_experts_per_tok} routing with a router bias)",
-    "qwen3_next": "its shared expert is scaled by a learned sigmoid gate (shared_expert_gate): "
-    "MixtureOfExperts(shared_gate=True, shared_d_ff=) computes it and copy_moe copies Qwen3NextSparseMoeBlock, but "
-    "DecoderLM does not build its mixtures of experts with the gate yet; its other parts exist in attn_core: the "
-    "Gated DeltaNet layers (layer_types 'linear'; one by one with copy_gated_deltanet), the gated full-attention "
-    "layers (copy_attention: qk_norm=True, gate='elementwise'), RoPE on part of each head (rotary_dim; "
-    "partial_rotary_factor={partial_rotary_factor}) and top-k experts (n_experts)",
     "llama4_text": "its RoPE layers attend in chunks (attention_chunk_size={attention_chunk_size}: a query sees "
     "only the keys of its own chunk, not a sliding window) and L2-normalise queries and keys without a gain "
     "(use_qk_norm), its NoPE layers multiply the queries by a temperature that grows with the position "
@@ -298,6 +292,18 @@ def config_from_hf(hf_config) -> DecoderConfig:
 
 def _moe_fields(t: str, hf) -> dict:
     """The mixture-of-experts fields of the DecoderConfig (chapter 19): Mixtral, Qwen3-MoE, DeepSeek-V3; {} if dense."""
+    if t == "qwen3_next":
+        dense = set(hf.mlp_only_layers or [])
+        moe = [i for i in range(hf.num_hidden_layers) if i not in dense and hf.num_experts > 0
+               and (i + 1) % hf.decoder_sparse_step == 0]  # fmt: skip
+        if moe:
+            _refuse(
+                t, f"mixture-of-experts layers {moe}: their shared expert is scaled by a learned sigmoid gate "
+                "(shared_expert_gate); MixtureOfExperts(shared_gate=True, shared_d_ff=) computes it and copy_moe "
+                "copies Qwen3NextSparseMoeBlock, but DecoderLM does not build its mixtures of experts with the gate "
+                "yet (a Qwen3-Next whose layers are all in mlp_only_layers converts)",
+            )  # fmt: skip
+        return {}
     if t == "mixtral":
         return dict(
             n_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, router_topk_first=True
@@ -631,7 +637,9 @@ def from_hf(model: nn.Module) -> DecoderLM:
             copy_moe(block.mlp, layer.mlp)
         else:
             _copy_mlp(block.mlp, layer.mlp)
-        if isinstance(block.attn, SparseAttention):  # DeepSeek-V3.2: MLA and its lightning indexer
+        if isinstance(block.attn, GatedDeltaNet):  # Qwen3-Next's linear layers
+            copy_gated_deltanet(block.attn, layer.linear_attn)
+        elif isinstance(block.attn, SparseAttention):  # DeepSeek-V3.2: MLA and its lightning indexer
             copy_attention(block.attn.attn, layer.self_attn)
             copy_indexer(block.attn.indexer, layer.self_attn.indexer)
         else:

@@ -25,6 +25,11 @@ olmo2      ``norm_position="post_sublayer"`` (``x + norm(f(x))``: no norm before
            ``qk_norm="all_heads"`` (one RMSNorm over the whole query / key projection)
 olmo3      OLMo 2's block with sliding windows per ``layer_types`` and a RoPE per layer type (YaRN
            in the full layers: ``rope_scaling``; the sliding layers' base ``sliding_rope_base``)
+qwen3_next ``layer_types`` with ``"linear"`` layers (Gated DeltaNet: ``linear_n_heads``,
+           ``linear_head_dim``, ``linear_n_value_heads``, ``linear_value_head_dim``,
+           ``linear_conv_size``), gated full attention (``attention_gate="elementwise"``, per-head
+           ``qk_norm``), ``rotary_dim``; ``1 + weight`` norm gains; dense MLPs only (its mixtures of
+           experts are refused by the converter until DecoderLM builds their shared-expert gate)
 cohere2    ``parallel_block`` (attention and MLP from one norm), ``norm="layernorm"`` (its
            bias-free LayerNorm: attn_core's bias is copied as zeros), ``rope_layout="interleaved"``,
            RoPE in the sliding layers only (``rope_full_layers=False``) and ``logit_scale``
@@ -40,7 +45,7 @@ import types
 
 __all__ = [
     "FAMILY_FIELDS", "qwen2_fields", "granite_fields", "phi3_fields", "cohere2_fields", "glm4_moe_fields",
-    "smollm3_fields", "olmo_fields",
+    "smollm3_fields", "olmo_fields", "qwen3_next_fields",
     "unfused_attention", "unfused_mlp",
 ]  # fmt: skip
 
@@ -113,6 +118,20 @@ def smollm3_fields(hf) -> dict:
     return {} if all(flags) else dict(rope_layers=flags)
 
 
+def qwen3_next_fields(hf) -> dict:
+    """Qwen3-Next: Gated DeltaNet layers between gated full-attention layers, RoPE on part of each head."""
+    names = {"linear_attention": "linear", "full_attention": "full"}
+    kinds = list(hf.layer_types)
+    if set(kinds) - set(names):
+        raise ValueError(f"layer_types must be 'linear_attention' or 'full_attention', got {sorted(set(kinds))}")
+    return dict(
+        layer_types=tuple(names[k] for k in kinds), attention_gate="elementwise", qk_norm=True,
+        linear_n_heads=hf.linear_num_key_heads, linear_head_dim=hf.linear_key_head_dim,
+        linear_n_value_heads=hf.linear_num_value_heads, linear_value_head_dim=hf.linear_value_head_dim,
+        linear_conv_size=hf.linear_conv_kernel_dim, **_rotary_dim(hf),
+    )  # fmt: skip
+
+
 def olmo_fields(hf) -> dict:
     """OLMo 2 / OLMo 3: a norm after each sub-layer only, QK-norm over all heads at once."""
     return dict(norm_position="post_sublayer", qk_norm="all_heads")
@@ -122,6 +141,7 @@ def olmo_fields(hf) -> dict:
 FAMILY_FIELDS = {
     "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
     "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields, "olmo2": olmo_fields, "olmo3": olmo_fields,
+    "qwen3_next": qwen3_next_fields,
 }  # fmt: skip
 
 

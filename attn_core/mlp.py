@@ -173,26 +173,22 @@ class ClampedSwiGLU(SwiGLU):
     input through when ``up`` is 0. Hugging Face's ``GptOssExperts._apply_gate``.
 
     Args:
-        d_model, d_ff, multiple_of, dropout, bias: As :class:`SwiGLU`'s.
+        d_model: Width of the input and output.
+        d_ff: Hidden width (default as :class:`SwiGLU`'s).
         limit: The clamp (gpt-oss: 7.0), > 0.
         alpha: The gate's sigmoid slope (gpt-oss: 1.702), > 0.
+        **kwargs: :class:`SwiGLU`'s ``multiple_of``, ``dropout``, ``bias`` (its gate is this class's).
 
     Shapes:
         x: ``(..., d_model)``; output: ``(..., d_model)``
     """
 
     def __init__(
-        self,
-        d_model: int,
-        d_ff: int | None = None,
-        *,
-        limit: float = 7.0,
-        alpha: float = 1.702,
-        multiple_of: int = 8,
-        dropout: float = 0.0,
-        bias: bool = False,
+        self, d_model: int, d_ff: int | None = None, *, limit: float = 7.0, alpha: float = 1.702, **kwargs
     ) -> None:
-        super().__init__(d_model, d_ff, multiple_of=multiple_of, dropout=dropout, bias=bias)
+        if "activation" in kwargs:
+            raise ValueError(f"ClampedSwiGLU's gate is g·σ(alpha·g), got activation={kwargs['activation']!r}")
+        super().__init__(d_model, d_ff, **kwargs)
         self.limit = check_number("limit", limit, low=0.0, low_open=True)
         self.alpha = check_number("alpha", alpha, low=0.0, low_open=True)
 

@@ -9,17 +9,21 @@ DecoderLM does not build its mixtures of experts with the shared gate yet.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
+from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
 from test_rope_scaling import hf_in_float64  # noqa: E402
-from transformers import Qwen3NextConfig  # noqa: E402
+from transformers import Qwen3NextConfig, Qwen3NextForCausalLM  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next as hf_qwen3_next  # noqa: E402
 
-from attn_core.convert import config_from_hf, copy_moe  # noqa: E402
+from attn_core import DecoderLM, GatedDeltaNet  # noqa: E402
+from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_moe, from_hf  # noqa: E402
 from attn_core.moe import MixtureOfExperts  # noqa: E402
 
 F64 = torch.float64
@@ -81,6 +85,62 @@ def test_copy_moe_refuses_a_missing_gate():
         copy_moe(MixtureOfExperts(16, 6, 2, d_ff=8, n_shared=1, shared_d_ff=12), hf)
 
 
-def test_from_hf_refuses_qwen3_next_naming_why():
-    with pytest.raises(ValueError, match="qwen3_next model exactly: .*DecoderLM does not build"):
+def test_from_hf_refuses_qwen3_next_moe_layers_naming_why():
+    with pytest.raises(ValueError, match=r"qwen3_next model exactly: mixture-of-experts layers \[0, 1, 2, 3\]: .*"
+                       "DecoderLM does not build its mixtures of experts with the gate yet"):  # fmt: skip
         config_from_hf(qwen3_next_config())
+    with pytest.raises(ValueError, match=r"mixture-of-experts layers \[1, 3\]"):
+        config_from_hf(qwen3_next_config(decoder_sparse_step=2))
+    assert "qwen3_next" not in NOT_CONVERTED
+
+
+# --------------------------------------------------------------------------- whole models, dense MLPs
+def tiny_qwen3_next(seed: int = 3, **kw) -> Qwen3NextForCausalLM:
+    """Three Gated DeltaNet layers and a full one; every MLP dense (mlp_only_layers); decays not all ~0."""
+    base = dict(
+        vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, linear_num_key_heads=2,
+        linear_key_head_dim=8, linear_num_value_heads=4, linear_value_head_dim=6, linear_conv_kernel_dim=4,
+        mlp_only_layers=[0, 1, 2, 3], bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    hf = seeded(Qwen3NextForCausalLM(Qwen3NextConfig(**{**base, **kw})), seed=seed)
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.A_log.copy_(torch.rand_like(layer.linear_attn.A_log).log())
+    return hf
+
+
+CASES = {
+    "qwen3-next": {},
+    "full-first-tied": dict(layer_types=["full_attention", "linear_attention", "full_attention", "linear_attention"],
+                            tie_word_embeddings=True),
+    "half-rotary": dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_qwen3_next_gives_the_same_logits(case):
+    with hf_in_float64(hf_qwen3_next):
+        hf = tiny_qwen3_next(**CASES[case])
+        ours = from_hf(hf)
+        expected = hf(IDX).logits
+    c = ours.config
+    assert c.resolved_layer_types.count("linear") == (2 if "layer_types" in CASES[case] else 3)
+    assert [isinstance(b.attn, GatedDeltaNet) for b in ours.blocks] == [k == "linear" for k in c.layer_types]
+    assert c.attention_gate == "elementwise" and c.rotary_dim == (8 if case == "half-rotary" else 4)
+    diff = max_diff(ours(IDX), expected)
+    print(f"{case}: max |logit difference| = {diff:.2e}")
+    assert diff < EXACT
+    # RoPE on part of each head matters: rotating all of it gives other logits.
+    whole = DecoderLM(dataclasses.replace(c, rotary_dim=None)).to(F64).eval()
+    whole.load_state_dict(ours.state_dict())
+    assert max_diff(whole(IDX), expected) > 1e-3
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_qwen3_next_greedy_generation_with_caches(case):
+    """Recurrent states in the linear layers, a KV cache in the full ones: HF's tokens and logits."""
+    with hf_in_float64(hf_qwen3_next):
+        assert_greedy_generation_matches(tiny_qwen3_next(seed=4, **CASES[case]))
