@@ -68,7 +68,8 @@ class _SlotCache:
         """Forget every stored position (the memory is kept for reuse)."""
         self._size = 0
 
-    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _check_new(self, new: dict[str, torch.Tensor]) -> int:
+        """Check the tensors of one update against the storage; return their ``T_new``."""
         T_new = None
         for name, t in new.items():
             check_tensor(name, t, floating=True)  # an integer tensor would be cast silently by copy_
@@ -84,6 +85,10 @@ class _SlotCache:
                     f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}"
                 )
             T_new = t.shape[self.seq_dim]
+        return T_new
+
+    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        T_new = self._check_new(new)
         if self._size + T_new > self.max_len:
             raise ValueError(
                 f"cache overflow: {self._size} stored + {T_new} new > max_len={self.max_len}; "

@@ -22,15 +22,16 @@ from torch import nn
 from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
-from .checks import check_instance, check_int, check_number, check_tensor
+from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
-from .gated_deltanet import GatedDeltaNet
+from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
 from .mla import MultiHeadLatentAttention
 from .moe import MixtureOfExperts
 from .norms import make_norm
 from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
 from .sparse_attention import LightningIndexer, SparseAttention
+from .static_cache import filled_mask, is_static, make_static_caches
 
 __all__ = ["DecoderLM", "ScaledLinear"]
 
@@ -245,7 +246,9 @@ class DecoderLM(nn.Module):
             **shared,
         )
 
-    def make_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache | LatentKVCache]:
+    def make_caches(
+        self, batch_size: int, max_len: int | None = None, *, static: bool = False
+    ) -> list[KVCache | LatentKVCache]:
         """One empty cache per layer (:class:`~attn_core.KVCache`, or MLA's ``LatentKVCache``).
 
         A sliding-window layer gets a constant-memory :class:`~attn_core.RollingKVCache`, a
@@ -255,20 +258,54 @@ class DecoderLM(nn.Module):
         Args:
             batch_size: ``B``.
             max_len: Positions each cache holds; default ``config.max_len``.
+            static: Static-shape caches (:mod:`attn_core.static_cache`): every call returns
+                all ``max_len`` slots, so that each decoding step has the same shapes (for
+                ``torch.compile`` and CUDA graphs); :meth:`forward` masks the empty slots.
+                Not for the simplified blocks (their uniform term counts every key) nor
+                DeepSeek Sparse Attention.
+
+        Raises:
+            ValueError: ``static=True`` for a model it does not support, naming why.
         """
         check_int("batch_size", batch_size)
         max_len = self.config.max_len if max_len is None else check_int("max_len", max_len)
         p = self.tok_emb.weight
-        return [b.make_cache(batch_size, max_len, dtype=p.dtype, device=p.device) for b in self.blocks]
+        caches = [b.make_cache(batch_size, max_len, dtype=p.dtype, device=p.device) for b in self.blocks]
+        if not check_bool("static", static):
+            return caches
+        if self.config.block != "standard":
+            raise ValueError(
+                f"static caches need standard blocks: block={self.config.block!r} averages over every key "
+                f"slot (its causal uniform term), the empty ones included"
+            )
+        return make_static_caches(caches, max_len, dtype=p.dtype, device=p.device)
+
+    def _check_token_ids(self, idx: torch.Tensor) -> None:
+        """Token ids in ``[0, vocab_size)``, checked without making the host wait for a device.
+
+        Reading a value of a tensor (``int(idx.max())``) makes the host wait until the
+        device has computed it: on a GPU, two synchronisations per decoding step, and a
+        graph break for ``torch.compile``. So the ids are read only when they live on the
+        CPU (a clear ``ValueError``); on another device an asynchronous device-side assert
+        reports them (a device error at the next synchronisation), and inside a compiled
+        graph the embedding's own bounds check does.
+        """
+        if torch.compiler.is_compiling():
+            return
+        V = self.config.vocab_size
+        if idx.device.type == "cpu":
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= V:
+                raise ValueError(f"token ids must be in [0, vocab_size={V}), got min={lo}, max={hi}")
+        else:
+            torch._assert_async(((idx >= 0) & (idx < V)).all(), f"token ids must be in [0, vocab_size={V})")
 
     def _check_inputs(self, idx: object, caches) -> int:
         c = self.config
         check_tensor("idx", idx, ("B", "T"), integer=True)
         if idx.shape[1] == 0:
             raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= c.vocab_size:
-            raise ValueError(f"token ids must be in [0, vocab_size={c.vocab_size}), got min={lo}, max={hi}")
+        self._check_token_ids(idx)
         if caches is None:
             offset = 0
         else:
@@ -318,22 +355,47 @@ class DecoderLM(nn.Module):
             x = self.pos_emb(x, offset)  # positions continue after the cached ones
         x = self.drop(self.embed_norm(x))
         bias = None
-        if self.alibi is not None:  # the same (H, T, past + T) bias in every layer, queries the last T positions
-            T = idx.shape[1]
+        T = idx.shape[1]
+        static = caches is not None and any(is_static(cache) for cache in caches)
+        if static:
+            bias = self._static_mask(caches, offset, T, x.device)  # (1, 1 or H, T, L)
+        elif self.alibi is not None:  # the same (H, T, past + T) bias in every layer, queries the last T positions
             bias = self.alibi.bias(T, offset + T, device=x.device)[None]  # (1, H, T, past + T)
         all_weights = []
         for i, block in enumerate(self.blocks):
             cache = None if caches is None else caches[i]
+            # A recurrent layer (Gated DeltaNet) has no key slots to mask; a layer without a
+            # cache (config.kv_share) attends with the mask its source layer was given.
+            layer_mask = None if static and (cache is None or isinstance(cache, GatedDeltaNetCache)) else bias
             if return_weights:
-                x, w = block(x, mask=bias, kv_cache=cache, return_weights=True)
+                x, w = block(x, mask=layer_mask, kv_cache=cache, return_weights=True)
                 all_weights.append(w)
             else:
-                x = block(x, mask=bias, kv_cache=cache)
+                x = block(x, mask=layer_mask, kv_cache=cache)
         logits = self.lm_head(self.final_norm(x))  # (B, T, V)
         if self.config.final_softcap is not None:  # Gemma 2: cap · tanh(logits / cap)
             cap = self.config.final_softcap
             logits = cap * torch.tanh(logits / cap)
         return (logits, all_weights) if return_weights else logits
+
+    def _static_mask(self, caches: list, offset: int, T: int, device: torch.device) -> torch.Tensor:
+        """The mask of a step with static caches: the filled slots (and ALiBi's bias over all slots).
+
+        The caches are right-aligned (:mod:`attn_core.static_cache`): the ``offset + T``
+        positions stored after this call are the last slots, so the attention's own causal
+        mask, aligned bottom-right, stays right; only the empty slots on the left are hidden.
+
+        Shapes:
+            output: ``(1, 1, T, L)`` boolean, or ``(1, H, T, L)`` float with ALiBi
+        """
+        L = next(c.max_len for c in caches if is_static(c))
+        valid = filled_mask(L, offset + T, device=device)  # (L,)
+        if self.alibi is None:
+            return valid.expand(1, 1, T, L)
+        # ALiBi's bias depends on q − k only, and bottom-right aligned over L slots it gives
+        # each stored key its true distance to the query.
+        bias = self.alibi.bias(T, L, device=device)[None]  # (1, H, T, L)
+        return bias.masked_fill(~valid, float("-inf"))
 
     def num_parameters(self) -> int:
         """Parameters of the module (a tied matrix counted once, as ``parameters()`` does)."""

@@ -1,0 +1,126 @@
+"""Static-shape key/value caches: every decoding step sees the same tensor shapes.
+
+A :class:`~attn_core.KVCache` returns the ``T`` positions stored so far, so the key length
+grows by one at every step: a fused attention kernel plans anew for each length, and a
+captured step (``torch.compile(mode="reduce-overhead")``, CUDA graphs) cannot be replayed
+with another shape. A static cache always returns its whole preallocated buffer of
+``max_len`` positions, and the model masks the slots not filled yet (as production static
+caches do: Hugging Face's ``StaticCache`` and its ``cache_position``).
+
+The buffer here is **right-aligned**: the newest position always lives in the last slot,
+and each update shifts the history left by the number of new positions. So the keys of a
+query are, like those of a growing cache, the *last* ones of the buffer, and attention's
+causal and sliding-window masks (aligned bottom-right, :func:`attn_core.core.attention`)
+stay right with no change in the layers; only the empty slots on the left need a mask,
+which :meth:`attn_core.DecoderLM.forward` builds (:func:`filled_mask`). The shift copies
+the cache once per step: small next to reading every weight of the model once per token.
+
+Shape legend:
+    B      batch size
+    H_kv   key/value heads; ``D`` width of one head; ``d_c``/``d_r`` MLA's latent and RoPE-key widths
+    L      ``max_len``, the slots of the buffer (what every step returns)
+    T_new  positions added by one update
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .cache import KVCache, LatentKVCache, RollingKVCache
+from .checks import check_int
+from .gated_deltanet import GatedDeltaNetCache
+
+__all__ = ["StaticKVCache", "StaticLatentKVCache", "filled_mask", "make_static_caches", "is_static"]
+
+
+class _RightAligned:
+    """Overrides ``_SlotCache._append``: shift the history left, write the new positions last, return everything."""
+
+    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        T_new = self._check_new(new)
+        if self._size + T_new > self.max_len:
+            raise ValueError(
+                f"static cache too short: {self._size} stored + {T_new} new positions > max_len={self.max_len}; "
+                f"make the caches with max_len >= {self._size + T_new}"
+            )
+        out = []
+        for name, t in new.items():
+            stored = self._store[name]
+            if T_new < self.max_len:  # the oldest T_new slots fall off the left end (empty ones while filling)
+                kept = stored.narrow(self.seq_dim, T_new, self.max_len - T_new).clone()
+                stored.narrow(self.seq_dim, 0, self.max_len - T_new).copy_(kept)
+            stored.narrow(self.seq_dim, self.max_len - T_new, T_new).copy_(t.detach())  # values, not the graph
+            out.append(stored)  # always the whole buffer: (..., L, ...)
+        self._size += T_new
+        return tuple(out)
+
+
+class StaticKVCache(_RightAligned, KVCache):
+    """A :class:`~attn_core.KVCache` whose ``update`` returns all ``max_len`` slots, newest last.
+
+    Arguments as :class:`~attn_core.KVCache`. The slots left of the ``size`` stored
+    positions hold zeros and must be masked (:func:`filled_mask`).
+
+    Shapes:
+        update(k, v): k, v ``(B, H_kv, T_new, D)`` -> k, v ``(B, H_kv, L, D)``
+    """
+
+
+class StaticLatentKVCache(_RightAligned, LatentKVCache):
+    """MLA's :class:`~attn_core.LatentKVCache`, static: ``update`` returns all ``max_len`` slots, newest last.
+
+    Shapes:
+        update(c_kv, k_rope): ``(B, T_new, d_c)``, ``(B, T_new, d_r)`` -> ``(B, L, d_c)``, ``(B, L, d_r)``
+    """
+
+
+def is_static(cache: object) -> bool:
+    """Whether ``cache`` is one of this module's static caches."""
+    return isinstance(cache, _RightAligned)
+
+
+def filled_mask(max_len: int, filled: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Which slots of a right-aligned static cache hold a position: the last ``filled``.
+
+    Shapes:
+        output: ``(L,)`` boolean, True = a stored position (may be attended)
+    """
+    check_int("max_len", max_len)
+    check_int("filled", filled, minimum=0)
+    if filled > max_len:
+        raise ValueError(f"filled={filled} positions do not fit in max_len={max_len} slots")
+    return torch.arange(max_len, device=device) >= max_len - filled
+
+
+def make_static_caches(
+    layer_caches: list, max_len: int, *, dtype: torch.dtype, device: torch.device | str | None = None
+) -> list:
+    """Static counterparts of a model's per-layer caches (``model.make_caches(B, max_len)``), same sizes.
+
+    A :class:`~attn_core.KVCache` or a sliding window's :class:`~attn_core.RollingKVCache`
+    becomes a :class:`StaticKVCache` of ``max_len`` slots (a window is then masked inside
+    the buffer, not dropped: the memory is that of a full layer); MLA's cache a
+    :class:`StaticLatentKVCache`; a Gated DeltaNet layer's constant-size cache and ``None``
+    (a layer sharing another's keys) are kept as they are.
+
+    Raises:
+        ValueError: A cache of another kind (e.g. DeepSeek Sparse Attention's), named.
+    """
+    check_int("max_len", max_len)
+    storage = {"dtype": dtype, "device": device}
+    out = []
+    for i, cache in enumerate(layer_caches):
+        if cache is None or isinstance(cache, GatedDeltaNetCache):
+            out.append(cache)
+            continue
+        made = cache.made_for if type(cache) in (KVCache, RollingKVCache, LatentKVCache) else None
+        if type(cache) in (KVCache, RollingKVCache):
+            out.append(StaticKVCache(made["batch_size"], made["n_kv_heads"], made["head_dim"], max_len, **storage))
+        elif type(cache) is LatentKVCache:
+            out.append(StaticLatentKVCache(made["batch_size"], made["d_latent"], made["d_rope"], max_len, **storage))
+        else:
+            raise ValueError(
+                f"layer {i}'s cache is a {type(cache).__name__}: static decoding supports KVCache, RollingKVCache, "
+                f"LatentKVCache and GatedDeltaNetCache"
+            )
+    return out
