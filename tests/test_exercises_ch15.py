@@ -1,8 +1,12 @@
-"""Exercise 15.5 (StreamingLLM's positions): the check passes a right answer and fails plausible wrong ones."""
+"""Exercises 15.5 (StreamingLLM's positions) and 15.1 (Longformer's window): each check passes a right
+answer and fails plausible wrong ones."""
 
 from __future__ import annotations
 
-from attn_core.exercises.ch15 import check_streaming_positions
+import torch
+
+from attn_core.exercises.ch15 import check_longformer_mask, check_streaming_positions
+from attn_core.masks import causal_mask
 
 
 def right(t, sink_tokens, window):
@@ -48,3 +52,83 @@ def test_an_exception_is_reported_not_raised(capsys):
 
     assert not check_streaming_positions(broken)
     assert "NotImplementedError" in capsys.readouterr().out
+
+
+# Exercise 15.1: Longformer's symmetric window with global tokens.
+
+
+def longformer_right(T, window, global_positions):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (i - j).abs() <= window // 2
+    g = torch.zeros(T, dtype=torch.bool)
+    g[list(global_positions)] = True
+    return allowed | g[:, None] | g[None, :]
+
+
+def test_longformer_right_answer_passes(capsys):
+    assert check_longformer_mask(longformer_right)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_longformer_a_causal_window_fails(capsys):
+    # Chapter 15's (decoder) window of the same width: one-sided.
+    def wrong(T, window, global_positions):
+        g = torch.zeros(T, dtype=torch.bool)
+        g[list(global_positions)] = True
+        return causal_mask(T, window=window) | g[:, None] | g[None, :]
+
+    assert not check_longformer_mask(wrong)
+    assert "two-sided" in capsys.readouterr().out
+
+
+def test_longformer_window_keys_on_each_side_off_by_one_fails(capsys):
+    def wrong(T, window, global_positions):  # < instead of <=: one key too few per side
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        allowed = (i - j).abs() < window // 2
+        g = torch.zeros(T, dtype=torch.bool)
+        g[list(global_positions)] = True
+        return allowed | g[:, None] | g[None, :]
+
+    assert not check_longformer_mask(wrong)
+    assert "window // 2 on each side" in capsys.readouterr().out
+
+
+def test_longformer_full_window_on_each_side_fails():
+    def wrong(T, window, global_positions):  # w on each side: twice Longformer's window
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        allowed = (i - j).abs() <= window
+        g = torch.zeros(T, dtype=torch.bool)
+        g[list(global_positions)] = True
+        return allowed | g[:, None] | g[None, :]
+
+    assert not check_longformer_mask(wrong)
+
+
+def test_longformer_one_way_global_attention_fails(capsys):
+    def wrong(T, window, global_positions):  # every token sees the global ones, not the reverse
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        allowed = (i - j).abs() <= window // 2
+        g = torch.zeros(T, dtype=torch.bool)
+        g[list(global_positions)] = True
+        return allowed | g[None, :]
+
+    assert not check_longformer_mask(wrong)
+    assert "both ways" in capsys.readouterr().out
+
+
+def test_longformer_ignored_global_tokens_fail():
+    def wrong(T, window, global_positions):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        return (i - j).abs() <= window // 2
+
+    assert not check_longformer_mask(wrong)
+
+
+def test_longformer_errors_and_wrong_types_report_without_raising(capsys):
+    def broken(T, window, global_positions):
+        raise RuntimeError("boom")
+
+    assert not check_longformer_mask(broken)
+    assert "RuntimeError: boom" in capsys.readouterr().out
+    assert not check_longformer_mask(lambda T, w, g: [[True] * T] * T)
+    assert not check_longformer_mask(lambda T, w, g: torch.ones(T, T + 1, dtype=torch.bool))

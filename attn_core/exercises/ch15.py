@@ -19,6 +19,7 @@ __all__ = [
     "check_sink_attention",
     "check_mixed_cache_bytes",
     "check_streaming_positions",
+    "check_longformer_mask",
 ]
 
 
@@ -167,3 +168,56 @@ def check_streaming_positions(fn: Callable[[int, int, int], tuple[list[int], int
             hint = " (that is its place in the text, not in the cache)" if pos == t else ""
             return report(name, False, f"{case}: query position {pos}, expected {want_pos}{hint}")
     return report(name, True, "before and after the first eviction, with and without sinks")
+
+
+def _longformer_reference(T: int, window: int, global_positions: tuple[int, ...]) -> torch.Tensor:
+    """Longformer's mask: ``|i - j| <= window // 2`` (both sides), plus symmetric global tokens."""
+    i = torch.arange(T)[:, None]  # (T, 1)
+    j = torch.arange(T)[None, :]  # (1, T)
+    allowed = (i - j).abs() <= window // 2  # (T, T): w/2 on each side, itself included
+    for g in global_positions:
+        allowed[g, :] = True  # a global token sees every token ...
+        allowed[:, g] = True  # ... and every token sees it
+    return allowed
+
+
+def check_longformer_mask(fn: Callable[[int, int, tuple[int, ...]], torch.Tensor]) -> bool:
+    """Exercise 15.1: ``fn(T, window, global_positions)`` is Longformer's attention mask.
+
+    Longformer (an encoder) gives each token a *symmetric* window: ``window // 2`` tokens on
+    each side and itself (``|i - j| <= window // 2``), with no causality; each position in
+    ``global_positions`` attends to every token and every token attends to it. The cases
+    include the sequence's edges, an odd window and no global token.
+
+    Shapes:
+        fn's output: ``(T, T)``, boolean, True = may attend
+    """
+    name = "15.1 Longformer's window"
+    cases = ((8, 4, ()), (9, 2, (0,)), (10, 6, (0, 7)), (7, 5, (3,)))
+    for T, window, global_positions in cases:
+        try:
+            got = fn(T, window, global_positions)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        expected = _longformer_reference(T, window, global_positions)
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return compare(name, got, expected.double(), atol=0.0)
+        got = got.bool()
+        if torch.equal(got, expected):
+            continue
+        where = f"T={T}, window={window}, global_positions={global_positions}"
+        if not got.triu(1).any():
+            return report(name, False, f"{where}: no query sees a later key (Longformer's window is two-sided)")
+        if torch.equal(got.T, got) and (got.sum(-1) != expected.sum(-1)).any() and not global_positions:
+            middle = T // 2
+            return report(
+                name,
+                False,
+                f"{where}: query {middle} sees {int(got[middle].sum())} keys, expected "
+                f"{int(expected[middle].sum())} (window // 2 on each side, and itself)",
+            )
+        if global_positions and not torch.equal(got, got.T):
+            return report(name, False, f"{where}: global attention goes both ways (rows and columns)")
+        wrong = (got != expected).nonzero()[0].tolist()
+        return report(name, False, f"{where}: wrong at (query, key)={wrong}")
+    return report(name, True, "sliding both ways, odd and even windows, with and without global tokens")
