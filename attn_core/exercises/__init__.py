@@ -16,13 +16,13 @@ import ...``. Two names exist in two chapters and are left to their modules here
 from ._common import compare, report
 from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
 from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
-from .ch03 import check_merge_heads, check_mha_from_torch, check_split_heads
+from .ch03 import check_mha_from_torch
 from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
 from .ch05 import check_decode_one_by_one, check_max_batch
 from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
 from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
-from .ch09 import check_placement_probe, check_rms_norm
+from .ch09 import check_placement_probe
 from .ch10 import check_parameter_formula, check_uniform_previous_score
 from .ch11 import check_causality_test, check_padded_shaped, check_shaped_decode_step
 from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
@@ -60,8 +60,6 @@ __all__ = [
     "check_packed_causal_mask",
     "check_decode_mask",
     # ch03
-    "check_split_heads",
-    "check_merge_heads",
     "check_mha_from_torch",
     # ch04
     "check_teacher_forcing",
@@ -84,7 +82,6 @@ __all__ = [
     "check_alibi_slopes",
     "check_alibi_reach",
     # ch09
-    "check_rms_norm",
     "check_placement_probe",
     # ch10
     "check_parameter_formula",

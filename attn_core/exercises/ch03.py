@@ -13,56 +13,12 @@ from ..attention import MultiHeadAttention
 from ..core import attention as attn_core_attention
 from ._common import compare, report
 
-__all__ = ["check_split_heads", "check_merge_heads", "check_mha_from_torch"]
+__all__ = ["check_mha_from_torch"]
 
 
 def _inputs(seed: int, *shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-
-def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> bool:
-    """Exercise 3.1: ``fn(x, n_heads)`` splits the last axis into heads and moves heads before time.
-
-    Head ``h`` owns features ``h·D .. (h+1)·D - 1`` of every token.
-
-    Shapes:
-        x: ``(B, T, H·D)``; fn's output: ``(B, H, T, D)``
-    """
-    name = "3.1 split heads"
-    B, T, H, D = 2, 5, 3, 4
-    x = _inputs(30, B, T, H * D)
-    try:
-        got = fn(x, H)
-    except Exception as e:  # a learner's bug should print, not stop the notebook
-        return report(name, False, f"{type(e).__name__}: {e}")
-    expected = x.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got, expected):
-        if torch.equal(got, x.reshape(B, H, T, D)):
-            return report(
-                name, False, "x.view(B, H, T, D) mixes tokens into heads: view as (B, T, H, D), then transpose"
-            )
-    return compare(name, got, expected, atol=0.0)
-
-
-def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 3.2: ``fn(x)`` undoes the split: heads side by side again, for every token.
-
-    Shapes:
-        x: ``(B, H, T, D)``; fn's output: ``(B, T, H·D)``
-    """
-    name = "3.2 merge heads"
-    B, H, T, D = 2, 3, 5, 4
-    x = _inputs(31, B, H, T, D)
-    try:
-        got = fn(x)
-    except Exception as e:
-        return report(name, False, f"{type(e).__name__}: {e}")
-    expected = x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, H·D)
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got, expected):
-        if torch.equal(got, x.reshape(B, T, H * D)):
-            return report(name, False, "reshaped without moving the head axis back: transpose(1, 2) first")
-    return compare(name, got, expected, atol=0.0)
 
 
 def check_mha_from_torch(fn: Callable[[nn.MultiheadAttention], MultiHeadAttention]) -> bool:
