@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import check_instance, check_int, check_number, check_tensor
+from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 
 __all__ = ["generate", "sample_next"]
 
@@ -76,6 +76,8 @@ def generate(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     return_logits: bool = False,
+    static: bool = False,
+    compile: bool | str = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Extend ``idx`` by ``max_new_tokens`` tokens, one at a time.
 
@@ -90,6 +92,15 @@ def generate(
         top_k: Sample only among the ``top_k`` most likely tokens.
         generator: Source of randomness for sampling.
         return_logits: Also return the logits of every position fed to the model.
+        static: Decode with static-shape caches (``model.make_caches(..., static=True)``,
+            :mod:`attn_core.static_cache`): every step attends over the same ``T + N - 1``
+            key slots, the empty ones masked. The same tokens and logits (to rounding).
+        compile: Run the decoding steps through ``torch.compile(model)`` (implies
+            ``static``); a string is its ``mode`` (``"max-autotune-no-cudagraphs"``, ...).
+            The prefill runs eagerly (its length differs from a step's). The recipe by
+            hand: ``caches = model.make_caches(B, T + N - 1, static=True)``, prefill with
+            ``model(idx, caches=caches)``, then call ``step = torch.compile(model)`` as
+            ``step(token, caches=caches)`` once per token under ``torch.no_grad()``.
 
     Returns:
         The prompt followed by the new tokens, and with ``return_logits`` the logits:
@@ -106,6 +117,14 @@ def generate(
             the model's ``config.max_len``.
     """
     _check_args(model, idx, max_new_tokens, temperature, top_k, generator)
+    check_bool("static", static)
+    if not isinstance(compile, (bool, str)):
+        raise TypeError(f"compile must be a bool or a torch.compile mode (str), got {type(compile).__name__}")
+    if (static or compile) and not use_cache:
+        raise ValueError(f"static={static}, compile={compile!r} decode with caches: pass use_cache=True")
+    step_model = model
+    if compile:
+        step_model = torch.compile(model) if compile is True else torch.compile(model, mode=compile)
     was_training = model.training
     model.eval()
     try:
@@ -113,14 +132,17 @@ def generate(
         B, T = idx.shape
         collected = []
         if use_cache:
-            caches = model.make_caches(B, T + max_new_tokens - 1)
+            if static or compile:
+                caches = model.make_caches(B, T + max_new_tokens - 1, static=True)
+            else:
+                caches = model.make_caches(B, T + max_new_tokens - 1)
             logits = model(idx, caches=caches)  # (B, T, V): the prompt in one causal pass
             collected.append(logits)
             for step in range(max_new_tokens):
                 nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
                 idx = torch.cat((idx, nxt), dim=1)  # (B, T + step + 1)
                 if step + 1 < max_new_tokens:
-                    logits = model(nxt, caches=caches)  # (B, 1, V): only the new token
+                    logits = step_model(nxt, caches=caches)  # (B, 1, V): only the new token
                     collected.append(logits)
         else:
             logits = model(idx)  # (B, T, V)

@@ -389,6 +389,11 @@ class DecoderLM(nn.Module):
             output: ``(1, 1, T, L)`` boolean, or ``(1, H, T, L)`` float with ALiBi
         """
         L = next(c.max_len for c in caches if is_static(c))
+        if offset + T > L:
+            raise ValueError(
+                f"static cache too short: {offset} stored + {T} new positions > max_len={L}; "
+                f"make the caches with max_len >= {offset + T}"
+            )
         valid = filled_mask(L, offset + T, device=device)  # (L,)
         if self.alibi is None:
             return valid.expand(1, 1, T, L)

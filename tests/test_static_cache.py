@@ -1,0 +1,148 @@
+"""attn_core.static_cache: static-shape caches decode exactly as the growing caches, with the same shapes every step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_core import DecoderConfig, DecoderLM, KVCache
+from attn_core.generate import generate
+from attn_core.static_cache import StaticKVCache, StaticLatentKVCache, filled_mask, is_static, make_static_caches
+
+F64 = torch.float64
+_SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
+
+CONFIGS = {
+    "llama_gqa": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2),
+    "gpt2_learned": DecoderConfig.gpt2_like(**_SMALL),
+    # window 3 < the 14 positions: the dynamic path uses a RollingKVCache, the static one masks inside its buffer
+    "window_sinks": DecoderConfig.llama_like(
+        **_SMALL, n_kv_heads=2, layer_types=("sliding", "full"), sliding_window=3, attention_sinks=True
+    ),
+    "mla": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12),
+    "alibi": DecoderConfig.llama_like(**_SMALL, positional="alibi"),
+    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, kv_share=(0, 0)),
+    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("linear", "full")),
+}
+
+
+def _model(config: DecoderConfig) -> DecoderLM:
+    torch.manual_seed(0)
+    model = DecoderLM(config).to(F64).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)  # logits far from uniform: greedy tokens are not near ties
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_static_decoding_equals_dynamic_in_float64(name):
+    model = _model(CONFIGS[name])
+    idx = torch.randint(0, 24, (2, 5), generator=torch.Generator().manual_seed(1))
+    tokens, logits = generate(model, idx, 10, temperature=0.0, return_logits=True)
+    s_tokens, s_logits = generate(model, idx, 10, temperature=0.0, return_logits=True, static=True)
+    assert torch.equal(tokens, s_tokens)
+    assert torch.allclose(s_logits, logits, rtol=0, atol=1e-12)
+    # and both equal the full-sequence forward
+    assert torch.allclose(model(tokens[:, :-1]), logits, rtol=0, atol=1e-12)
+
+
+def test_every_static_step_has_the_same_shapes():
+    model = _model(CONFIGS["window_sinks"])
+    caches = model.make_caches(1, 9, static=True)
+    assert all(isinstance(c, StaticKVCache) for c in caches)
+    seen = []
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]), caches=caches)
+        for t in range(6):
+            k, v = caches[0].update(torch.zeros(1, 2, 0, 8, dtype=F64), torch.zeros(1, 2, 0, 8, dtype=F64))
+            seen.append(k.shape)
+            model(torch.tensor([[t]]), caches=caches)
+    assert set(seen) == {torch.Size([1, 2, 9, 8])}
+    assert caches[0].size == 9
+
+
+def test_buffer_is_right_aligned():
+    cache = StaticKVCache(1, 1, 2, 4, dtype=F64)
+    first = torch.tensor([[[[1.0, 1.0], [2.0, 2.0]]]], dtype=F64)  # (1, 1, 2, 2): positions 0, 1
+    k, _ = cache.update(first, first)
+    assert k[0, 0, :, 0].tolist() == [0.0, 0.0, 1.0, 2.0]
+    k, _ = cache.update(first[:, :, :1] * 3, first[:, :, :1] * 3)  # position 2
+    assert k[0, 0, :, 0].tolist() == [0.0, 1.0, 2.0, 3.0] and cache.size == 3
+    assert filled_mask(4, cache.size).tolist() == [False, True, True, True]
+    cache.reset()
+    assert cache.size == 0
+
+
+def test_static_latent_cache_is_right_aligned():
+    cache = StaticLatentKVCache(1, 3, 2, 5, dtype=F64)
+    c, r = cache.update(torch.ones(1, 2, 3, dtype=F64), torch.ones(1, 2, 2, dtype=F64))
+    assert c.shape == (1, 5, 3) and r.shape == (1, 5, 2)
+    assert c[0, :, 0].tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]
+
+
+def test_cache_too_short_names_the_sizes():
+    model = _model(CONFIGS["llama_gqa"])
+    caches = model.make_caches(1, 6, static=True)
+    model(torch.tensor([[1, 2, 3, 4]]), caches=caches)
+    with pytest.raises(ValueError, match=r"static cache too short: 4 stored \+ 3 new positions > max_len=6"):
+        model(torch.tensor([[1, 2, 3]]), caches=caches)
+    assert caches[0].size == 4  # nothing was written
+
+
+def test_unsupported_models_refuse_static_caches():
+    sas = DecoderLM(DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas"))
+    with pytest.raises(ValueError, match="static caches need standard blocks: block='sas'"):
+        sas.make_caches(1, 8, static=True)
+    dsa = DecoderLM(
+        DecoderConfig.llama_like(
+            **_SMALL, n_kv_heads=None, attention="mla", d_latent=16, index_n_heads=2, index_head_dim=8, index_topk=4
+        )
+    )
+    with pytest.raises(ValueError, match="layer 0's cache is a SparseCache"):
+        dsa.make_caches(1, 8, static=True)
+    with pytest.raises(TypeError, match="static must be a bool"):
+        sas.make_caches(1, 8, static="yes")
+
+
+def test_make_static_caches_and_is_static():
+    dynamic = [KVCache(1, 2, 4, 8), None]
+    static = make_static_caches(dynamic, 8, dtype=F64)
+    assert isinstance(static[0], StaticKVCache) and static[1] is None
+    assert static[0].made_for == dynamic[0].made_for
+    assert is_static(static[0]) and not is_static(dynamic[0])
+
+
+def test_filled_mask_bad_input():
+    with pytest.raises(ValueError, match="filled=5 positions do not fit in max_len=4"):
+        filled_mask(4, 5)
+    with pytest.raises(ValueError, match="filled must be >= 0"):
+        filled_mask(4, -1)
+
+
+def test_generate_compile_uses_the_static_path(monkeypatch):
+    """``compile=True`` hands the decoding steps to torch.compile (here its eager backend: no C++ build)."""
+    compiled = []
+    real = torch.compile
+
+    def eager_compile(model, **kwargs):
+        compiled.append(kwargs)
+        return real(model, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    model = _model(CONFIGS["llama_gqa"])
+    idx = torch.randint(0, 24, (1, 4), generator=torch.Generator().manual_seed(2))
+    expected = generate(model, idx, 6, temperature=0.0)
+    assert torch.equal(generate(model, idx, 6, temperature=0.0, compile=True), expected)
+    assert torch.equal(generate(model, idx, 6, temperature=0.0, compile="max-autotune-no-cudagraphs"), expected)
+    assert compiled == [{}, {"mode": "max-autotune-no-cudagraphs"}]
+
+
+def test_generate_static_bad_input():
+    model = _model(CONFIGS["llama_gqa"])
+    idx = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match="pass use_cache=True"):
+        generate(model, idx, 3, static=True, use_cache=False)
+    with pytest.raises(TypeError, match="compile must be a bool or a torch.compile mode"):
+        generate(model, idx, 3, compile=1)
+    with pytest.raises(TypeError, match="static must be a bool"):
+        generate(model, idx, 3, static=1)
