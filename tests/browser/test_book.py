@@ -355,6 +355,10 @@ def test_chapter_19_shows_each_characters_expert_by_layer(browser, server):
     assert layer.get_attribute("max") == "1", "expected 2 layers of routing"
     query = explorer.locator('input[data-control="query"]')
     assert query.get_attribute("max") == "31", "expected 32 characters"
+    # Labelled for what it shows (row_label="character", col_label="expert"), not query/key.
+    assert explorer.locator(".attnx-col-title").text_content() == "expert"
+    assert explorer.locator(".attnx-row-title").text_content() == "character"
+    assert query.locator("xpath=..").text_content().strip().startswith("character")
     before = _picture(explorer)
     layer.focus()
     page.keyboard.press("ArrowRight")
