@@ -3,12 +3,13 @@
 :func:`config_from_hf` reads a Hugging Face model configuration into a
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
 :class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
-compute *exactly* is refused with a ``ValueError`` that names it: activations other than
-SiLU, attention dropout, rope scaling with MLA (DeepSeek), in Gemma 2 or in Gemma 3's sliding
-layers. Rope scaling converts (Gemma 3's global layers' too)
-for the multi-head-attention families (issue 28): Hugging Face's ``rope_parameters`` (PI
-``"linear"``, ``"dynamic"`` NTK, ``"yarn"`` with its temperature, Llama 3.1's ``"llama3"``,
-``"longrope"``) become ``DecoderConfig.rope_scaling`` (:func:`~attn_core.rope_scaling.scaling_from_hf`).
+compute *exactly* is refused with a ``ValueError`` that names it: activations other than SiLU,
+attention dropout, rope scaling with MLA (DeepSeek's YaRN: MultiHeadLatentAttention computes it,
+DecoderLM does not pass it on yet), in Gemma 2 or in Gemma 3's sliding layers. Rope scaling
+converts (Gemma 3's global layers' too) for the multi-head-attention families (issue 28):
+Hugging Face's ``rope_parameters`` (PI ``"linear"``, ``"dynamic"`` NTK, ``"yarn"`` with its
+temperature, Llama 3.1's ``"llama3"``, ``"longrope"``) become ``DecoderConfig.rope_scaling``
+(:func:`~attn_core.rope_scaling.scaling_from_hf`).
 SmolLM3's NoPE layers (``no_rope_layers``) become ``DecoderConfig.rope_layers``.
 Mixtures of experts convert (chapter 19): Mixtral (``MixtralForCausalLM``:
 top-k logits then softmax), Qwen3-MoE (``Qwen3MoeForCausalLM``: softmax then top-k, optionally
@@ -47,9 +48,15 @@ base in every layer, plus its soft-caps: the attention logits' (``attn_logit_sof
 (144 for heads of 128) as ``attention_scale``. Refused as for Gemma 3: bidirectional attention,
 rope scaling.
 
-The other models of Part V (gpt-oss, Qwen3-Next) and Kimi Linear, DeepSeek-V4 and Gemma 3n are
-refused with what they add (:data:`NOT_CONVERTED`); their attention layers convert one at a time
-with :func:`copy_attention` (learned sinks, fused query/gate rows, ``1 + weight`` norm gains).
+OLMo 2 and OLMo 3 (issue 28) convert with ``norm_position="post_sublayer"`` (``x + norm(f(x))``) and
+``qk_norm="all_heads"``; OLMo 3 with its windows and a RoPE per layer type (YaRN in the full layers).
+Qwen3-Next converts with dense MLPs (Gated DeltaNet layers, gated attention, partial RoPE); its
+mixture-of-experts layers are refused, as gpt-oss is: their experts (the sigmoid-gated shared expert,
+the clamped SwiGLU) are computed by :class:`~attn_core.MixtureOfExperts` and copied by
+:func:`copy_moe`, but DecoderLM does not build them from a config yet. Llama 4's text model, Kimi
+Linear, DeepSeek-V4 and Gemma 3n are refused with what they add (:data:`NOT_CONVERTED`); the attention
+layers of gpt-oss and Qwen3-Next convert one at a time with :func:`copy_attention` (learned sinks,
+fused query/gate rows, ``1 + weight`` norm gains).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -588,10 +595,10 @@ def from_hf(model: nn.Module) -> DecoderLM:
 
     Works with the ``...ForCausalLM`` objects of :data:`SUPPORTED_MODEL_TYPES` (LLaMA, Mistral,
     Qwen2, Qwen3, DeepSeek-V3 and V3.2, Gemma 2 and 3, Mixtral, Qwen3-MoE, Granite, Phi-3,
-    Cohere 2, GLM-4-MoE, SmolLM3; random-initialised or from ``from_pretrained``); the result has the
-    model's dtype and device and is in eval mode. Its logits equal the Hugging Face model's up
-    to rounding (float64: ~1e-14 measured, held below 1e-10; see ``tests/test_parity_hf.py``,
-    ``tests/test_convert.py`` and ``tests/test_convert_families.py``).
+    Cohere 2, GLM-4-MoE, SmolLM3, OLMo 2 and 3, Qwen3-Next with dense MLPs; random-initialised or from
+    ``from_pretrained``); the result has the model's dtype and device and is in eval mode. Its logits
+    equal the Hugging Face model's up to rounding (float64: ~1e-14 measured, held below 1e-10; see
+    ``tests/test_parity_hf.py`` and ``tests/test_convert*.py``).
 
     Args:
         model: The Hugging Face model (``transformers`` itself is not imported here).
