@@ -71,11 +71,6 @@ def test_check_decode_one_by_one(capsys):
 
 
 # --------------------------------------------------------------------------- chapter 15
-def _window_mask(T_q, T_k, window):
-    q, k = torch.arange(T_k - T_q, T_k)[:, None], torch.arange(T_k)[None, :]
-    return (k <= q) & (q - k < window)
-
-
 def _ring_read(slots, positions):
     order = torch.argsort(positions)
     order = order[positions[order] >= 0]
@@ -98,11 +93,8 @@ def _mixed_bytes(n_layers, full_every, window, context, n_kv_heads, head_dim, ha
 
 
 def test_chapter_15_checks(capsys):
-    from attn_core.exercises import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_window_mask
+    from attn_core.exercises import check_mixed_cache_bytes, check_ring_read, check_sink_attention
 
-    assert check_window_mask(_window_mask)
-    assert not check_window_mask(lambda T_q, T_k, w: _window_mask(T_q, T_k, w + 1))
-    assert "off by one" in capsys.readouterr().out
     assert check_ring_read(_ring_read)
     assert not check_ring_read(lambda s, p: (s[:, :, p >= 0], p[p >= 0]))
     assert "expected [5, 6, 7, 8]" in capsys.readouterr().out
@@ -112,6 +104,6 @@ def test_chapter_15_checks(capsys):
     assert check_mixed_cache_bytes(_mixed_bytes)
     assert not check_mixed_cache_bytes(lambda *a: _mixed_bytes(*a, halve=True))
     assert "keys *and* values" in capsys.readouterr().out
-    for check in (check_window_mask, check_ring_read, check_sink_attention, check_mixed_cache_bytes):
+    for check in (check_ring_read, check_sink_attention, check_mixed_cache_bytes):
         assert not check(_stub)
         assert "not yet: NotImplementedError" in capsys.readouterr().out

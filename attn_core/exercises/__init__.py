@@ -38,11 +38,10 @@ from .ch15 import (
     check_ring_read,
     check_sink_attention,
     check_streaming_positions,
-    check_window_mask,
 )
 from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projection_bound
 from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
-from .ch18 import check_index_scores, check_indexer_kl, check_window_plus_topk
+from .ch18 import check_window_plus_topk
 from .ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
 from .ch20 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
 from .reading_a_model import check_duplicate_token_score, check_uniform_sink_baseline
@@ -104,7 +103,6 @@ __all__ = [
     "check_equivalent_groups",
     "check_stack_cache_bytes",
     # ch15
-    "check_window_mask",
     "check_ring_read",
     "check_sink_attention",
     "check_mixed_cache_bytes",
@@ -118,9 +116,7 @@ __all__ = [
     "check_delta_rule_step",
     "check_state_bytes",
     # ch18
-    "check_index_scores",
     "check_window_plus_topk",
-    "check_indexer_kl",
     # ch19
     "check_router_logit_grad",
     "check_sequence_balance_loss",

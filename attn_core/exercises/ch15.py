@@ -9,44 +9,16 @@ import torch
 from ..cache import RollingKVCache
 from ..config import DecoderConfig
 from ..core import attention
-from ..masks import causal_mask
 from ..window import kv_cache_bytes, layer_pattern
 from ._common import compare, report
 
 __all__ = [
-    "check_window_mask",
     "check_ring_read",
     "check_sink_attention",
     "check_mixed_cache_bytes",
     "check_streaming_positions",
     "check_longformer_mask",
 ]
-
-
-def check_window_mask(fn: Callable[[int, int, int], torch.Tensor]) -> bool:
-    """Exercise 15.1: ``fn(T_q, T_k, window)`` is the sliding-window causal mask, bottom-right aligned.
-
-    Query ``i`` sits at position ``T_k - T_q + i`` and sees itself and the ``window - 1``
-    positions before it. Cases include ``T_q < T_k`` (decoding), ``window = 1`` and a
-    window longer than the sequence.
-
-    Shapes:
-        fn's output: ``(T_q, T_k)``, boolean, True = may attend
-    """
-    name = "15.1 window mask"
-    for T_q, T_k, window in ((5, 5, 2), (3, 8, 3), (1, 6, 4), (4, 4, 1), (4, 6, 10)):
-        try:
-            got = fn(T_q, T_k, window)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        expected = causal_mask(T_q, T_k, window=window)
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not torch.equal(got.bool(), expected):
-            wrong = (got.bool() != expected).nonzero()[0].tolist()
-            hint = " (off by one? the window counts the query itself)" if got.bool().sum() != expected.sum() else ""
-            return report(name, False, f"T_q={T_q}, T_k={T_k}, window={window}: wrong at (query, key)={wrong}{hint}")
-        if not (isinstance(got, torch.Tensor) and got.shape == expected.shape):
-            return compare(name, got, expected.double(), atol=0.0)
-    return report(name, True, "square, T_q < T_k, window 1 and a window longer than the sequence")
 
 
 def check_ring_read(fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> bool:

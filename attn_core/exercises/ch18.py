@@ -7,8 +7,6 @@
 * 18.3 the gradient of the indexer's distillation loss, derived by hand
   (``check_indexer_grad``).
 
-``check_index_scores`` and ``check_indexer_kl`` are the earlier 18.1 and 18.3 (the indexer's
-scores; its loss), kept for readers of older versions.
 """
 
 from __future__ import annotations
@@ -22,8 +20,6 @@ from ..sparse_attention import indexer_loss, topk_selection
 from ._common import report
 
 __all__ = [
-    "check_index_scores",
-    "check_indexer_kl",
     "check_window_plus_topk",
     "check_block_selection",
     "check_indexer_grad",
@@ -55,63 +51,6 @@ def _close(name: str, got: object, want: torch.Tensor, what: str) -> bool:
 
 def _causal(T: int) -> torch.Tensor:
     return torch.ones(T, T, dtype=torch.bool).tril()  # (T, T), True = visible
-
-
-def check_index_scores(fn: Callable) -> bool:
-    """Exercise 18.1: ``fn(q, k, w) -> scores``, the lightning indexer's causal scores.
-
-    ``scores[t, s] = Σ_j w[t, j] · ReLU(q[j, t] · k[s] / √D)`` for ``s <= t``, ``-inf`` for
-    ``s > t``: ``H`` indexer heads ``j``, one key per token shared by the heads.
-
-    Shapes:
-        q: ``(H, T, D)``; k: ``(T, D)``; w: ``(T, H)``; scores: ``(T, T)``
-    """
-    name = "18.1 index scores"
-    g = torch.Generator().manual_seed(181)
-    for H, T, D in ((2, 5, 4), (4, 7, 8)):
-        q, k = torch.randn(H, T, D, generator=g, dtype=F64), torch.randn(T, D, generator=g, dtype=F64)
-        w = torch.randn(T, H, generator=g, dtype=F64)
-        per_head = torch.relu(q @ k.T / D**0.5)  # (H, T, T)
-        want = torch.einsum("th,hts->ts", w, per_head).masked_fill(~_causal(T), float("-inf"))
-        got = _call(name, fn, q, k, w)
-        if got is None:
-            return False
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            return report(name, False, f"return a tensor of shape {tuple(want.shape)}, got {got!r:.60}")
-        if not torch.equal(torch.isinf(got) & (got < 0), torch.isinf(want)):
-            return report(name, False, "future tokens (s > t) must score -inf, and only they")
-        finite = ~torch.isinf(want)
-        if not _close(name, got[finite], want[finite], f"H={H}, T={T}, visible entries"):
-            return False
-    return report(name, True, "equals the indexer's formula (causal, ReLU per head, weighted sum) for 2 sizes")
-
-
-def check_indexer_kl(fn: Callable) -> bool:
-    """Exercise 18.3: ``fn(index_scores, attn_weights) -> loss``, the indexer's distillation loss.
-
-    The target ``p`` is the attention weights summed over heads and renormalised; the loss is
-    ``KL(p ‖ softmax(index_scores))`` per query, averaged over the queries. ``-inf`` marks
-    future tokens in ``index_scores`` (their weights are 0).
-
-    Shapes:
-        index_scores: ``(T, T)``; attn_weights: ``(H, T, T)``; loss: a scalar
-    """
-    name = "18.3 indexer distillation loss"
-    g = torch.Generator().manual_seed(183)
-    for H, T in ((2, 5), (3, 8)):
-        future = ~_causal(T)
-        scores = torch.randn(T, T, generator=g, dtype=F64).masked_fill(future, float("-inf"))
-        weights = torch.softmax(torch.randn(H, T, T, generator=g, dtype=F64).masked_fill(future, float("-inf")), -1)
-        want = indexer_loss(scores[None], weights[None])
-        got = _call(name, fn, scores, weights)
-        if got is None:
-            return False
-        got = torch.as_tensor(got, dtype=F64) if isinstance(got, (float, int)) else got
-        if isinstance(got, torch.Tensor) and got.isnan().any():
-            return report(name, False, "NaN: 0 · log 0 must count as 0 (torch.xlogy), and -inf never multiply p = 0")
-        if not _close(name, got, want, f"H={H}, T={T}"):
-            return False
-    return report(name, True, "equals attn_core.indexer_loss (dense warm-up form) for 2 sizes")
 
 
 def check_window_plus_topk(fn: Callable) -> bool:
