@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import check_bool, check_mask, check_number, check_tensor
+from .flex import flex_attention, sink_correction, use_flex
 from .masks import causal_mask, check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
@@ -44,6 +45,9 @@ def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
     Raises:
         TypeError, ValueError: As listed in :func:`attention`.
     """
+    groups = _common_case_groups(q, k, v, mask, scale, dropout_p)
+    if groups is not None:
+        return groups
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, ("...", "T", "D"), floating=True)
     if not (q.dtype == k.dtype == v.dtype):
@@ -83,6 +87,29 @@ def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
         check_number("scale", scale, low=0.0, low_open=True)
     check_number("dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
     return groups
+
+
+def _common_case_groups(q, k, v, mask, scale, dropout_p) -> int | None:
+    """The groups of the common call, ``(B, H, T, D)`` tensors of one floating dtype and no options; else None.
+
+    A decoding step calls :func:`attention` once per layer per token: the general checks
+    (shape patterns, broadcasting, the mask) cost more than a small step's attention on a
+    GPU. This answers the one case every layer makes in a few comparisons; anything else,
+    well-formed or not, goes through the full checks and their messages.
+    """
+    if not (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor):
+        return None
+    if mask is not None or scale is not None or dropout_p != 0.0 or type(dropout_p) is not float:
+        return None
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.dtype == k.dtype == v.dtype):
+        return None
+    if not q.dtype.is_floating_point:
+        return None
+    B, H, _, D = q.shape
+    B_k, H_kv, T_k, D_k = k.shape
+    if D != D_k or v.shape[0] != B_k or v.shape[1] != H_kv or v.shape[2] != T_k or B != B_k or H % H_kv != 0:
+        return None
+    return 1 if H_kv in (1, H) else H // H_kv
 
 
 def _combine_masks(mask, is_causal, T_q, T_k, device, window=None):
@@ -143,11 +170,14 @@ def attention(
             before the mask and bias. SDPA cannot cap its scores, so a cap always takes
             the explicit path. ``None``: no cap.
         window: Sliding window (needs ``is_causal``): each query sees itself and the
-            ``window - 1`` keys before it (Mistral, Gemma, gpt-oss). SDPA gets it as a mask.
+            ``window - 1`` keys before it (Mistral, Gemma, gpt-oss). SDPA gets it as a
+            mask; on CUDA, FlexAttention with a block mask that skips the blocks outside
+            the window (:mod:`attn_core.flex`).
         sinks: One learned logit per query head that joins every softmax denominator
             and takes its share of the mass without a value (gpt-oss's attention sinks):
             ``w_j = exp(s_j) / (exp(sink_h) + Σ_k exp(s_k))``, so the weights sum to less
-            than 1. SDPA has no such term: sinks take the explicit path.
+            than 1. SDPA has no such term: sinks take the explicit path, or on CUDA
+            FlexAttention's output renormalised with its log-sum-exp (:mod:`attn_core.flex`).
 
     Returns:
         The output, or ``(output, weights)`` if ``return_weights``. The weights are the
@@ -194,6 +224,18 @@ def attention(
         # there is no mask to build, combine and apply in every layer at every step
         # (unless a window hides the oldest keys).
         is_causal, window = False, None
+    if (
+        (sinks is not None or window is not None)
+        and softcap is None
+        and not return_weights
+        and mask is None
+        and dropout_p == 0.0
+        and use_flex(q)
+    ):
+        # FlexAttention skips the blocks outside the window, and its log-sum-exp adds the
+        # sinks' mass (attn_core.flex): a fused kernel instead of the explicit path.
+        out, lse = flex_attention(q, k, v, scale=scale, is_causal=is_causal, window=window)
+        return out if sinks is None else sink_correction(out, lse, sinks)
     if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
         out, weights = _explicit(
             q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks
