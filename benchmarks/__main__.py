@@ -1,4 +1,9 @@
-"""``python -m benchmarks [--quick] [--suite NAME ...] [--device cpu|cuda|all] [--out FILE] [--check]``."""
+"""``python -m benchmarks [--quick] [--suite NAME ...] [--device cpu|cuda|all] [--out FILE] [--check]``.
+
+With CUDA and no ``--suite``, it runs the GPU table (:mod:`benchmarks.gpu`: attention core,
+windows, sinks, decoding and a training step against SDPA and Hugging Face), written to
+``benchmarks/results/gpu-<device>-<time>.json`` and ``.md``; without CUDA, the CPU suites.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from . import attention, decoding, memory
+from . import attention, decoding, gpu, memory
 from .common import format_table, machine_info, matmul_throughput
 
-SUITES = ("attention", "memory", "decoding")
+SUITES = ("attention", "memory", "decoding", "gpu")
+CPU_SUITES = ("attention", "memory", "decoding")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -162,7 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    suites = args.suite or list(SUITES)
+    cuda = torch.cuda.is_available() and args.device != "cpu"
+    suites = args.suite or (["gpu"] if cuda else list(CPU_SUITES))
+    if "gpu" in suites:
+        if not cuda:
+            print("the gpu suite needs CUDA (and --device cuda or all); skipped", file=sys.stderr)
+        else:
+            gpu.run(quick=args.quick, log=lambda msg: print(msg, flush=True))
+        suites = [s for s in suites if s != "gpu"]
+        if not suites:
+            return 0
     devices = ["cpu"] if args.device == "cpu" else []
     if args.device in ("cuda", "all") and torch.cuda.is_available():
         devices = (["cpu"] if args.device == "all" else []) + ["cuda"]

@@ -1,0 +1,329 @@
+"""attn_core on a CUDA GPU against PyTorch's SDPA and Hugging Face: the table of issue 30.
+
+``python -m benchmarks`` on a machine with CUDA runs this suite (``--suite gpu``), in one
+process, bfloat16, every pair measured side by side:
+
+- the attention core (``attn_core.attention``) vs SDPA, causal, at (8, 16, 1024, 64) and
+  (4, 16, 4096, 128) (B, H, T, D);
+- a sliding window of 512 at T = 4096 vs full causal SDPA: the FlexAttention path (the
+  default on CUDA) and the dense-mask path (``set_flex_mode("never")``);
+- gpt-oss sinks vs causal SDPA: FlexAttention + its log-sum-exp, and the explicit path;
+- greedy decoding (batch 1 and 16, a 128-token prompt + 128 new tokens) of a ~0.85 B
+  LLaMA-shaped model built from a ``transformers`` ``LlamaConfig`` with random weights (no
+  download), converted with ``attn_core.convert.from_hf``, vs Hugging Face's eager
+  ``generate`` in the same process: our eager path, our static caches, and the static
+  caches with ``torch.compile`` (``generate(..., compile=True)``);
+- a training step (forward + backward, bf16) of the same model vs Hugging Face's.
+
+Each time is the median over rounds of CUDA-event timings after warm-up (warm-ups are
+part of the run time); ``ratio`` is the median of per-round ratios ours / baseline, where
+the two run one after the other in every round. An entry that fails is recorded with its
+error and the run goes on. Results: ``benchmarks/results/gpu-<device>-<time>.json`` and
+``.md``. ``--quick`` shrinks every size (a smoke test, not a measurement).
+
+Shape legend:
+    B, H, T, D   batch, heads, sequence length, head width
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+# --------------------------------------------------------------------------- timing
+def _cuda_seconds(fn) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def side_by_side(fns: dict, *, rounds: int, warmup: int = 1, baseline: str) -> dict:
+    """Time every function of ``fns`` once per round, in turn; medians and per-round ratios to ``baseline``.
+
+    Returns:
+        ``{name: {"median_s", "ratio", "ratio_low", "ratio_high"}}``: the ratio is the median over
+        rounds of ``t_name / t_baseline`` (low/high: the smallest and largest round).
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for r in range(rounds):
+        order = list(fns) if r % 2 == 0 else list(reversed(fns))  # no name always first
+        for name in order:
+            times[name].append(_cuda_seconds(fns[name]))
+    out = {}
+    for name, ts in times.items():
+        ratios = [t / b for t, b in zip(ts, times[baseline])]
+        out[name] = {
+            "median_s": statistics.median(ts),
+            "ratio": statistics.median(ratios),
+            "ratio_low": min(ratios),
+            "ratio_high": max(ratios),
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- entries
+def _qkv(B, H, T, D, H_kv=None, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    H_kv = H if H_kv is None else H_kv
+    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
+    return torch.randn(B, H, T, D, **kw), torch.randn(B, H_kv, T, D, **kw), torch.randn(B, H_kv, T, D, **kw)
+
+
+def attention_entries(quick: bool) -> list[dict]:
+    from attn_core.core import attention
+    from attn_core.flex import set_flex_mode
+
+    rounds = 5 if quick else 30
+    shapes = [(2, 4, 256, 64)] if quick else [(8, 16, 1024, 64), (4, 16, 4096, 128)]
+    rows = []
+    for B, H, T, D in shapes:
+        q, k, v = _qkv(B, H, T, D)
+        res = side_by_side(
+            {
+                "sdpa": lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                "attn_core": lambda q=q, k=k, v=v: attention(q, k, v, is_causal=True),
+            },
+            rounds=rounds,
+            warmup=3,
+            baseline="sdpa",
+        )
+        rows.append(_row("attention core vs SDPA (causal)", (B, H, T, D), "attn_core", "sdpa", res))
+    B, H, T, D = (1, 4, 1024, 64) if quick else (2, 16, 4096, 128)
+    window = 128 if quick else 512
+    q, k, v = _qkv(B, H, T, D)
+    sinks = torch.linspace(-1, 1, H, device="cuda", dtype=torch.bfloat16)
+
+    def dense_window():
+        previous = set_flex_mode("never")
+        try:
+            return attention(q, k, v, is_causal=True, window=window)
+        finally:
+            set_flex_mode(previous)
+
+    def explicit_sinks():
+        previous = set_flex_mode("never")
+        try:
+            return attention(q, k, v, is_causal=True, sinks=sinks)
+        finally:
+            set_flex_mode(previous)
+
+    fns = {
+        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "window_flex": lambda: attention(q, k, v, is_causal=True, window=window),
+        "window_dense": dense_window,
+        "sinks_flex_lse": lambda: attention(q, k, v, is_causal=True, sinks=sinks),
+        "sinks_explicit": explicit_sinks,
+    }
+    res = side_by_side(fns, rounds=rounds, warmup=3, baseline="sdpa")
+    for name, label in (
+        ("window_flex", f"window {window} (FlexAttention block mask) vs full causal SDPA"),
+        ("window_dense", f"window {window} (dense mask to SDPA) vs full causal SDPA"),
+        ("sinks_flex_lse", "sinks (FlexAttention + log-sum-exp) vs causal SDPA"),
+        ("sinks_explicit", "sinks (explicit path) vs causal SDPA"),
+    ):
+        rows.append(_row(label, (B, H, T, D), name, "sdpa", res))
+    return rows
+
+
+def _row(entry, shape, ours, baseline, res) -> dict:
+    return {
+        "entry": entry,
+        "shape": str(tuple(shape)),
+        "ours": ours,
+        "baseline": baseline,
+        "ours_ms": 1e3 * res[ours]["median_s"],
+        "baseline_ms": 1e3 * res[baseline]["median_s"],
+        "ratio": res[ours]["ratio"],
+        "ratio_low": res[ours]["ratio_low"],
+        "ratio_high": res[ours]["ratio_high"],
+    }
+
+
+def _llama(quick: bool):
+    """A random-weight LLaMA-shaped Hugging Face model (~0.85 B parameters; tiny with ``quick``) and its conversion."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attn_core.convert import from_hf
+
+    size = (
+        dict(hidden_size=256, intermediate_size=704, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        if quick
+        else dict(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+        )
+    )
+    config = LlamaConfig(
+        vocab_size=32000, max_position_embeddings=1024, tie_word_embeddings=False, attn_implementation="eager", **size
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        hf = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    hf.generation_config.eos_token_id = None  # random weights: never stop early
+    hf.generation_config.pad_token_id = 0
+    ours = from_hf(hf).eval()
+    params = sum(p.numel() for p in hf.parameters())
+    return hf, ours, params
+
+
+def decoding_entries(quick: bool, models) -> list[dict]:
+    from attn_core.generate import generate
+
+    hf, ours, params = models
+    prompt, new = (16, 16) if quick else (128, 128)
+    rows = []
+    for B in (1, 16):
+        idx = torch.randint(
+            0, 32000, (B, prompt), device="cuda", generator=torch.Generator(device="cuda").manual_seed(B)
+        )
+        fns = {
+            "hf_eager": lambda idx=idx: hf.generate(idx, max_new_tokens=new, min_new_tokens=new, do_sample=False),
+            "ours_eager": lambda idx=idx: generate(ours, idx, new, temperature=0.0),
+            "ours_static": lambda idx=idx: generate(ours, idx, new, temperature=0.0, static=True),
+            "ours_static_compiled": lambda idx=idx: generate(ours, idx, new, temperature=0.0, compile=True),
+        }
+        # Compiling is slow once: warm the compiled path (two generations: the step graph is
+        # compiled a second time when the cache position becomes dynamic) before the rounds.
+        t0 = time.perf_counter()
+        for _ in range(2):
+            fns["ours_static_compiled"]()
+        compile_s = time.perf_counter() - t0
+        with torch.no_grad():
+            res = side_by_side(fns, rounds=2 if quick else 3, warmup=1, baseline="hf_eager")
+            same = bool(torch.equal(fns["hf_eager"]()[:, prompt:], fns["ours_eager"]()[:, prompt:]))
+        for name in ("ours_eager", "ours_static", "ours_static_compiled", "hf_eager"):
+            row = _row(f"greedy decoding B={B}, {prompt}+{new} tokens, {params / 1e9:.2f} B params", (B, prompt + new),
+                       name, "hf_eager", res)  # fmt: skip
+            row["tokens_per_s"] = B * new / res[name]["median_s"]
+            row["speedup_vs_hf"] = 1.0 / res[name]["ratio"]
+            row["same_tokens_as_hf"] = same
+            if name == "ours_static_compiled":
+                row["compile_warmup_s"] = compile_s
+            rows.append(row)
+    return rows
+
+
+def training_entries(quick: bool, models) -> list[dict]:
+    hf, ours, params = models
+    B, T = (2, 64) if quick else (4, 512)
+    idx = torch.randint(0, 32000, (B, T), device="cuda", generator=torch.Generator(device="cuda").manual_seed(7))
+
+    def hf_step():
+        hf.zero_grad(set_to_none=True)
+        hf(input_ids=idx, labels=idx).loss.backward()
+
+    def our_step():
+        ours.zero_grad(set_to_none=True)
+        logits = ours(idx[:, :-1])  # (B, T - 1, V)
+        F.cross_entropy(logits.flatten(0, 1).float(), idx[:, 1:].flatten()).backward()
+
+    hf.train(), ours.train()
+    try:
+        res = side_by_side({"hf": hf_step, "ours": our_step}, rounds=3 if quick else 10, warmup=2, baseline="hf")
+    finally:
+        hf.eval(), ours.eval()
+        hf.zero_grad(set_to_none=True), ours.zero_grad(set_to_none=True)
+    return [_row(f"training step fwd+bwd bf16, B={B}, T={T}", (B, T), "ours", "hf", res)]
+
+
+# --------------------------------------------------------------------------- the run
+def _safe(name: str, fn, rows: list, log) -> object:
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    except Exception as exc:  # one failing entry must not lose the others
+        log(f"  {name}: FAILED {type(exc).__name__}: {exc}")
+        rows.append(
+            {"entry": name, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        )
+        return None
+    log(f"  {name}: done in {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+def markdown(result: dict) -> str:
+    """The table as Markdown: one line per measured pair, the errors after it."""
+    lines = [
+        f"# attn_core on {result['device']} (torch {result['torch']}, transformers {result['transformers']})",
+        "",
+        "bf16; medians of CUDA-event timings; ratio = median per-round ours / baseline (min–max over rounds); "
+        + ("QUICK smoke-test sizes, not a measurement; " if result["quick"] else "")
+        + f"run took {result['seconds']:.0f} s.",
+        "",
+        "| entry | shape | ours | baseline | ours ms | baseline ms | ratio (min–max) | tokens/s |",
+        "|---|---|---|---|---:|---:|---|---:|",
+    ]
+    for r in result["rows"]:
+        if "error" in r:
+            continue
+        tps = f"{r['tokens_per_s']:.0f}" if "tokens_per_s" in r else ""
+        lines.append(
+            f"| {r['entry']} | {r['shape']} | {r['ours']} | {r['baseline']} | {r['ours_ms']:.3f} | "
+            f"{r['baseline_ms']:.3f} | {r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f}) | {tps} |"
+        )
+    errors = [r for r in result["rows"] if "error" in r]
+    if errors:
+        lines += ["", "Entries that failed:", ""] + [f"- {r['entry']}: `{r['error'][:300]}`" for r in errors]
+    return "\n".join(lines) + "\n"
+
+
+def run(quick: bool = False, log=print, out_dir: Path = RESULTS) -> dict:
+    """Run every entry on the current CUDA device; write ``gpu-<device>-<time>.json`` and ``.md``; return the result."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("the gpu suite needs CUDA")
+    start = time.perf_counter()
+    try:
+        import transformers
+
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = None
+    device = torch.cuda.get_device_name(0)
+    rows: list[dict] = []
+    log(f"gpu suite on {device} ({'quick' if quick else 'full'})")
+    part = _safe("attention", lambda: attention_entries(quick), rows, log)
+    rows += part or []
+    models = _safe("build + convert the LLaMA-shaped model", lambda: _llama(quick), rows, log)
+    if models is not None:
+        rows += _safe("decoding", lambda: decoding_entries(quick, models), rows, log) or []
+        rows += _safe("training step", lambda: training_entries(quick, models), rows, log) or []
+    result = {
+        "suite": "gpu",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "device": device,
+        "torch": torch.__version__,
+        "transformers": tf_version,
+        "rows": rows,
+        "seconds": time.perf_counter() - start,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-").lower()
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stem = out_dir / f"gpu-{slug}-{'quick-' if quick else ''}{stamp}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    stem.with_suffix(".md").write_text(markdown(result))
+    log(markdown(result))
+    log(f"wrote {stem}.json and .md ({result['seconds']:.0f} s)")
+    return result
