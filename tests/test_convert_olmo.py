@@ -16,15 +16,15 @@ import torch
 pytest.importorskip("transformers", minversion="5.0")
 
 from test_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
-from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
+from test_parity_hf import EXACT, causal_bias, max_diff, seeded, x_and_positions  # noqa: E402
 from test_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM  # noqa: E402
 from transformers.models.olmo2 import modeling_olmo2  # noqa: E402
 from transformers.models.olmo3 import modeling_olmo3  # noqa: E402
 
-from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, TransformerBlock  # noqa: E402
+from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding, TransformerBlock  # noqa: E402
 from attn_core.blocks import SandwichBlock  # noqa: E402
-from attn_core.convert import NOT_CONVERTED, config_from_hf, from_hf  # noqa: E402
+from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_attention, from_hf  # noqa: E402
 from attn_core.norms import HeadsRMSNorm, RMSNorm  # noqa: E402
 from attn_core.rope_scaling import YarnScaling  # noqa: E402
 
@@ -127,6 +127,34 @@ def test_heads_rmsnorm_is_olmo2s_norm_of_the_whole_projection():
     per_head = RMSNorm(D)(split)
     assert max_diff(per_head, ours(split) / ours.weight.view(H, 1, D)) > 1e-2
     torch.autograd.gradcheck(ours, (split[:1, :, :2].clone().requires_grad_(),))
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2], ids=["MHA", "GQA"])
+def test_olmo2_attention_layer_and_decoder_layer(n_kv_heads):
+    """copy_attention into MultiHeadAttention(qk_norm="all_heads"), and the post-sub-layer block, one layer each."""
+    config = Olmo2Config(**dict(SMALL, num_key_value_heads=n_kv_heads, rms_norm_eps=1e-6,
+                                rope_parameters={"rope_type": "default", "rope_theta": 5e5}))  # fmt: skip
+    x, pos = x_and_positions(T=7)
+    with hf_in_float64(modeling_olmo2):
+        layer = seeded(modeling_olmo2.Olmo2DecoderLayer(config, layer_idx=0))
+        cos_sin = modeling_olmo2.Olmo2RotaryEmbedding(config)(x, pos)
+        expected_attn, _ = layer.self_attn(x, position_embeddings=cos_sin, attention_mask=causal_bias(7))
+        expected = layer(x, position_embeddings=cos_sin, attention_mask=causal_bias(7))
+    ours = TransformerBlock(
+        32, 4, n_kv_heads=n_kv_heads, d_ff=48, mlp="swiglu", norm="rmsnorm", norm_position="post_sublayer",
+        norm_eps=1e-6, qk_norm="all_heads", rope=RotaryEmbedding(8, base=5e5), causal=True,
+    ).to(F64)  # fmt: skip
+    copy_attention(ours.attn, layer.self_attn)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        getattr(ours.mlp, name).weight.data.copy_(getattr(layer.mlp, name).weight)
+    ours.attn_post_norm.weight.data.copy_(layer.post_attention_layernorm.weight)
+    ours.mlp_post_norm.weight.data.copy_(layer.post_feedforward_layernorm.weight)
+    assert max_diff(ours.attn(x), expected_attn) < EXACT
+    assert max_diff(ours(x), expected) < EXACT
+    # A per-head QK-norm layer cannot take these gains: copy_attention names the shapes.
+    with pytest.raises(ValueError, match="shape mismatch"):
+        copy_attention(MultiHeadAttention(32, 4, n_kv_heads=n_kv_heads, qk_norm=True, causal=True).to(F64),
+                       layer.self_attn)  # fmt: skip
 
 
 def test_heads_rmsnorm_bad_input():
