@@ -11,14 +11,12 @@ from attn_core.exercises.ch21 import check_ntk_base, check_partial_rope, check_y
 
 
 # ----------------------------------------------------------------------------- 21.1 YaRN's ramp
-def _ramp(base, dim, L, *, fast=32.0, slow=1.0, two_pi=True, rounding=True):
+def _ramp(base, dim, L, *, fast=32.0, slow=1.0, two_pi=True):
     def pair_turning(turns):
         circle = 2 * math.pi if two_pi else 1.0
         return dim * math.log(L / (circle * turns)) / (2 * math.log(base))
 
-    low, high = pair_turning(fast), pair_turning(slow)
-    if rounding:
-        low, high = math.floor(low), math.ceil(high)
+    low, high = math.floor(pair_turning(fast)), math.ceil(pair_turning(slow))  # rounded outwards
     low, high = max(low, 0), min(high, dim - 1)
     pairs = dim // 2
     kept = sum(1 for i in range(pairs) if i <= low)
