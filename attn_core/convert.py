@@ -143,9 +143,10 @@ NOT_CONVERTED = {
     "llama4_text": "its RoPE layers attend in chunks (attention_chunk_size={attention_chunk_size}: a query sees "
     "only the keys of its own chunk, not a sliding window) and L2-normalise queries and keys without a gain "
     "(use_qk_norm), its NoPE layers multiply the queries by a temperature that grows with the position "
-    "(log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1), and its MoE routes each token to one expert with a "
-    "sigmoid score that scales the token before the expert, beside a shared expert; DecoderLM computes none of "
-    "these (its NoPE layer pattern would convert: rope_layers)",
+    "(log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1): MultiHeadAttention computes none of these; its MoE "
+    "(a sigmoid score that scales the token before its expert, beside a shared expert) is "
+    "MixtureOfExperts(scoring='sigmoid', n_shared=1, weight_inputs=True), copied by copy_moe, and its NoPE layer "
+    "pattern would convert (rope_layers)",
     "kimi_linear": "its Kimi Delta Attention layers (KDA: a delta rule whose forget gate has one decay per "
     "channel, from a low-rank f_a_proj/f_b_proj) are not attn_core's GatedDeltaNet (one decay per head), and "
     "its full layers are MLA without RoPE",
@@ -695,7 +696,9 @@ def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
     whose even columns are the gate's and odd ones the up projection's,
     ``gate_up_proj_bias`` ``(E, 2f)`` likewise, ``down_proj`` ``(E, f, d)``, ``down_proj_bias``
     ``(E, d)``. Qwen3-Next (``Qwen3NextSparseMoeBlock``): one ``shared_expert`` and its
-    ``shared_expert_gate`` ``(1, d)``.
+    ``shared_expert_gate`` ``(1, d)``. Llama 4 (``Llama4TextMoe``, into a ``MixtureOfExperts(scoring=
+    "sigmoid", n_shared=1, weight_inputs=True)``): the router is ``router``, the experts
+    ``gate_up_proj`` ``(E, d, 2f)`` (the gate's columns first) and ``down_proj`` ``(E, f, d)``.
 
     Raises:
         ValueError: A shape that does not match (another number of experts, widths), or
@@ -709,9 +712,14 @@ def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
     experts = hf.experts
     stacked = getattr(experts, "gate_up_proj", None)
     interleaved = getattr(experts, "gate_up_proj_bias", None) is not None  # gpt-oss: x @ W + b, columns alternate
+    # Llama 4: x @ W too, (E, d, 2f) with the gate's f columns first (its own class, no bias, no flag).
+    transposed = not interleaved and type(experts).__name__ == "Llama4TextExperts"
     for e, expert in enumerate(ours.experts):
         bias = {}
-        if interleaved:
+        if transposed:
+            gate, up = stacked[e].t().chunk(2, dim=0)  # (d, 2f) -> (2f, d) -> the gate's f rows, then up's
+            down = experts.down_proj[e].t()  # (f, d) -> (d, f)
+        elif interleaved:
             w, b = stacked[e], experts.gate_up_proj_bias[e]  # (d, 2f), (2f,)
             gate, up, down = w[:, 0::2].t(), w[:, 1::2].t(), experts.down_proj[e].t()  # (f, d), (f, d), (d, f)
             bias = dict(gate=b[0::2], up=b[1::2], down=experts.down_proj_bias[e])

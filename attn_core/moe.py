@@ -370,6 +370,9 @@ class MixtureOfExperts(nn.Module):
             ``None``: ``n_shared · d_ff``.
         shared_gate: Qwen3-Next: the shared experts' output times ``σ(x·w)``, one learned sigmoid
             gate per token (``shared_gate``, ``nn.Linear(d_model, 1)`` without bias); needs ``n_shared >= 1``.
+        weight_inputs: Llama 4: each chosen expert reads its token *times* the router's weight,
+            ``Σ_e expert_e(w_e·x)``, instead of weighting its output, ``Σ_e w_e·expert_e(x)``
+            (the same for a linear expert, not for a SwiGLU: its gate and up paths both scale).
 
     Attributes:
         router: The :class:`TopKRouter`.
@@ -406,6 +409,7 @@ class MixtureOfExperts(nn.Module):
         swiglu_alpha: float = 1.702,
         shared_d_ff: int | None = None,
         shared_gate: bool = False,
+        weight_inputs: bool = False,
     ) -> None:
         super().__init__()
         self.router = TopKRouter(
@@ -434,6 +438,7 @@ class MixtureOfExperts(nn.Module):
         if check_bool("shared_gate", shared_gate) and not n_shared:
             raise ValueError("shared_gate=True gates the shared experts, but n_shared=0")
         self.shared_gate = nn.Linear(d_model, 1, bias=False) if shared_gate else None
+        self.weight_inputs = check_bool("weight_inputs", weight_inputs)
         self.stats: MoEStats | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -455,7 +460,8 @@ class MixtureOfExperts(nn.Module):
         for e, expert in enumerate(self.experts):
             token, slot = torch.where((r.experts == e) & keep)  # the assignments expert e computes
             if token.numel():
-                y = expert(flat[token]) * weights[token, slot, None]  # (n_e, d)
+                w = weights[token, slot, None]  # (n_e, 1)
+                y = expert(flat[token] * w) if self.weight_inputs else expert(flat[token]) * w  # (n_e, d)
                 out = out.index_add(0, token, y)  # out of place: autograd needs `out` as it was
         if self.shared_gate is not None:  # Qwen3-Next: a sigmoid gate per token on the shared experts
             out = out + torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)  # (N, 1) * (N, d)
