@@ -1,4 +1,4 @@
-"""FlashAttention written by hand in Triton: fused forward and backward kernels (chapter 20).
+"""FlashAttention written by hand in Triton: fused forward and backward kernels (the book's Triton chapter).
 
 :mod:`attn_core.efficient` writes FlashAttention's tiled loop in Python: it saves memory
 but every tile still travels through main memory. Here the same loop is one *fused*
@@ -270,7 +270,7 @@ _LATE_INTERPRETER = INTERPRETED and type(tl.cdiv).__name__ != "InterpretedFuncti
 
 
 def kernel_source(name: str) -> str:
-    """The source of one of this module's Triton functions, for reading (chapter 20 prints them).
+    """The source of one of this module's Triton functions, for reading (the Triton chapter prints them).
 
     Args:
         name: ``"forward"``, ``"backward_dkdv"``, ``"backward_dq"``, ``"allowed"``,

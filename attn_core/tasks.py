@@ -21,7 +21,7 @@ Decoder-only tasks (one sequence; data tokens ``x_1..x_n``, a separator, the ans
   first token (an attention sink, chapter 15).
 * :func:`needle_recall_task` ``f f N f … f QUERY`` -> ``N``: one "needle" token hidden at
   a random position among filler; at the query, name it. The distance to the needle is
-  anything up to the sequence length: the task of chapter 21 (context extension).
+  anything up to the sequence length: the task of the long-context chapter.
 
 Encoder-decoder form (chapter 4): :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
 the ideal cross-attention is the anti-diagonal :func:`reverse_alignment`.
@@ -320,7 +320,7 @@ def needle_recall_task(
     1 to ``n - 1``: evaluated at ``n = 8L``, a model trained at ``n = L`` must retrieve
     from distances it never saw. One attention layer solves it by content (the query
     matches the needle keys, whatever their distance); RoPE rotates that match by the
-    distance, which is what breaks past the training length (chapter 21).
+    distance, which is what breaks past the training length (the long-context chapter).
 
     Args:
         batch_size: ``B``.

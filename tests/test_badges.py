@@ -30,7 +30,9 @@ def test_badge_links_to_this_notebook_on_the_configured_branch():
         want = f"https://colab.research.google.com/github/{slug}/blob/{cfg['branch']}/book/{path.name}"
         assert want in title, f"{path.name}: badge does not link to {want}"
         setup = next(c for c in nb.cells if c.cell_type == "code")
-        assert f'ATTN_CORE_URL = "git+{cfg["url"]}@{cfg["branch"]}"' in setup.source, path.name
+        assert f'ATTN_CORE_URL = (\n    "git+{cfg["url"]}@{cfg["branch"]}"\n)' in setup.source, path.name
+        # Code lines fit the book's column (88 characters), the set-up cell's too.
+        assert max(map(len, setup.source.splitlines())) <= 88, path.name
         # Outside Colab the set-up cell prints nothing.
         assert setup.get("outputs", []) == [], f"{path.name}: the set-up cell has outputs"
 
@@ -49,4 +51,5 @@ def test_setup_cell_leaves_torch_and_ipywidgets_alone():
     ).stdout
     assert "--upgrade" not in source and "-U " not in source
     pip_lines = [line for line in source.splitlines() if '"pip", "install"' in line]
-    assert pip_lines == ['    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)']
+    assert pip_lines == ['    pip = [sys.executable, "-m", "pip", "install", "--quiet", source]']
+    assert "    subprocess.run(pip, check=True)" in source.splitlines()

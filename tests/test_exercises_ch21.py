@@ -2,140 +2,166 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-from attn_core.exercises.ch21 import check_ntk_base, check_partial_rope, check_yarn_logit_scale, check_yarn_ramp
+from attn_core import flash
+from attn_core.exercises.ch21 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
+
+triton = flash.triton
+needs_triton = pytest.mark.skipif(triton is None, reason="triton is not installed: pip install triton")
 
 
-# ----------------------------------------------------------------------------- 21.1 YaRN's ramp
-def _ramp(base, dim, L, *, fast=32.0, slow=1.0, two_pi=True):
-    def pair_turning(turns):
-        circle = 2 * math.pi if two_pi else 1.0
-        return dim * math.log(L / (circle * turns)) / (2 * math.log(base))
-
-    low, high = math.floor(pair_turning(fast)), math.ceil(pair_turning(slow))  # rounded outwards
-    low, high = max(low, 0), min(high, dim - 1)
-    pairs = dim // 2
-    kept = sum(1 for i in range(pairs) if i <= low)
-    interpolated = sum(1 for i in range(pairs) if i >= high)
-    return kept, interpolated
+# ----------------------------------------------------------------------------- 21.1 visited tiles
+def visited_tiles(T, block, window):
+    n = -(-T // block)  # blocks per side, the ragged last one included
+    total = 0
+    for i in range(n):  # query block i: its last key block is i, its first is the window's
+        first = 0 if window is None else max(0, i * block - window + 1) // block
+        total += i + 1 - first
+    return total
 
 
-def test_yarn_ramp_passes_the_derivation(capsys):
-    assert check_yarn_ramp(_ramp)
+def test_visited_tiles_passes_the_formula(capsys):
+    assert check_visited_tiles(visited_tiles)
     assert "correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     "wrong",
     [
-        lambda b, d, L: _ramp(b, d, L, two_pi=False),  # turns confused with radians
-        lambda b, d, L: _ramp(b, d, L, fast=1.0, slow=32.0),  # the betas swapped
-        lambda b, d, L: (_ramp(b, d, L)[0] - 1, _ramp(b, d, L)[1]),  # kept = low: pair `low` itself forgotten
-        lambda b, d, L: _ramp(b, d, L)[::-1],  # kept and interpolated swapped
-        lambda b, d, L: (0, d // 2),  # PI: every pair interpolated
+        lambda T, b, w: (T // b) * (T // b + 1) // 2,  # the ragged last block forgotten
+        lambda T, b, w: -(-T // b) * (-(-T // b) + 1) // 2,  # the window ignored
+        lambda T, b, w: visited_tiles(T, b, None if w is None else w + b),  # window off by a block
+        lambda T, b, w: visited_tiles(T, b, None if w is None else w - 1),  # window off by one position
+        lambda T, b, w: -((-T // b) ** 2),  # no block skipped
     ],
 )
-def test_yarn_ramp_fails_wrong_derivations(wrong, capsys):
-    assert not check_yarn_ramp(wrong)
+def test_visited_tiles_fails_wrong_counts(wrong, capsys):
+    assert not check_visited_tiles(wrong)
     assert "not yet" in capsys.readouterr().out
 
 
-def test_yarn_ramp_reports_an_exception(capsys):
-    def broken(base, dim, L):
+def test_visited_tiles_reports_an_exception(capsys):
+    def broken(T, block, window):
         raise NotImplementedError
 
-    assert not check_yarn_ramp(broken)
+    assert not check_visited_tiles(broken)
     assert "NotImplementedError" in capsys.readouterr().out
 
 
-# ----------------------------------------------------------------------------- 21.2 NTK base
-def test_ntk_base_passes_the_formula(capsys):
-    assert check_ntk_base(lambda base, dim, factor: base * factor ** (dim / (dim - 2)))
+# ----------------------------------------------------------------------------- 21.2 soft-cap kernel
+if triton is not None:
+    tl = flash.tl
+
+    @triton.jit
+    def softcap_right(S, Out, n, cap, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.load(S + offs, mask=offs < n, other=0.0)
+        tl.store(Out + offs, cap * (2 * tl.sigmoid(2 * s / cap) - 1), mask=offs < n)
+
+    @triton.jit
+    def softcap_unmasked(S, Out, n, cap, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.load(S + offs, mask=offs < n, other=0.0)
+        tl.store(Out + offs, cap * (2 * tl.sigmoid(2 * s / cap) - 1))  # writes past n
+
+    @triton.jit
+    def softcap_overflows(S, Out, n, cap, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        e = tl.exp(2 * tl.load(S + offs, mask=offs < n, other=0.0) / cap)
+        tl.store(Out + offs, cap * (e - 1) / (e + 1), mask=offs < n)  # inf / inf for large scores
+
+    @triton.jit
+    def softcap_no_inner_division(S, Out, n, cap, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.load(S + offs, mask=offs < n, other=0.0)
+        tl.store(Out + offs, cap * (2 * tl.sigmoid(2 * s) - 1), mask=offs < n)  # cap · tanh(s)
+
+    @triton.jit
+    def softcap_clamp(S, Out, n, cap, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.load(S + offs, mask=offs < n, other=0.0)
+        tl.store(Out + offs, tl.minimum(tl.maximum(s, -cap), cap), mask=offs < n)  # a hard cap
+
+
+@needs_triton
+def test_softcap_kernel_passes_a_right_kernel(capsys):
+    assert check_softcap_kernel(softcap_right)
+    assert "correct" in capsys.readouterr().out
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "name, hint",
+    [
+        ("softcap_unmasked", "past n"),
+        ("softcap_overflows", "NaN"),
+        ("softcap_no_inner_division", "max abs difference"),
+        ("softcap_clamp", "max abs difference"),
+    ],
+)
+def test_softcap_kernel_fails_wrong_kernels(name, hint, capsys):
+    assert not check_softcap_kernel(globals()[name])
+    out = capsys.readouterr().out
+    assert "not yet" in out and hint in out
+
+
+@needs_triton
+def test_softcap_kernel_reports_a_broken_kernel(capsys):
+    assert not check_softcap_kernel(lambda *a, **k: None)  # not a kernel: cannot be launched
+    assert "not yet" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 21.3 combine with a sink
+def combine_right(outs, lses, sink):
+    every = torch.cat([lses, sink[None]])  # (S + 1,): the sink joins the denominator once
+    m = every.max()
+    w = torch.exp(lses - m)  # (S,); an empty split (lse = -inf) gets weight 0
+    return (w[:, None] * outs).sum(0) / torch.exp(every - m).sum()
+
+
+def combine_sink_in_each_split(outs, lses, sink):
+    with_sink = torch.logaddexp(lses, sink)  # the sink counted once per split
+    m = with_sink.max()
+    return (torch.exp(lses - m)[:, None] * outs).sum(0) / torch.exp(with_sink - m).sum()
+
+
+def combine_without_maximum(outs, lses, sink):
+    w = torch.exp(lses)
+    return (w[:, None] * outs).sum(0) / (w.sum() + torch.exp(sink))
+
+
+def combine_without_sink(outs, lses, sink):
+    w = torch.exp(lses - lses.max())
+    return (w[:, None] * outs).sum(0) / w.sum()
+
+
+def combine_mean(outs, lses, sink):
+    return outs.mean(0)
+
+
+def test_combine_passes_the_right_combination(capsys):
+    assert check_combine_with_sink(combine_right)
     assert "correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda b, d, s: b * s,  # the exponent forgotten
-        lambda b, d, s: b * s ** ((d - 2) / d),  # the exponent upside down
-        lambda b, d, s: b * s ** (d / (d - 1)),  # solved for a pair that does not exist
-        lambda b, d, s: b / s,  # faster, not slower
-        lambda b, d, s: "10000",  # not a number
-    ],
+    "wrong", [combine_sink_in_each_split, combine_without_maximum, combine_without_sink, combine_mean]
 )
-def test_ntk_base_fails_wrong_bases(wrong, capsys):
-    assert not check_ntk_base(wrong)
+def test_combine_fails_wrong_combinations(wrong, capsys):
+    assert not check_combine_with_sink(wrong)
     assert "not yet" in capsys.readouterr().out
 
 
-# ----------------------------------------------------------------------------- 21.3 partial RoPE
-def _partial(x, rotary_dim, base, *, start=0, pair_span=None, exponent_width=None, cos_sign=1.0):
-    T, D = x.shape
-    R = rotary_dim
-    half = R // 2
-    width = R if exponent_width is None else exponent_width(D)
-    span = half if pair_span is None else pair_span(D)
-    theta = base ** (-torch.arange(half, dtype=x.dtype) * 2 / width)
-    angle = torch.arange(T, dtype=x.dtype)[:, None] * theta
-    out = x.clone()
-    i1 = torch.arange(start, start + half)
-    i2 = i1 + span
-    x1, x2 = x[:, i1], x[:, i2]
-    out[:, i1] = x1 * angle.cos() - cos_sign * x2 * angle.sin()
-    out[:, i2] = cos_sign * x1 * angle.sin() + x2 * angle.cos()
-    return out
+if triton is not None:
+
+    @triton.jit
+    def softcap_stub(S, Out, n, cap, BLOCK: tl.constexpr):
+        pass  # the notebook's stub
 
 
-def test_partial_rope_passes_a_right_rotation(capsys):
-    assert check_partial_rope(_partial)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda x, R, b: _partial(x, R, b, start=x.shape[1] - R),  # the wrong half: the last R dimensions
-        lambda x, R, b: _partial(x, R, b, pair_span=lambda D: D // 2),  # pairs i, i + D/2
-        lambda x, R, b: _partial(x, R, b, exponent_width=lambda D: D),  # D in the speeds' exponent
-        lambda x, R, b: _partial(x, R, b, cos_sign=-1.0),  # rotation the other way
-        lambda x, R, b: x,  # nothing rotated
-    ],
-)
-def test_partial_rope_fails_wrong_rotations(wrong, capsys):
-    assert not check_partial_rope(wrong)
-    assert "not yet" in capsys.readouterr().out
-
-
-def test_partial_rope_names_a_changed_tail(capsys):
-    def rotates_the_tail_too(x, R, b):
-        out = _partial(x, R, b)
-        out[:, R:] = out[:, R:] * 2
-        return out
-
-    assert not check_partial_rope(rotates_the_tail_too)
-    assert "must pass unchanged" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------- 21.4 YaRN logit scale
-def test_yarn_logit_scale_passes_the_square(capsys):
-    assert check_yarn_logit_scale(lambda s: (0.1 * math.log(s) + 1) ** 2)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda s: 0.1 * math.log(s) + 1,  # the factor on cos and sin, not squared
-        lambda s: 1 / (0.1 * math.log(s) + 1) ** 2,  # inverted
-        lambda s: (0.1 * math.log10(s) + 1) ** 2,  # log base 10
-        lambda s: math.sqrt(1 + math.log(s) / math.log(4096)),  # LongRoPE's factor
-    ],
-)
-def test_yarn_logit_scale_fails_wrong_scales(wrong, capsys):
-    assert not check_yarn_logit_scale(wrong)
-    assert "not yet" in capsys.readouterr().out
+@needs_triton
+def test_softcap_kernel_reports_the_stub(capsys):
+    assert not check_softcap_kernel(softcap_stub)
+    assert "wrote nothing" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""attn_core.tasks.needle_recall_task (chapter 21): invariants, determinism, bad input."""
+"""attn_core.tasks.needle_recall_task (chapter 20): invariants, determinism, bad input."""
 
 from __future__ import annotations
 

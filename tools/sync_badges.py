@@ -51,10 +51,13 @@ def setup_source() -> str:
 # under the tests, it does nothing. ATTN_CORE_INSTALL points the install elsewhere.
 import os, subprocess, sys
 
-ATTN_CORE_URL = "git+{url}@{branch}"
+ATTN_CORE_URL = (
+    "git+{url}@{branch}"
+)
 if "google.colab" in sys.modules or os.environ.get("ATTN_CORE_INSTALL"):
     source = os.environ.get("ATTN_CORE_INSTALL") or f"attn_core @ {{ATTN_CORE_URL}}"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", source], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", source]
+    subprocess.run(pip, check=True)
     if "google.colab" in sys.modules:
         from google.colab import output
         output.enable_custom_widget_manager()"""

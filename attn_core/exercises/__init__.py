@@ -43,7 +43,8 @@ from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projec
 from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
 from .ch18 import check_window_plus_topk
 from .ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
-from .ch20 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
+from .ch20 import check_ntk_base, check_partial_rope, check_yarn_logit_scale, check_yarn_ramp
+from .ch21 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
 from .reading_a_model import check_duplicate_token_score, check_uniform_sink_baseline
 from .reading_an_llm import check_gqa_cache_bytes, check_logit_difference, check_sink_mass
 
@@ -122,6 +123,11 @@ __all__ = [
     "check_sequence_balance_loss",
     "check_capacity_keep",
     # ch20
+    "check_yarn_ramp",
+    "check_ntk_base",
+    "check_partial_rope",
+    "check_yarn_logit_scale",
+    # ch21
     "check_visited_tiles",
     "check_softcap_kernel",
     "check_combine_with_sink",

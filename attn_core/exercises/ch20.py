@@ -1,162 +1,136 @@
-"""Checks for the exercises of chapter 20 (FlashAttention in Triton).
+"""Checks for the exercises of chapter 20 (long context: positions beyond RoPE).
 
-* 20.1 counts the tiles a causal, windowed kernel must visit (a formula to derive);
-* 20.2 writes Gemma 2's soft-cap as a Triton kernel (Triton has no ``tanh``, and a
-  ragged last block must be masked);
-* 20.3 combines Flash-Decoding's partial results when the attention has a sink.
+* 20.1 derives where YaRN's ramp lies: how many pairs keep their speed and how many are
+  interpolated, for a base, a rotated width and a training length;
+* 20.2 derives the NTK-aware base that slows the slowest pair by exactly the factor;
+* 20.3 writes partial RoPE (only the first ``rotary_dim`` dimensions rotated, Hugging
+  Face's ``"half"`` pairing within them);
+* 20.4 predicts by how much YaRN's attention factor multiplies the logits.
 
-The learner's kernel of 20.2 runs in Triton's interpreter on a CPU (:mod:`attn_core.flash` chooses
-it when it is imported); the other checks need no Triton.
+Every reference is computed from :mod:`attn_core.rope_scaling` and
+:class:`attn_core.positional.RotaryEmbedding`, never from a copy of their formulas.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable
 
 import torch
 
-from .. import flash
-from ..core import attention
-from ..masks import causal_mask
+from ..positional import RotaryEmbedding
+from ..rope_scaling import default_inv_freq, ntk_inv_freq, yarn_inv_freq, yarn_mscale
 from ._common import report
 
-__all__ = ["check_visited_tiles", "check_softcap_kernel", "check_combine_with_sink"]
+__all__ = ["check_yarn_ramp", "check_ntk_base", "check_partial_rope", "check_yarn_logit_scale"]
 
-triton = flash.triton  # imported (or not) by attn_core.flash, after it chose the interpreter
-
-
-def _mismatch(got: object, want: torch.Tensor, atol: float) -> str | None:
-    """Why ``got`` is not ``want`` within ``atol`` (type, shape or values), or None: silent when it is."""
-    if not isinstance(got, torch.Tensor):
-        return f"expected a torch.Tensor, got {type(got).__name__}"
-    if got.shape != want.shape:
-        return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    err = (got.detach().double() - want.double()).abs().max().item()
-    return None if err <= atol else f"max abs difference {err:.2e} (tolerance {atol:.0e})"
+# (base, rotated width R, original context L): a toy, Llama 2's and gpt-oss's shapes.
+_RAMP_CASES = [(500.0, 16, 16), (10000.0, 128, 4096), (150000.0, 64, 4096), (10000.0, 64, 2048), (1e6, 128, 32768)]
 
 
-def _tiles(T: int, block: int, window: int | None) -> int:
-    """Tiles (block × block) of a causal T × T mask with at least one allowed pair: what the kernel visits."""
-    n = -(-T // block)
-    padded = torch.zeros(n * block, n * block, dtype=torch.bool)
-    padded[:T, :T] = causal_mask(T, window=window)
-    return int(padded.view(n, block, n, block).any(dim=(1, 3)).sum())
+def _ramp_counts(base: float, dim: int, L: int) -> tuple[int, int]:
+    """Pairs whose speed YaRN keeps exactly, and pairs it divides by exactly the factor."""
+    factor = 8.0
+    ratio = yarn_inv_freq(base, dim, factor, L)[0] / default_inv_freq(base, dim)  # (R/2,)
+    kept = int(torch.isclose(ratio, torch.ones_like(ratio), rtol=1e-12, atol=0).sum())
+    interpolated = int(torch.isclose(ratio, torch.full_like(ratio, 1 / factor), rtol=1e-12, atol=0).sum())
+    return kept, interpolated
 
 
-def check_visited_tiles(fn: Callable[..., int]) -> bool:
-    """Exercise 20.1: ``fn(T, block, window)`` is the number of tiles a causal kernel visits.
+def check_yarn_ramp(fn: Callable[..., tuple[int, int]]) -> bool:
+    """Exercise 20.1: ``fn(base, dim, L)`` returns ``(kept, interpolated)`` for YaRN's defaults.
 
-    Square causal attention over ``T`` positions, query and key blocks of ``block``
-    (``T`` need not be a multiple of it: the last block is ragged), and a sliding
-    ``window`` (None: none). The kernel visits a tile when at least one (query, key) pair
-    in it is allowed, which is what :func:`attn_core.flash.flash_forward` counts.
+    With ``beta_fast = 32``, ``beta_slow = 1`` and the ramp's ends rounded outwards
+    (``truncate=True``, Hugging Face's default): ``kept`` is the number of pairs whose speed
+    is unchanged, ``interpolated`` the number divided by the full factor. Pair ``i`` turns
+    ``L·θ_i/(2π)`` times over the original context, with ``θ_i = base^(-2i/R)``.
     """
-    name = "20.1 visited tiles"
-    cases = [(256, 32, None), (100, 16, None), (256, 32, 64), (200, 16, 40), (160, 16, 18), (96, 32, 1), (64, 16, 100)]
-    for T, block, window in cases:
-        want = _tiles(T, block, window)
+    name = "20.1 YaRN's ramp"
+    for base, dim, L in _RAMP_CASES:
+        want = _ramp_counts(base, dim, L)
         try:
-            got = fn(T, block, window)
+            got = fn(base, dim, L)
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = " (is the last, ragged block counted?)" if T % block else ""
-            return report(name, False, f"T={T}, block={block}, window={window}: got {got!r}, expected {want}{hint}")
-    return report(name, True, f"{len(cases)} cases (ragged blocks, windows from 1 to beyond T) match the dense mask")
+        if not isinstance(got, tuple) or len(got) != 2 or tuple(got) != want:
+            hint = ""
+            if isinstance(got, tuple) and len(got) == 2 and tuple(got) == want[::-1]:
+                hint = " (kept and interpolated swapped?)"
+            return report(name, False, f"base={base:g}, dim={dim}, L={L}: got {got!r}, expected {want}{hint}")
+    return report(name, True, f"{len(_RAMP_CASES)} shapes, from the toy of this chapter to a 32k-context model")
 
 
-def check_softcap_kernel(kernel) -> bool:
-    """Exercise 20.2: ``kernel(S, Out, n, cap, BLOCK: tl.constexpr)`` is a Triton kernel that soft-caps scores.
+def check_ntk_base(fn: Callable[..., float]) -> bool:
+    """Exercise 20.2: ``fn(base, dim, factor)`` is the NTK-aware base.
 
-    Gemma 2 caps attention scores with ``cap · tanh(s / cap)``; inside a fused kernel it is
-    one line after the ``tl.dot``. Triton has no ``tanh``: build it from ``tl.exp`` or
-    ``tl.sigmoid``, in a form that stays finite for scores far above the cap. The check
-    launches ``kernel`` on ``n`` scores (not a multiple of ``BLOCK``) with
-    ``grid = (cdiv(n, BLOCK),)``, compares ``Out[:n]`` with ``cap · tanh(S / cap)`` and
-    checks that nothing was written past ``n`` (a masked ragged tail).
-
-    Shapes:
-        S: ``(n,)``; Out: ``(n + BLOCK,)`` (the check's buffer; only ``[:n]`` may be written)
+    The base that leaves pair 0 at speed 1 and divides the slowest pair's speed
+    (``i = R/2 - 1``) by exactly ``factor``.
     """
-    name = "20.2 soft-cap kernel"
-    if triton is None:
-        return report(name, False, "Triton is not installed: pip install triton")
-    n, block, sentinel = 1000, 128, 12345.0
-    device = "cpu" if flash.INTERPRETED else "cuda"  # compiled kernels read GPU memory
-    for cap, spread in ((50.0, 1.0), (5.0, 8.0), (2.0, 100.0)):
-        g = torch.Generator().manual_seed(int(cap * 10))
-        scores = (torch.randn(n, generator=g) * spread).to(device)  # (n,)
-        out = torch.full((n + block,), sentinel, device=device)  # (n + BLOCK,): room for a write past the end
+    name = "20.2 NTK-aware base"
+    cases = [(10000.0, 128, 4.0), (500.0, 16, 4.0), (10000.0, 8, 2.0), (1e6, 64, 16.0)]
+    for base, dim, factor in cases:
         try:
-            with warnings.catch_warnings():  # the interpreter's NumPy warns when exp overflows to inf
-                warnings.simplefilter("ignore", RuntimeWarning)
-                kernel[(triton.cdiv(n, block),)](scores, out, n, cap, BLOCK=block)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        if (out[:n] == sentinel).all():
-            return report(name, False, "the kernel wrote nothing to Out: tl.store the capped scores")
-        if (out[n:] != sentinel).any():
-            return report(name, False, f"cap={cap:g}: the kernel wrote past n={n}: mask the last block")
-        if out[:n].isnan().any():
-            return report(name, False, f"cap={cap:g}: NaN (exp overflows to inf for large scores: inf / inf)")
-        out, scores = out.cpu(), scores.cpu()
-        problem = _mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
-        if problem:
-            return report(name, False, f"cap={cap:g}: {problem}")
-    return report(name, True, "3 caps, scores up to 50 times the cap, the ragged last block masked")
-
-
-def _partials(q, k, v, splits):
-    """Per-split outputs and natural log-sum-exps of one query over consecutive key chunks (an empty chunk allowed)."""
-    scores = k @ q / math.sqrt(q.shape[0])  # (T_k,)
-    outs, lses = [], []
-    for lo, hi in splits:
-        s = scores[lo:hi]
-        if hi == lo:  # a split with no key: lse = -inf, output 0 (what a kernel writes)
-            outs.append(torch.zeros_like(v[0]))
-            lses.append(torch.tensor(float("-inf"), dtype=q.dtype))
-            continue
-        outs.append(torch.softmax(s, 0) @ v[lo:hi])  # (D,)
-        lses.append(torch.logsumexp(s, 0))
-    return torch.stack(outs), torch.stack(lses)  # (S, D), (S,)
-
-
-def check_combine_with_sink(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 20.3: ``fn(outs, lses, sink)`` combines Flash-Decoding's splits of an attention with a sink.
-
-    Each split ``s`` attended to its own chunk of keys and returned its normalised output
-    ``outs[s]`` and the natural log-sum-exp of its scores ``lses[s]`` (``-inf`` for a
-    split with no key). The result must equal one query's attention over all keys with a
-    learned sink (:func:`attn_core.attention` with ``sinks=``). Scores as large as 1000
-    and an empty split are among the cases.
-
-    Shapes:
-        outs: ``(S, D)``; lses: ``(S,)``; sink: ``()``; fn's output: ``(D,)``
-    """
-    name = "20.3 combine with a sink"
-    cases = [
-        (1.0, [(0, 10), (10, 20), (20, 33)], 0.5),
-        (1.0, [(0, 5), (5, 5), (5, 33)], -1.0),  # an empty split
-        (60.0, [(0, 16), (16, 33)], 900.0),  # lse near 1000: exp overflows float64 without a maximum
-        (1.0, [(0, 33)], 3.0),
-    ]
-    for i, (spread, splits, sink) in enumerate(cases):
-        g = torch.Generator().manual_seed(200 + i)
-        q = torch.randn(16, generator=g, dtype=torch.float64) * spread
-        k = torch.randn(33, 16, generator=g, dtype=torch.float64) * spread
-        v = torch.randn(33, 16, generator=g, dtype=torch.float64)
-        outs, lses = _partials(q, k, v, splits)
-        sink_t = torch.tensor(sink, dtype=torch.float64)
-        want = attention(q[None, None, None], k[None, None], v[None, None], sinks=sink_t[None])[0, 0, 0]  # (D,)
-        try:
-            got = fn(outs.clone(), lses.clone(), sink_t.clone())
+            got = fn(base, dim, factor)
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        if isinstance(got, torch.Tensor) and got.isnan().any():
-            return report(name, False, f"case {i + 1}: NaN (an empty split has lse = -inf; large lse overflow exp)")
-        problem = _mismatch(got, want, atol=1e-9)
-        if problem:
-            return report(name, False, f"case {i + 1}: {problem}")
-    return report(name, True, f"{len(cases)} cases (an empty split, lse near 1000) equal attention(sinks=...)")
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return report(name, False, f"expected a number, got {type(got).__name__}")
+        want = ntk_inv_freq(base, dim, factor)[0]  # (R/2,)
+        speeds = default_inv_freq(float(got), dim) if got > 1 else None
+        if speeds is None or not torch.allclose(speeds, want, rtol=1e-9, atol=0):
+            slowest = default_inv_freq(base, dim)[-1] / factor
+            have = "no RoPE (base <= 1)" if speeds is None else f"{speeds[-1].item():.4g}"
+            return report(
+                name,
+                False,
+                f"base={base:g}, dim={dim}, factor={factor:g}: got base {got:.6g}; its slowest speed "
+                f"{have}, wanted {slowest.item():.4g}",
+            )
+    return report(name, True, f"{len(cases)} cases: the slowest pair slowed by exactly the factor")
+
+
+def check_partial_rope(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 20.3: ``fn(x, rotary_dim, base)`` rotates only the first ``rotary_dim`` dimensions.
+
+    ``x`` is ``(T, D)`` at positions ``0..T-1``; pairs ``(i, i + R/2)`` within the first
+    ``R = rotary_dim`` dimensions, speeds ``base^(-2i/R)``; the last ``D - R`` pass through.
+    Compared with :class:`attn_core.positional.RotaryEmbedding` ``(D, rotary_dim=R)``.
+
+    Shapes:
+        x: ``(T, D)``; fn's output: ``(T, D)``
+    """
+    name = "20.3 partial RoPE"
+    for T, D, R, base in ((7, 8, 4, 10000.0), (5, 16, 8, 100.0), (6, 12, 12, 500.0), (4, 10, 2, 50.0)):
+        g = torch.Generator().manual_seed(T * 100 + D)
+        x = torch.randn(T, D, generator=g, dtype=torch.float64)
+        want = RotaryEmbedding(D, base=base, rotary_dim=R)(x)
+        try:
+            got = fn(x.clone(), R, base)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return report(name, False, f"expected a tensor of shape {tuple(want.shape)}, got {shape}")
+        err = (got.double() - want).abs()
+        if err.max().item() > 1e-9:
+            tail = err[:, R:].max().item() if R < D else 0.0
+            hint = " (the last D - R dimensions must pass unchanged)" if tail > 1e-9 else ""
+            return report(name, False, f"T={T}, D={D}, R={R}: max abs difference {err.max().item():.2e}{hint}")
+    return report(name, True, "4 shapes (R = D included), equal to RotaryEmbedding within 1e-9")
+
+
+def check_yarn_logit_scale(fn: Callable[[float], float]) -> bool:
+    """Exercise 20.4: ``fn(factor)`` is what YaRN multiplies the rotated part of ``q·k`` by.
+
+    Hugging Face multiplies cos and sin by ``0.1·ln(factor) + 1``.
+    """
+    name = "20.4 YaRN's logit scale"
+    for factor in (1.0, 2.0, 4.0, 32.0, 40.0):
+        want = yarn_mscale(factor) ** 2
+        try:
+            got = fn(factor)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isclose(got, want, rel_tol=1e-9):
+            return report(name, False, f"factor={factor:g}: got {got!r}, expected {want:.6g}")
+    return report(name, True, "factors 1 to 40: queries and keys are each scaled, so the logits by the square")
