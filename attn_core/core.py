@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import check_bool, check_mask, check_number, check_tensor
-from .flex import flex_attention, sink_correction, use_flex
+from .flex import flex_or_none, sink_correction, use_flex
 from .masks import causal_mask, check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
@@ -230,12 +230,14 @@ def attention(
         and not return_weights
         and mask is None
         and dropout_p == 0.0
-        and use_flex(q)
+        and use_flex(q, k, v)
     ):
         # FlexAttention skips the blocks outside the window, and its log-sum-exp adds the
         # sinks' mass (attn_core.flex): a fused kernel instead of the explicit path.
-        out, lse = flex_attention(q, k, v, scale=scale, is_causal=is_causal, window=window)
-        return out if sinks is None else sink_correction(out, lse, sinks)
+        fused = flex_or_none(q, k, v, scale=scale, is_causal=is_causal, window=window)
+        if fused is not None:
+            out, lse = fused
+            return out if sinks is None else sink_correction(out, lse, sinks)
     if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
         out, weights = _explicit(
             q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks

@@ -33,7 +33,16 @@ import torch
 
 from .checks import check_choice
 
-__all__ = ["FLEX_MODES", "HAS_FLEX", "set_flex_mode", "flex_mode", "use_flex", "sink_correction", "flex_attention"]
+__all__ = [
+    "FLEX_MODES",
+    "HAS_FLEX",
+    "set_flex_mode",
+    "flex_mode",
+    "use_flex",
+    "sink_correction",
+    "flex_attention",
+    "flex_or_none",
+]
 
 try:  # PyTorch >= 2.5
     from torch.nn.attention import flex_attention as _flex_module
@@ -64,17 +73,54 @@ def flex_mode() -> str:
     return _MODE[0]
 
 
-def use_flex(q: torch.Tensor) -> bool:
-    """Whether attention on ``q`` may take the FlexAttention path in the current mode.
+#: Shapes the compiled kernel refused in ``"auto"`` mode (they take the explicit path from then on).
+_REFUSED: set[tuple] = set()
 
-    ``"auto"`` asks for CUDA and a dtype the fused kernel computes (float16, bfloat16, float32).
+
+def _key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    return (q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2], q.dtype, str(q.device))
+
+
+def use_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether attention on ``q, k, v`` may take the FlexAttention path in the current mode.
+
+    ``"auto"`` asks for CUDA, a dtype the fused kernel computes (float16, bfloat16,
+    float32), head widths of at least 16 (the compiled kernel's minimum in PyTorch 2.11)
+    and a shape it has not refused before (:func:`flex_or_none`).
     """
     mode = _MODE[0]
     if not HAS_FLEX or mode == "never" or q.dim() != 4:
         return False
     if mode == "always":
         return True
-    return q.is_cuda and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+    return (
+        q.is_cuda
+        and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and min(q.shape[-1], v.shape[-1]) >= 16
+        and _key(q, k, v) not in _REFUSED
+    )
+
+
+def flex_or_none(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, is_causal: bool, window: int | None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`flex_attention`, or ``None`` where the compiled kernel cannot be built for this shape (``"auto"`` mode).
+
+    Compiling FlexAttention can fail for shapes its templates do not cover (measured on an
+    H200 with PyTorch 2.11: heads of width 8; width 16 with T = 100). In ``"auto"`` mode
+    that is no error of the caller's: the shape is remembered and the explicit path
+    answers. In ``"always"`` mode the error propagates.
+
+    Shapes:
+        as :func:`flex_attention`
+    """
+    try:
+        return flex_attention(q, k, v, scale=scale, is_causal=is_causal, window=window)
+    except Exception:  # noqa: BLE001 - Inductor's lowering errors have no common public type
+        if _MODE[0] == "always":
+            raise
+        _REFUSED.add(_key(q, k, v))
+        return None
 
 
 def sink_correction(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:

@@ -76,7 +76,7 @@ def test_options_the_kernel_lacks_keep_the_explicit_path(flex_always, monkeypatc
     import attn_core.core as core
 
     calls = []
-    monkeypatch.setattr(core, "flex_attention", lambda *a, **kw: calls.append(1))
+    monkeypatch.setattr(core, "flex_or_none", lambda *a, **kw: calls.append(1))
     q, k, v = qkv(1, 2, 6, 4, dtype=F64)
     sinks = torch.zeros(2, dtype=F64)
     attention(q, k, v, is_causal=True, window=2, sinks=sinks, softcap=5.0)
@@ -89,7 +89,7 @@ def test_default_mode_keeps_the_cpu_on_the_explicit_path(monkeypatch):
     import attn_core.core as core
 
     assert flex_mode() == "auto"
-    monkeypatch.setattr(core, "flex_attention", lambda *a, **kw: pytest.fail("flex on the CPU in auto mode"))
+    monkeypatch.setattr(core, "flex_or_none", lambda *a, **kw: pytest.fail("flex on the CPU in auto mode"))
     q, k, v = qkv(1, 2, 6, 4, dtype=torch.float32)
     attention(q, k, v, is_causal=True, window=2, sinks=torch.zeros(2))
 
@@ -98,3 +98,33 @@ def test_set_flex_mode_bad_input():
     assert FLEX_MODES == ("auto", "always", "never")
     with pytest.raises(ValueError, match="mode"):
         set_flex_mode("fast")
+
+
+def test_a_shape_the_kernel_refuses_falls_back_in_auto_mode(monkeypatch):
+    import attn_core.flex as flex
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("NYI: embedding dimension must be at least 16")
+
+    monkeypatch.setattr(flex, "flex_attention", refuse)
+    monkeypatch.setattr(flex, "_REFUSED", set())
+    q, k, v = qkv(1, 2, 6, 4, dtype=torch.float32)
+    assert flex.flex_or_none(q, k, v, scale=0.5, is_causal=True, window=2) is None
+    assert len(flex._REFUSED) == 1
+    previous = set_flex_mode("always")
+    try:
+        with pytest.raises(RuntimeError, match="NYI"):
+            flex.flex_or_none(q, k, v, scale=0.5, is_causal=True, window=2)
+        assert flex.use_flex(q, k, v)  # "always" ignores the memo and the width
+    finally:
+        set_flex_mode(previous)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-5), (torch.bfloat16, 5e-2)], ids=str)
+def test_compiled_flex_on_cuda_matches_float64(dtype, atol):
+    q, k, v = (t.cuda() for t in qkv(2, 4, 100, 64, T_k=100, H_kv=2, dtype=F64, seed=6))
+    sinks = torch.linspace(-1.0, 1.0, 4, dtype=F64, device="cuda")
+    expected, _ = attention(q, k, v, is_causal=True, window=16, sinks=sinks, return_weights=True)
+    fused = attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True, window=16, sinks=sinks.to(dtype))
+    assert torch.allclose(fused.double(), expected, atol=atol)  # measured on an H200: 9e-7 float32, 2.3e-2 bf16
