@@ -145,6 +145,11 @@ class DecoderConfig:
         router_groups: Expert groups of DeepSeek-V3's group-limited routing (``n_group``, 8).
         router_topk_groups: Groups a token may use (``topk_group``, 4).
         router_bias: A bias in the router's linear layer (gpt-oss).
+        expert_swiglu_limit: gpt-oss's clamped experts (:class:`~attn_core.mlp.ClampedSwiGLU`,
+            ``limit`` 7.0, ``alpha`` 1.702); ``None``: plain SwiGLU experts.
+        shared_expert_d_ff: The shared experts' hidden width (Qwen3-Next's
+            ``shared_expert_intermediate_size``); ``None``: ``n_shared_experts · moe_d_ff``.
+        shared_expert_gate: Qwen3-Next: the shared experts' output times a learned sigmoid gate per token.
         capacity_factor: Each expert takes at most ``ceil(capacity_factor · N · k / E)``
             assignments per forward, the rest are dropped; ``None``: no limit.
         first_dense_layers: The first layers keep a dense MLP (DeepSeek-V3's
@@ -183,8 +188,8 @@ class DecoderConfig:
             its temperature, Llama 3.1's, LongRoPE), e.g. read from Hugging Face's
             ``rope_parameters`` by :func:`~attn_core.rope_scaling.scaling_from_hf`. ``None``:
             plain RoPE. The ``"sliding"`` layers' own RoPE (``sliding_rope_base``) is not scaled.
-            Multi-head attention with ``positional="rope"`` (MLA's decoupled RoPE takes it as
-            ``MultiHeadLatentAttention(rope_scaling=)``, which :class:`DecoderLM` does not pass yet).
+            Needs ``positional="rope"``; with ``attention="mla"`` it scales the decoupled RoPE
+            (DeepSeek-V3's YaRN, whose ``mscale_all_dim`` also raises MLA's score scale).
         rope_layers: Per layer, whether it rotates its queries and keys (``True``) or has no
             positions at all (``False``, a NoPE layer: SmolLM3's every fourth layer, its
             ``no_rope_layers``). ``None``: every layer as ``positional`` and
@@ -246,6 +251,9 @@ class DecoderConfig:
     router_groups: int = field(default=1, repr=False)
     router_topk_groups: int = field(default=1, repr=False)
     router_bias: bool = field(default=False, repr=False)
+    expert_swiglu_limit: float | None = field(default=None, repr=False)
+    shared_expert_d_ff: int | None = field(default=None, repr=False)
+    shared_expert_gate: bool = field(default=False, repr=False)
     capacity_factor: float | None = field(default=None, repr=False)
     first_dense_layers: int = field(default=0, repr=False)
     qkv_bias: bool = field(default=False, repr=False)
@@ -363,19 +371,20 @@ class DecoderConfig:
         if isinstance(self.rope_layers, list):  # e.g. read back from JSON: store the frozen form
             object.__setattr__(self, "rope_layers", tuple(self.rope_layers))
         check_instance("rope_scaling", self.rope_scaling, RopeScaling, optional=True)
-        if self.rope_scaling is not None and (self.positional != "rope" or self.attention != "mha"):
-            # MultiHeadLatentAttention(rope_scaling=) computes DeepSeek's YaRN; DecoderLM does not pass it on yet.
+        if self.rope_scaling is not None and self.positional != "rope":
             raise ValueError(
-                "rope_scaling changes multi-head attention's RoPE: it needs positional='rope' and attention='mha', "
-                f"got positional={self.positional!r}, attention={self.attention!r}"
+                f"rope_scaling changes the RoPE: it needs positional='rope', got positional={self.positional!r}"
             )
+        if self.rope_scaling is not None and self.index_n_heads is not None:
+            raise ValueError("rope_scaling with a lightning indexer (index_n_heads): the indexer's RoPE is not scaled")
         if self.rope_layers is not None and (self.positional != "rope" or self.attention != "mha"):
             raise ValueError(
                 "rope_layers change multi-head attention's RoPE: they need positional='rope' and "
                 f"attention='mha', got positional={self.positional!r}, attention={self.attention!r}"
             )
         if self.rope_scaling is not None:  # fail here, not when the model is built (e.g. LongRoPE factors' length)
-            self.rope_scaling.frequencies(self.rope_base, self.rotary_dim or self.resolved_head_dim)
+            rotated = self.resolved_rope_dim if self.attention == "mla" else self.rotary_dim or self.resolved_head_dim
+            self.rope_scaling.frequencies(self.rope_base, rotated)
         if self.rope_layers is None:
             return
         if self.block != "standard":
@@ -653,7 +662,7 @@ class DecoderConfig:
     _MOE_FIELDS = (
         "experts_per_token", "n_shared_experts", "moe_d_ff", "router_scoring", "router_topk_first",
         "router_normalize", "router_scale", "router_groups", "router_topk_groups", "router_bias",
-        "capacity_factor", "first_dense_layers",
+        "capacity_factor", "first_dense_layers", "expert_swiglu_limit", "shared_expert_d_ff", "shared_expert_gate",
     )  # fmt: skip
 
     def _check_moe(self) -> None:
@@ -680,6 +689,16 @@ class DecoderConfig:
                 f"first_dense_layers={self.first_dense_layers} leaves no mixture-of-experts layer of "
                 f"n_layers={self.n_layers}; leave n_experts=None for a dense model"
             )
+        if self.expert_swiglu_limit is not None:
+            check_number("expert_swiglu_limit", self.expert_swiglu_limit, low=0.0, low_open=True)
+        check_bool("shared_expert_gate", self.shared_expert_gate)
+        if self.shared_expert_d_ff is not None:
+            check_int("shared_expert_d_ff", self.shared_expert_d_ff)
+        for name in ("shared_expert_d_ff", "shared_expert_gate"):
+            if getattr(self, name) not in (None, False) and not self.n_shared_experts:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} configures the shared experts, but n_shared_experts=0"
+                )
         from .moe import TopKRouter  # the router checks k, the scoring, the order and the groups
 
         with torch.device("meta"):

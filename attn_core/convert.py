@@ -4,12 +4,12 @@
 :class:`~attn_core.DecoderConfig`, and :func:`from_hf` builds the
 :class:`~attn_core.DecoderLM` and copies every weight into it. What attn_core cannot
 compute *exactly* is refused with a ``ValueError`` that names it: activations other than SiLU,
-attention dropout, rope scaling with MLA (DeepSeek's YaRN: MultiHeadLatentAttention computes it,
-DecoderLM does not pass it on yet), in Gemma 2 or in Gemma 3's sliding layers. Rope scaling
-converts (Gemma 3's global layers' too) for the multi-head-attention families (issue 28):
-Hugging Face's ``rope_parameters`` (PI ``"linear"``, ``"dynamic"`` NTK, ``"yarn"`` with its
-temperature, Llama 3.1's ``"llama3"``, ``"longrope"``) become ``DecoderConfig.rope_scaling``
-(:func:`~attn_core.rope_scaling.scaling_from_hf`).
+attention dropout, rope scaling in Gemma 2 or in Gemma 3's sliding layers, rope scaling other
+than YaRN with ``mscale_all_dim`` in DeepSeek-V3 and any in DeepSeek-V3.2 (its indexer's RoPE).
+Rope scaling converts (Gemma 3's global layers' too, DeepSeek-V3's YaRN in MLA with its softmax
+scale) (issue 28): Hugging Face's ``rope_parameters`` (PI ``"linear"``, ``"dynamic"`` NTK,
+``"yarn"`` with its temperature, Llama 3.1's ``"llama3"``, ``"longrope"``) become
+``DecoderConfig.rope_scaling`` (:func:`~attn_core.rope_scaling.scaling_from_hf`).
 SmolLM3's NoPE layers (``no_rope_layers``) become ``DecoderConfig.rope_layers``.
 Mixtures of experts convert (chapter 19): Mixtral (``MixtralForCausalLM``:
 top-k logits then softmax), Qwen3-MoE (``Qwen3MoeForCausalLM``: softmax then top-k, optionally
@@ -50,13 +50,11 @@ rope scaling.
 
 OLMo 2 and OLMo 3 (issue 28) convert with ``norm_position="post_sublayer"`` (``x + norm(f(x))``) and
 ``qk_norm="all_heads"``; OLMo 3 with its windows and a RoPE per layer type (YaRN in the full layers).
-Qwen3-Next converts with dense MLPs (Gated DeltaNet layers, gated attention, partial RoPE); its
-mixture-of-experts layers are refused, as gpt-oss is: their experts (the sigmoid-gated shared expert,
-the clamped SwiGLU) are computed by :class:`~attn_core.MixtureOfExperts` and copied by
-:func:`copy_moe`, but DecoderLM does not build them from a config yet. Llama 4's text model, Kimi
-Linear, DeepSeek-V4 and Gemma 3n are refused with what they add (:data:`NOT_CONVERTED`); the attention
-layers of gpt-oss and Qwen3-Next convert one at a time with :func:`copy_attention` (learned sinks,
-fused query/gate rows, ``1 + weight`` norm gains).
+Qwen3-Next converts (Gated DeltaNet layers, gated attention, partial RoPE, and MoE layers whose
+shared expert has a sigmoid gate: ``shared_expert_gate``, ``shared_expert_d_ff``), and gpt-oss
+(YaRN, sinks, windows on alternate layers, clamped SwiGLU experts with biases:
+``expert_swiglu_limit``). Llama 4's text model, Kimi Linear, DeepSeek-V4 and Gemma 3n are refused
+with what they add (:data:`NOT_CONVERTED`).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -134,12 +132,6 @@ SUPPORTED_MODEL_TYPES = (
 #: that a :class:`~attn_core.DecoderLM` does not compute. Their attention layers alone
 #: convert with :func:`copy_attention` where it says so.
 NOT_CONVERTED = {
-    "gpt_oss": "its experts' SwiGLU is clamped and shifted (gate clamped at 7, up to [-7, 7], "
-    "(up + 1) * gate * sigmoid(1.702 * gate)): MixtureOfExperts(swiglu_limit=) computes it and copy_moe copies "
-    "GptOssMLP (router bias, interleaved expert weights and their biases), but DecoderLM does not build its "
-    "mixtures of experts with clamped experts yet; the rest would convert (its RoPE, YaRN-scaled: "
-    "DecoderConfig.rope_scaling; sliding windows on alternate layers and learned sinks, one by one with "
-    "copy_attention; num_local_experts={num_local_experts}, top-{num_experts_per_tok} routing with a router bias)",
     "llama4_text": "its RoPE layers attend in chunks (attention_chunk_size={attention_chunk_size}: a query sees "
     "only the keys of its own chunk, not a sliding window) and L2-normalise queries and keys without a gain "
     "(use_qk_norm), its NoPE layers multiply the queries by a temperature that grows with the position "
@@ -164,12 +156,19 @@ def _rope_scaling(t: str, hf, kind: str) -> dict:
     read by :func:`~attn_core.rope_scaling.scaling_from_hf`; {} for plain RoPE."""
     if kind == "default":
         return {}
+    params = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
+    if t == "deepseek_v3" and (kind == "yarn" or not params.get("mscale_all_dim")):  # DeepSeek's YaRN: MLA's scale
+        return dict(rope_scaling=scaling_from_hf(params, max_position_embeddings=hf.max_position_embeddings))
     if t in ("deepseek_v3", "deepseek_v32"):
         _refuse(
             t,
-            f"rope scaling {kind!r} with multi-head latent attention: MultiHeadLatentAttention(rope_scaling=) "
-            "computes DeepSeek's YaRN (its softmax scale times mscale(factor, mscale_all_dim)^2 included; "
-            "copy_attention copies such a layer), but DecoderLM does not build its MLA layers with rope_scaling yet",
+            f"rope scaling {kind!r} "
+            + (
+                "in DeepSeek-V3.2 (its lightning indexer's RoPE is not scaled here)"
+                if t == "deepseek_v32"
+                else "with mscale_all_dim (Hugging Face multiplies the softmax scale by mscale^2 for this type too; "
+                "attn_core only for YaRN)"
+            ),
         )
     params = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
     return dict(rope_scaling=scaling_from_hf(params, max_position_embeddings=hf.max_position_embeddings))
@@ -198,7 +197,7 @@ def _windows(model_type: str, hf) -> dict:
         if "sliding_attention" in kinds:  # HF builds a sliding mask for them but its layers do not slide
             _refuse(model_type, "layer_types with 'sliding_attention' but use_sliding_window=False")
         return {}
-    if model_type in ("qwen2", "qwen3", "cohere2", "smollm3", "olmo3"):
+    if model_type in ("qwen2", "qwen3", "cohere2", "smollm3", "olmo3", "gpt_oss"):
         kinds = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
         if "sliding_attention" not in kinds or window is None:
             return {}
@@ -300,18 +299,26 @@ def config_from_hf(hf_config) -> DecoderConfig:
 
 def _moe_fields(t: str, hf) -> dict:
     """The mixture-of-experts fields of the DecoderConfig (chapter 19): Mixtral, Qwen3-MoE, DeepSeek-V3; {} if dense."""
+    if t == "gpt_oss":  # clamped SwiGLU experts with biases, top-k logits then softmax, a router bias
+        if hf.swiglu_alpha != 1.702:
+            _refuse(t, f"swiglu_alpha={hf.swiglu_alpha} (DecoderConfig's clamped experts have alpha 1.702)")
+        return dict(
+            n_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.intermediate_size,
+            router_topk_first=True, router_bias=True, expert_swiglu_limit=float(hf.swiglu_limit),
+        )  # fmt: skip
     if t == "qwen3_next":
         dense = set(hf.mlp_only_layers or [])
         moe = [i for i in range(hf.num_hidden_layers) if i not in dense and hf.num_experts > 0
                and (i + 1) % hf.decoder_sparse_step == 0]  # fmt: skip
-        if moe:
-            _refuse(
-                t, f"mixture-of-experts layers {moe}: their shared expert is scaled by a learned sigmoid gate "
-                "(shared_expert_gate); MixtureOfExperts(shared_gate=True, shared_d_ff=) computes it and copy_moe "
-                "copies Qwen3NextSparseMoeBlock, but DecoderLM does not build its mixtures of experts with the gate "
-                "yet (a Qwen3-Next whose layers are all in mlp_only_layers converts)",
-            )  # fmt: skip
-        return {}
+        if not moe:
+            return {}
+        if moe != list(range(moe[0], hf.num_hidden_layers)):
+            _refuse(t, f"mixture-of-experts layers {moe}: dense layers after MoE ones (attn_core's come first)")
+        return dict(
+            n_experts=hf.num_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.moe_intermediate_size,
+            router_normalize=bool(hf.norm_topk_prob), n_shared_experts=1,
+            shared_expert_d_ff=hf.shared_expert_intermediate_size, shared_expert_gate=True, first_dense_layers=moe[0],
+        )  # fmt: skip
     if t == "mixtral":
         return dict(
             n_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, router_topk_first=True
@@ -596,7 +603,7 @@ def from_hf(model: nn.Module) -> DecoderLM:
 
     Works with the ``...ForCausalLM`` objects of :data:`SUPPORTED_MODEL_TYPES` (LLaMA, Mistral,
     Qwen2, Qwen3, DeepSeek-V3 and V3.2, Gemma 2 and 3, Mixtral, Qwen3-MoE, Granite, Phi-3,
-    Cohere 2, GLM-4-MoE, SmolLM3, OLMo 2 and 3, Qwen3-Next with dense MLPs; random-initialised or from
+    Cohere 2, GLM-4-MoE, SmolLM3, OLMo 2 and 3, Qwen3-Next, gpt-oss; random-initialised or from
     ``from_pretrained``); the result has the model's dtype and device and is in eval mode. Its logits
     equal the Hugging Face model's up to rounding (float64: ~1e-14 measured, held below 1e-10; see
     ``tests/test_parity_hf.py`` and ``tests/test_convert*.py``).

@@ -28,8 +28,9 @@ olmo3      OLMo 2's block with sliding windows per ``layer_types`` and a RoPE pe
 qwen3_next ``layer_types`` with ``"linear"`` layers (Gated DeltaNet: ``linear_n_heads``,
            ``linear_head_dim``, ``linear_n_value_heads``, ``linear_value_head_dim``,
            ``linear_conv_size``), gated full attention (``attention_gate="elementwise"``, per-head
-           ``qk_norm``), ``rotary_dim``; ``1 + weight`` norm gains; dense MLPs only (its mixtures of
-           experts are refused by the converter until DecoderLM builds their shared-expert gate)
+           ``qk_norm``), ``rotary_dim``; ``1 + weight`` norm gains (its mixtures of experts, with the
+           sigmoid-gated shared expert, are read by the converter)
+gpt_oss    ``attention_sinks``, ``bias`` (its YaRN, windows and clamped experts are read by the converter)
 cohere2    ``parallel_block`` (attention and MLP from one norm), ``norm="layernorm"`` (its
            bias-free LayerNorm: attn_core's bias is copied as zeros), ``rope_layout="interleaved"``,
            RoPE in the sliding layers only (``rope_full_layers=False``) and ``logit_scale``
@@ -132,6 +133,11 @@ def qwen3_next_fields(hf) -> dict:
     )  # fmt: skip
 
 
+def gpt_oss_fields(hf) -> dict:
+    """gpt-oss: learned sinks in every layer, biases everywhere (its mixture of experts: the converter's)."""
+    return dict(attention_sinks=True, bias=True)
+
+
 def olmo_fields(hf) -> dict:
     """OLMo 2 / OLMo 3: a norm after each sub-layer only, QK-norm over all heads at once."""
     return dict(norm_position="post_sublayer", qk_norm="all_heads")
@@ -141,7 +147,7 @@ def olmo_fields(hf) -> dict:
 FAMILY_FIELDS = {
     "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
     "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields, "olmo2": olmo_fields, "olmo3": olmo_fields,
-    "qwen3_next": qwen3_next_fields,
+    "qwen3_next": qwen3_next_fields, "gpt_oss": gpt_oss_fields,
 }  # fmt: skip
 
 

@@ -134,7 +134,8 @@ class DecoderLM(nn.Module):
             c.d_model, c.n_experts, c.experts_per_token, d_ff=c.resolved_moe_d_ff, n_shared=c.n_shared_experts,
             capacity_factor=c.capacity_factor, bias=c.bias, router_bias=c.router_bias, scoring=c.router_scoring,
             topk_first=c.router_topk_first, normalize=c.router_normalize, scale=c.router_scale,
-            n_groups=c.router_groups, topk_groups=c.router_topk_groups,
+            n_groups=c.router_groups, topk_groups=c.router_topk_groups, swiglu_limit=c.expert_swiglu_limit,
+            shared_d_ff=c.shared_expert_d_ff, shared_gate=c.shared_expert_gate,
         )  # fmt: skip
 
     def _layer_rope(self, i: int) -> nn.Module | None:
@@ -189,6 +190,7 @@ class DecoderLM(nn.Module):
                 causal=True,
                 rope_base=c.rope_base,
                 rope_layout=c.rope_layout,
+                rope_scaling=c.rope_scaling,
                 v_head_dim=c.v_head_dim,
                 bias=c.bias,
                 dropout=c.dropout,

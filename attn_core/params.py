@@ -46,10 +46,10 @@ def _layer_mlp_params(c: DecoderConfig, i: int) -> int:
     """Layer ``i``'s MLP: dense, or ``E`` experts, the shared ones (one SwiGLU ``n_shared · f`` wide) and the router."""
     if not c.is_moe_layer(i):
         return _mlp_params(c.mlp, c.d_model, c.resolved_d_ff, c.bias)
-    shared = (
-        _mlp_params("swiglu", c.d_model, c.n_shared_experts * c.resolved_moe_d_ff, c.bias) if c.n_shared_experts else 0
-    )
-    return c.n_experts * _expert_params(c) + shared + _router_params(c)
+    width = c.n_shared_experts * c.resolved_moe_d_ff if c.shared_expert_d_ff is None else c.shared_expert_d_ff
+    shared = _mlp_params("swiglu", c.d_model, width, c.bias) if c.n_shared_experts else 0
+    gate = c.d_model if c.shared_expert_gate else 0  # Qwen3-Next's shared-expert gate, d -> 1 without bias
+    return c.n_experts * _expert_params(c) + shared + gate + _router_params(c)
 
 
 def active_parameter_count(config: DecoderConfig, *, count_embedding: bool = True) -> int:
@@ -122,7 +122,9 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
                 per_layer += H * D + 2 * kv * D + d
             elif c.qkv_bias:  # Qwen2: the query/key/value projections' biases, none on W_O
                 per_layer += H * D + 2 * kv * D
-            if c.qk_norm:
+            if c.qk_norm == "all_heads":  # OLMo 2/3: one gain per query and key value of a token
+                per_layer += (H + kv) * D
+            elif c.qk_norm:
                 per_layer += 2 * D  # the gains of the query and key RMSNorms
             if c.attention_gate is not None:  # W_g: d -> H·(D or 1), plus its bias
                 per_layer += (d + (1 if c.bias else 0)) * H * gate_width(c.attention_gate, D)
@@ -132,7 +134,8 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
             if c.kv_share is not None:  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
                 readers = sum(j != i for i, j in enumerate(c.kv_share))
                 kv_bias = 2 * kv * D if c.bias or c.qkv_bias else 0
-                attention -= readers * (2 * d * kv * D + kv_bias + (D if c.qk_norm else 0))
+                k_norm = (kv * D if c.qk_norm == "all_heads" else D) if c.qk_norm else 0
+                attention -= readers * (2 * d * kv * D + kv_bias + k_norm)
         else:
             attention = L * (_mla_attention_params(c) + _indexer_params(c))
         norms_per_layer, gains = (4 if c.norm_position == "sandwich" else 2), 0  # sandwich: + a norm after each

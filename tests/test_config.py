@@ -248,6 +248,9 @@ FIELD_CHANGES = {
     "router_topk_groups": dict(router_topk_groups=2),
     "router_bias": dict(router_bias=True),
     "capacity_factor": dict(capacity_factor=1.0),
+    "expert_swiglu_limit": dict(expert_swiglu_limit=0.5),
+    "shared_expert_d_ff": dict(shared_expert_d_ff=8),
+    "shared_expert_gate": dict(shared_expert_gate=True),
     "first_dense_layers": dict(first_dense_layers=1),
     # Issue 29's options for converting Qwen2, Gemma 2 27B, Granite and Cohere 2.
     "qkv_bias": [dict(qkv_bias=True, bias=False), dict(qkv_bias=True)],
@@ -439,9 +442,32 @@ def test_moe_fields_reach_the_modules():
     assert "n_experts=8" in repr(config) and "n_experts" not in repr(DecoderConfig.llama_like())
 
 
+def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
+    from attn_core.mlp import ClampedSwiGLU
+
+    gpt_oss = DecoderConfig.llama_like(n_layers=2, n_experts=4, expert_swiglu_limit=7.0, bias=True, router_bias=True)
+    model = decoder(gpt_oss)
+    assert all(type(e) is ClampedSwiGLU and e.limit == 7.0 for b in model.blocks for e in b.mlp.experts)
+    assert model.num_parameters() == parameter_count(gpt_oss)
+    qwen3_next = DecoderConfig.llama_like(
+        n_layers=2, n_experts=4, moe_d_ff=8, n_shared_experts=1, shared_expert_d_ff=12, shared_expert_gate=True,
+        first_dense_layers=1,
+    )  # fmt: skip
+    model = decoder(qwen3_next)
+    m = model.blocks[1].mlp
+    assert (m.shared.d_ff, m.shared_gate.weight.shape) == (12, (1, 64))
+    assert model.num_parameters() == parameter_count(qwen3_next)
+    olmo = DecoderConfig.llama_like(n_layers=2, n_kv_heads=2, qk_norm="all_heads", norm_position="post_sublayer")
+    assert decoder(olmo).num_parameters() == parameter_count(olmo)  # (H + H_kv)·D gains per layer
+
+
 @pytest.mark.parametrize(
     "kw,message",
     [
+        (dict(n_experts=4, shared_expert_gate=True), "shared_expert_gate=True configures the shared experts"),
+        (dict(n_experts=4, shared_expert_d_ff=8), "shared_expert_d_ff=8 configures the shared experts"),
+        (dict(n_experts=4, expert_swiglu_limit=0.0), "expert_swiglu_limit"),
+        (dict(expert_swiglu_limit=7.0), "expert_swiglu_limit configure mixture-of-experts layers"),
         (dict(experts_per_token=3), "experts_per_token configure mixture-of-experts layers; set n_experts"),
         (dict(n_experts=4, experts_per_token=0), r"k must be in 1..n_experts=4"),
         (dict(n_experts=4, experts_per_token=5), r"k must be in 1..n_experts=4"),
@@ -486,13 +512,15 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
         (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), TypeError,
          "rope_scaling must be an attn_core.RopeScaling or None, got dict"),
         (dict(rope_scaling=LinearScaling(factor=2.0), positional="none", rope_base=10000.0), ValueError,
-         "rope_scaling changes multi-head attention's RoPE: it needs positional='rope'"),
+         "rope_scaling changes the RoPE: it needs positional='rope'"),
         (dict(rope_scaling=LongRopeScaling(short_factor=(1.0,) * 3, long_factor=(2.0,) * 3,
                                            original_max_position=8, factor=4.0)), ValueError, "short_factor"),
         (dict(rope_layers=(True,)), ValueError, r"rope_layers must give True \(RoPE\) or False"),
         (dict(rope_layers=(True, 0)), TypeError, r"rope_layers\[1\]"),
         (dict(rope_layers=(True, False), block="sas", n_kv_heads=None), ValueError,
          "rope_layers needs block='standard'"),
+        (dict(rope_scaling=LinearScaling(factor=2.0), attention="mla", n_kv_heads=None, d_latent=16, index_n_heads=2,
+              index_head_dim=8), ValueError, "the indexer's RoPE is not scaled"),
         (dict(rope_layers=(True, False), attention="mla", n_kv_heads=None, d_latent=16), ValueError,
          "need positional='rope' and attention='mha'"),
     ],

@@ -428,9 +428,9 @@ def test_moe_config_fields():
 @pytest.mark.parametrize(
     "make,message",
     [
-        (lambda: deepseek_config(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0,
-                                                  "original_max_position_embeddings": 64}),
-         "rope scaling 'yarn'"),
+        (lambda: deepseek_config(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0,
+                                                  "mscale_all_dim": 1.0}),
+         "rope scaling 'linear' with mscale_all_dim"),
         (lambda: Qwen3MoeConfig(**moe_small(), decoder_sparse_step=2), "decoder_sparse_step=2"),
         (lambda: Qwen3MoeConfig(**moe_small(), mlp_only_layers=[1]), "dense layers between MoE layers"),
         (lambda: llama_config(hidden_act="gelu"), "hidden_act='gelu'"),
@@ -463,7 +463,6 @@ def test_refuses_other_model_types_and_non_models():
 @pytest.mark.parametrize(
     "config_name,message",
     [
-        ("GptOssConfig", r"SwiGLU is clamped .* YaRN-scaled.*num_local_experts=128, top-4 routing"),
         ("KimiLinearConfig", r"Kimi Delta Attention .* one decay per channel"),
         ("DeepseekV4Config", "compresses past keys"),
         ("Gemma3nTextConfig", "AltUp"),

@@ -6,8 +6,8 @@ scale of *every* score by ``mscale(factor, mscale_all_dim)²`` (Hugging Face's
 ``yarn_apply_mscale``; :func:`~attn_core.mla.deepseek_softmax_factor`). Hugging Face's
 DeepseekV3Attention, copied by :func:`~attn_core.convert.copy_attention`, is the reference in
 float64 (its float32 RoPE steps lifted by :func:`test_rope_scaling.hf_in_float64`).
-:func:`~attn_core.convert.from_hf` still refuses the whole model: DecoderLM does not build its
-MLA layers with ``rope_scaling`` yet.
+Whole tiny DeepSeek-V3 models (dense and MoE layers) convert with :func:`~attn_core.convert.from_hf`:
+logits and greedy generation with caches equal Hugging Face's.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
+from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, causal_bias, deepseek_config, max_diff, seeded, x_and_positions  # noqa: E402
 from test_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import DeepseekV3ForCausalLM, DynamicCache  # noqa: E402
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_deepseek  # noqa: E402
 
 from attn_core import MultiHeadLatentAttention  # noqa: E402
-from attn_core.convert import config_from_hf, copy_attention  # noqa: E402
+from attn_core.convert import config_from_hf, copy_attention, from_hf  # noqa: E402
 from attn_core.mla import deepseek_softmax_factor  # noqa: E402
 from attn_core.rope_scaling import LinearScaling, YarnScaling, scaling_from_hf, yarn_mscale  # noqa: E402
 
@@ -107,7 +108,40 @@ def test_mla_rope_scaling_bad_input():
         MultiHeadLatentAttention(32, 4, d_latent=16, rope_dim=0, rope_scaling=LinearScaling(factor=2.0))
 
 
-def test_from_hf_still_refuses_deepseek_yarn_naming_why():
-    hf = DeepseekV3ForCausalLM(deepseek_config(rope_parameters=dict(DEEPSEEK_YARN), max_position_embeddings=320))
-    with pytest.raises(ValueError, match="DecoderLM does not build its MLA layers with rope_scaling yet"):
-        config_from_hf(hf.config)
+# --------------------------------------------------------------------------- whole models
+def tiny_deepseek(seed: int = 3, params: dict = DEEPSEEK_YARN, **kw) -> DeepseekV3ForCausalLM:
+    length = int(params["factor"] * params["original_max_position_embeddings"])
+    config = deepseek_config(rope_parameters=dict(params), max_position_embeddings=length, **kw)
+    return seeded(DeepseekV3ForCausalLM(config), seed=seed)
+
+
+MODELS = {
+    "dense": {},
+    "moe-unequal-mscales": dict(params=UNEQUAL, first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2,
+                                moe_intermediate_size=8, n_group=1, topk_group=1, experts_implementation="eager"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(MODELS))
+def test_deepseek_v3_with_yarn_gives_the_same_logits(case):
+    with hf_in_float64(hf_deepseek):
+        hf = tiny_deepseek(**MODELS[case])
+        ours = from_hf(hf)
+        expected = hf(IDX).logits
+    assert isinstance(ours.config.rope_scaling, YarnScaling)
+    assert all(b.attn.rope.scaling is ours.config.rope_scaling for b in ours.blocks)
+    diff = max_diff(ours(IDX), expected)
+    print(f"deepseek-v3 {case}: max |logit difference| = {diff:.2e}")
+    assert diff < EXACT
+
+
+@pytest.mark.parametrize("case", sorted(MODELS))
+def test_deepseek_v3_with_yarn_greedy_generation_with_caches(case):
+    with hf_in_float64(hf_deepseek):
+        assert_greedy_generation_matches(tiny_deepseek(seed=4, **MODELS[case]))
+
+
+def test_deepseek_refusals_left():
+    linear = {"rope_type": "linear", "rope_theta": 5e4, "factor": 4.0, "mscale_all_dim": 1.0}
+    with pytest.raises(ValueError, match="rope scaling 'linear' with mscale_all_dim"):
+        config_from_hf(deepseek_config(rope_parameters=linear))

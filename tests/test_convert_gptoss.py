@@ -3,8 +3,9 @@
 Hugging Face's ``GptOssMLP`` (``GptOssTopKRouter`` + ``GptOssExperts``) is the reference in
 float64, its weights copied by :func:`~attn_core.convert.copy_moe` (interleaved gate/up
 columns, transposed storage, expert biases). Its attention (window, sinks) is held equal in
-``tests/test_parity_hf_window.py``. :func:`~attn_core.convert.from_hf` still refuses the whole
-model: DecoderLM does not build its mixtures of experts with clamped experts yet.
+``tests/test_parity_hf_window.py``; whole tiny models (YaRN, sinks, a window of 3 on alternate
+layers, clamped experts) convert with :func:`~attn_core.convert.from_hf`: logits and greedy
+generation with caches equal Hugging Face's in float64 (:func:`test_rope_scaling.hf_in_float64`).
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
+from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
-from transformers import GptOssConfig  # noqa: E402
+from test_rope_scaling import hf_in_float64  # noqa: E402
+from transformers import GptOssConfig, GptOssForCausalLM  # noqa: E402
 from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: E402
 
 from attn_core import SwiGLU  # noqa: E402
-from attn_core.convert import config_from_hf, copy_moe  # noqa: E402
+from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_moe, from_hf  # noqa: E402
 from attn_core.mlp import ClampedSwiGLU  # noqa: E402
 from attn_core.moe import MixtureOfExperts  # noqa: E402
+from attn_core.rope_scaling import YarnScaling  # noqa: E402
 
 F64 = torch.float64
 
@@ -92,6 +96,54 @@ def test_clamped_swiglu_bad_arguments():
     assert all(type(e) is SwiGLU for e in MixtureOfExperts(8, 4, 2).experts)
 
 
-def test_from_hf_refuses_gpt_oss_naming_why():
-    with pytest.raises(ValueError, match="gpt_oss model exactly: .*DecoderLM does not build"):
-        config_from_hf(gpt_oss_config())
+# --------------------------------------------------------------------------- whole models
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 1.5e5,
+    "factor": 4.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 8,
+}  # gpt-oss's own, its length shrunk to 8
+
+
+def tiny_gpt_oss(seed: int = 3, **kw) -> GptOssForCausalLM:
+    """A sliding layer (window 3 < the 9 tokens of IDX) and a full one, sinks, biases, 4 clamped experts, top-2."""
+    base = dict(
+        vocab_size=61, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, sliding_window=3, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=32, rope_parameters=dict(YARN), attn_implementation="eager",
+        experts_implementation="eager", bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    return seeded(GptOssForCausalLM(GptOssConfig(**{**base, **kw})), seed=seed, std=0.5)
+
+
+CASES = {"gpt-oss": {}, "tight-clamp-4-layers": dict(swiglu_limit=1.0, num_hidden_layers=4)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpt_oss_gives_the_same_logits(case):
+    with hf_in_float64(hf_gpt_oss):
+        hf = tiny_gpt_oss(**CASES[case])
+        ours = from_hf(hf)
+        expected = hf(IDX).logits
+    c = ours.config
+    assert c.attention_sinks and c.router_bias and c.router_topk_first and isinstance(c.rope_scaling, YarnScaling)
+    assert c.expert_swiglu_limit == hf.config.swiglu_limit and c.layer_types[:2] == ("sliding", "full")
+    diff = max_diff(ours(IDX), expected)
+    print(f"{case}: max |logit difference| = {diff:.2e}")
+    assert diff < EXACT
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpt_oss_greedy_generation_with_caches(case):
+    """17 positions: past the window (rolling caches with sinks) and past YaRN's original length 8."""
+    with hf_in_float64(hf_gpt_oss):
+        assert_greedy_generation_matches(tiny_gpt_oss(seed=4, **CASES[case]))
+
+
+def test_gpt_oss_converts_and_refuses_another_alpha():
+    assert "gpt_oss" not in NOT_CONVERTED
+    with pytest.raises(ValueError, match="gpt_oss model exactly: swiglu_alpha=1.5"):
+        config_from_hf(gpt_oss_config(swiglu_alpha=1.5))

@@ -85,11 +85,12 @@ def test_copy_moe_refuses_a_missing_gate():
         copy_moe(MixtureOfExperts(16, 6, 2, d_ff=8, n_shared=1, shared_d_ff=12), hf)
 
 
-def test_from_hf_refuses_qwen3_next_moe_layers_naming_why():
-    with pytest.raises(ValueError, match=r"qwen3_next model exactly: mixture-of-experts layers \[0, 1, 2, 3\]: .*"
-                       "DecoderLM does not build its mixtures of experts with the gate yet"):  # fmt: skip
-        config_from_hf(qwen3_next_config())
-    with pytest.raises(ValueError, match=r"mixture-of-experts layers \[1, 3\]"):
+def test_qwen3_next_moe_layers_are_read_and_dense_ones_after_them_refused():
+    c = config_from_hf(qwen3_next_config())
+    assert (c.n_experts, c.experts_per_token, c.moe_d_ff, c.first_dense_layers) == (6, 2, 8, 0)
+    assert (c.n_shared_experts, c.shared_expert_d_ff, c.shared_expert_gate, c.router_normalize) == (1, 12, True, True)
+    assert config_from_hf(qwen3_next_config(mlp_only_layers=[0, 1])).first_dense_layers == 2
+    with pytest.raises(ValueError, match=r"mixture-of-experts layers \[1, 3\]: dense layers after MoE ones"):
         config_from_hf(qwen3_next_config(decoder_sparse_step=2))
     assert "qwen3_next" not in NOT_CONVERTED
 
@@ -114,6 +115,8 @@ def tiny_qwen3_next(seed: int = 3, **kw) -> Qwen3NextForCausalLM:
 
 CASES = {
     "qwen3-next": {},
+    "moe-after-a-dense-layer": dict(mlp_only_layers=[0], num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+                                    shared_expert_intermediate_size=12, experts_implementation="eager"),
     "full-first-tied": dict(layer_types=["full_attention", "linear_attention", "full_attention", "linear_attention"],
                             tie_word_embeddings=True),
     "half-rotary": dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
@@ -130,6 +133,7 @@ def test_qwen3_next_gives_the_same_logits(case):
     assert c.resolved_layer_types.count("linear") == (2 if "layer_types" in CASES[case] else 3)
     assert [isinstance(b.attn, GatedDeltaNet) for b in ours.blocks] == [k == "linear" for k in c.layer_types]
     assert c.attention_gate == "elementwise" and c.rotary_dim == (8 if case == "half-rotary" else 4)
+    assert (c.n_experts is not None) == ("num_experts" in CASES[case])
     diff = max_diff(ours(IDX), expected)
     print(f"{case}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT
