@@ -78,6 +78,7 @@ def generate(
     return_logits: bool = False,
     static: bool = False,
     compile: bool | str = False,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Extend ``idx`` by ``max_new_tokens`` tokens, one at a time.
 
@@ -101,6 +102,10 @@ def generate(
             hand: ``caches = model.make_caches(B, T + N - 1, static=True)``, prefill with
             ``model(idx, caches=caches)``, then call ``step = torch.compile(model)`` as
             ``step(token, caches=caches)`` once per token under ``torch.no_grad()``.
+        attention_mask: A left-padded batch's mask over the prompt (1 = token, 0 =
+            padding; :mod:`attn_core.padding`): the padding is hidden and each row's
+            positions start at its first token, so every row gets the tokens it would get
+            alone. Grown by one column of ones per new token.
 
     Returns:
         The prompt followed by the new tokens, and with ``return_logits`` the logits:
@@ -122,9 +127,25 @@ def generate(
         raise TypeError(f"compile must be a bool or a torch.compile mode (str), got {type(compile).__name__}")
     if (static or compile) and not use_cache:
         raise ValueError(f"static={static}, compile={compile!r} decode with caches: pass use_cache=True")
+    if attention_mask is not None:
+        check_tensor("attention_mask", attention_mask, ("B", "T"))
+        if attention_mask.shape != idx.shape:
+            raise ValueError(
+                f"attention_mask must have the prompt's shape {tuple(idx.shape)}, got {tuple(attention_mask.shape)}"
+            )
+        if static or compile:
+            raise ValueError("attention_mask (a padded batch) is not supported with static caches or compile")
     step_model = model
     if compile:
         step_model = torch.compile(model) if compile is True else torch.compile(model, mode=compile)
+    mask = attention_mask
+
+    def padded(m):  # the keyword only when there is a mask: a model without padding support still works
+        return {} if m is None else {"attention_mask": m}
+
+    def grow(m):  # one more column of tokens: (B, T_k) -> (B, T_k + 1)
+        return None if m is None else torch.cat((m, m.new_ones(m.shape[0], 1)), dim=1)
+
     was_training = model.training
     model.eval()
     try:
@@ -136,22 +157,24 @@ def generate(
                 caches = model.make_caches(B, T + max_new_tokens - 1, static=True)
             else:
                 caches = model.make_caches(B, T + max_new_tokens - 1)
-            logits = model(idx, caches=caches)  # (B, T, V): the prompt in one causal pass
+            logits = model(idx, caches=caches, **padded(mask))  # (B, T, V): the prompt in one causal pass
             collected.append(logits)
             for step in range(max_new_tokens):
                 nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
                 idx = torch.cat((idx, nxt), dim=1)  # (B, T + step + 1)
+                mask = grow(mask)
                 if step + 1 < max_new_tokens:
-                    logits = step_model(nxt, caches=caches)  # (B, 1, V): only the new token
+                    logits = step_model(nxt, caches=caches, **padded(mask))  # (B, 1, V): only the new token
                     collected.append(logits)
         else:
-            logits = model(idx)  # (B, T, V)
+            logits = model(idx, **padded(mask))  # (B, T, V)
             collected.append(logits)
             for step in range(max_new_tokens):
                 nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
                 idx = torch.cat((idx, nxt), dim=1)
+                mask = grow(mask)
                 if step + 1 < max_new_tokens:
-                    logits = model(idx)  # (B, T + step + 1, V): everything again
+                    logits = model(idx, **padded(mask))  # (B, T + step + 1, V): everything again
                     collected.append(logits[:, -1:])
     finally:
         model.train(was_training)

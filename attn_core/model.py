@@ -28,6 +28,7 @@ from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
 from .mla import MultiHeadLatentAttention
 from .moe import MixtureOfExperts
 from .norms import make_norm
+from .padding import check_attention_mask, padding_keys_mask, positions_from_mask
 from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
 from .sparse_attention import LightningIndexer, SparseAttention
@@ -330,7 +331,13 @@ class DecoderLM(nn.Module):
         return offset
 
     def forward(
-        self, idx: torch.Tensor, *, caches: list | None = None, return_weights: bool = False
+        self,
+        idx: torch.Tensor,
+        *,
+        caches: list | None = None,
+        return_weights: bool = False,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Next-token logits for every position of ``idx``.
 
@@ -339,6 +346,15 @@ class DecoderLM(nn.Module):
                 at the number of cached positions.
             caches: From :meth:`make_caches`; each is appended to.
             return_weights: Also return every layer's attention weights.
+            attention_mask: For a left-padded batch (:mod:`attn_core.padding`): 1 for a
+                token, 0 for padding, over every position so far (cached and new), as in
+                Hugging Face. Padding keys are hidden, and each row's positions start at its
+                first token (``cumsum(mask) − 1``) unless ``position_ids`` says otherwise.
+                Standard blocks without sliding windows, linear layers, static caches or
+                DeepSeek Sparse Attention.
+            position_ids: Each row's positions of the new tokens. Absolute encodings
+                (learned, sinusoidal) embed them; relative ones (RoPE, ALiBi) depend on
+                ``q − k`` only, so a row may only be shifted as a whole (checked on the CPU).
 
         Returns:
             ``logits``, or ``(logits, weights)``: logits at position ``t`` depend only on
@@ -350,25 +366,47 @@ class DecoderLM(nn.Module):
             weights: list of ``L`` tensors ``(B, H, T, past + T)``
         """
         offset = self._check_inputs(idx, caches)
+        T = idx.shape[1]
+        static = caches is not None and any(is_static(cache) for cache in caches)
+        pad = None
+        if attention_mask is not None:
+            self._check_padding_support(caches, static)
+            pad = check_attention_mask(attention_mask, idx.shape[0], offset + T)  # (B, past + T) bool
+        if position_ids is not None:
+            check_tensor("position_ids", position_ids, ("B", "T"), integer=True)
+            if position_ids.shape != idx.shape:
+                raise ValueError(
+                    f"position_ids must have idx's shape {tuple(idx.shape)}, got {tuple(position_ids.shape)}"
+                )
         x = self.tok_emb(idx.long())  # (B, T, d_model)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
         if self.pos_emb is not None:
-            x = self.pos_emb(x, offset)  # positions continue after the cached ones
+            if position_ids is None and pad is not None:
+                position_ids = positions_from_mask(pad, T)  # (B, T): counted from each row's first token
+            if position_ids is None:
+                x = self.pos_emb(x, offset)  # positions continue after the cached ones
+            else:
+                x = x + self._absolute_encodings(position_ids, offset + T, x)
+        elif position_ids is not None:
+            self._check_relative_positions(position_ids, offset, pad)
         x = self.drop(self.embed_norm(x))
         bias = None
-        T = idx.shape[1]
-        static = caches is not None and any(is_static(cache) for cache in caches)
         if static:
             bias = self._static_mask(caches, offset, T, x.device)  # (1, 1 or H, T, L)
         elif self.alibi is not None:  # the same (H, T, past + T) bias in every layer, queries the last T positions
             bias = self.alibi.bias(T, offset + T, device=x.device)[None]  # (1, H, T, past + T)
+        if pad is not None:
+            keys = padding_keys_mask(pad, T)  # (B, T, past + T): padding keys hidden
+            bias = keys if bias is None else bias.masked_fill(~keys[:, None], float("-inf"))  # (B, H, T, past + T)
         all_weights = []
+        kv_share = self.config.kv_share
         for i, block in enumerate(self.blocks):
             cache = None if caches is None else caches[i]
-            # A recurrent layer (Gated DeltaNet) has no key slots to mask; a layer without a
-            # cache (config.kv_share) attends with the mask its source layer was given.
-            layer_mask = None if static and (cache is None or isinstance(cache, GatedDeltaNetCache)) else bias
+            # A recurrent layer (Gated DeltaNet) has no key slots to mask; a layer that reads
+            # another's keys (config.kv_share) attends with the mask its source layer was given.
+            reader = kv_share is not None and kv_share[i] != i
+            layer_mask = None if reader or isinstance(cache, GatedDeltaNetCache) else bias
             if return_weights:
                 x, w = block(x, mask=layer_mask, kv_cache=cache, return_weights=True)
                 all_weights.append(w)
@@ -379,6 +417,53 @@ class DecoderLM(nn.Module):
             cap = self.config.final_softcap
             logits = cap * torch.tanh(logits / cap)
         return (logits, all_weights) if return_weights else logits
+
+    def _check_padding_support(self, caches: list | None, static: bool) -> None:
+        """Padding masks need layers that take a key mask: refuse the others with the reason."""
+        c = self.config
+        reasons = []
+        if c.block != "standard":
+            reasons.append(f"block={c.block!r} averages over every key (its causal uniform term), padding included")
+        if "linear" in c.resolved_layer_types:
+            reasons.append("a 'linear' layer (Gated DeltaNet) runs its recurrence through the padding")
+        if "sliding" in c.resolved_layer_types or c.sliding_window is not None:
+            reasons.append("a sliding window's rolling cache takes no mask")
+        if c.index_n_heads is not None:
+            reasons.append("DeepSeek Sparse Attention's indexer is not tested with padding")
+        if static:
+            reasons.append("static caches build their own mask")
+        if reasons:
+            raise ValueError("attention_mask is not supported for this model: " + "; ".join(reasons))
+
+    def _absolute_encodings(self, position_ids: torch.Tensor, length: int, x: torch.Tensor) -> torch.Tensor:
+        """Learned or sinusoidal encodings of per-row positions (all below ``length``).
+
+        Shapes:
+            position_ids: ``(B, T)``; output: ``(B, T, d_model)``
+        """
+        if position_ids.device.type == "cpu" and not torch.compiler.is_compiling():
+            lo, hi = int(position_ids.min()), int(position_ids.max())
+            if lo < 0 or hi >= length:
+                raise ValueError(f"position_ids must be in [0, past + T = {length}), got min={lo}, max={hi}")
+        if isinstance(self.pos_emb, LearnedPositionalEmbedding):
+            table = self.pos_emb.encodings(length)  # (past + T, d_model)
+        else:
+            table = self.pos_emb.encodings(length, device=x.device, dtype=x.dtype)  # (past + T, d_model)
+        return table.to(x.dtype)[position_ids.to(table.device)]  # (B, T, d_model)
+
+    def _check_relative_positions(self, position_ids: torch.Tensor, offset: int, pad: torch.Tensor | None) -> None:
+        """With relative positions a row's positions may only be shifted as a whole (checked on the CPU)."""
+        if position_ids.device.type != "cpu" or torch.compiler.is_compiling():
+            return
+        T = position_ids.shape[1]
+        shift = position_ids - torch.arange(offset, offset + T)  # (B, T): the same in every token of a row
+        real = torch.ones_like(shift, dtype=torch.bool) if pad is None else pad[:, -T:].cpu()  # (B, T)
+        last = shift[:, -1:]  # (B, 1): left padding puts a token in the last column
+        if bool(((shift != last) & real).any()):
+            raise ValueError(
+                f"position_ids must be each row's positions shifted as a whole: positional="
+                f"{self.config.positional!r} depends only on q - k, so the layers use {offset}..{offset + T - 1}"
+            )
 
     def _static_mask(self, caches: list, offset: int, T: int, device: torch.device) -> torch.Tensor:
         """The mask of a step with static caches: the filled slots (and ALiBi's bias over all slots).
