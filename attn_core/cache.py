@@ -68,8 +68,7 @@ class _SlotCache:
         """Forget every stored position (the memory is kept for reuse)."""
         self._size = 0
 
-    def _check_new(self, new: dict[str, torch.Tensor]) -> int:
-        """Check the tensors of one update against the storage; return their ``T_new``."""
+    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
         T_new = None
         for name, t in new.items():
             check_tensor(name, t, floating=True)  # an integer tensor would be cast silently by copy_
@@ -85,10 +84,6 @@ class _SlotCache:
                     f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}"
                 )
             T_new = t.shape[self.seq_dim]
-        return T_new
-
-    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        T_new = self._check_new(new)
         if self._size + T_new > self.max_len:
             raise ValueError(
                 f"cache overflow: {self._size} stored + {T_new} new > max_len={self.max_len}; "
@@ -299,6 +294,21 @@ class RollingKVCache:
             return position
         return self.sink_tokens + (position - self.sink_tokens) % self.window
 
+    def check_kv(self, k: torch.Tensor, v: torch.Tensor) -> int:
+        """Check the keys and values of one update against the storage; return ``T_new``.
+
+        Shapes:
+            k, v: ``(B, H_kv, T_new, D)``
+        """
+        B, H, _, D = self._k.shape
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, ("B", "H_kv", "T_new", "D"), floating=True)
+            if (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D):
+                raise ValueError(f"{name} must have shape ({B}, {H}, T_new, {D}), got {tuple(t.shape)}")
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        return k.shape[2]
+
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Return the stored keys/values (in chronological order) followed by ``k``/``v``; then store ``k``/``v``.
 
@@ -308,22 +318,25 @@ class RollingKVCache:
             k, v: ``(B, H_kv, T_new, D)``
             returns: two tensors ``(B, H_kv, T_k, D)``; key_positions ``(T_k,)``
         """
-        B, H, _, D = self._k.shape
-        for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, ("B", "H_kv", "T_new", "D"), floating=True)
-            if (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D):
-                raise ValueError(f"{name} must have shape ({B}, {H}, T_new, {D}), got {tuple(t.shape)}")
-        if k.shape != v.shape:
-            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        T_new = k.shape[2]
+        T_new = self.check_kv(k, v)
         k, v = k.detach().to(self._k.dtype), v.detach().to(self._v.dtype)  # values, not the graph; storage dtype
         # Read the ring in chronological order: slot order is not time order once it wraps.
-        stored = (self._pos >= 0).nonzero().flatten()  # (n,)
-        order = stored[torch.argsort(self._pos[stored])]  # (n,) slots, oldest first
+        # The n stored slots are known on the host (sinks fill first, then the ring), so the
+        # order comes from sorting the slots' positions, the empty ones (-1) first and cut
+        # off: no value read back from the device (a nonzero() would wait for it).
+        n = min(self._size, self.slots)
+        order = torch.argsort(self._pos)[self.slots - n :]  # (n,) slots, oldest first
         new_pos = torch.arange(self._size, self._size + T_new, device=self._pos.device)  # (T_new,)
         self.key_positions = torch.cat([self._pos[order], new_pos])  # (T_k,)
         k_all = torch.cat([self._k[:, :, order], k], dim=2)  # (B, H_kv, n + T_new, D)
         v_all = torch.cat([self._v[:, :, order], v], dim=2)  # (B, H_kv, n + T_new, D)
+        if T_new == 1:  # a decoding step: one slot, known on the host, written in place
+            slot = self.slot(self._size)
+            self._k[:, :, slot : slot + 1].copy_(k)
+            self._v[:, :, slot : slot + 1].copy_(v)
+            self._pos[slot : slot + 1].copy_(new_pos)
+            self._size += 1
+            return k_all, v_all
         # Store the new positions that survive: sink tokens and the last `window` of them.
         keep = [i for i in range(T_new) if self._size + i < self.sink_tokens or i >= T_new - self.window]
         slots = torch.tensor([self.slot(self._size + i) for i in keep], dtype=torch.long, device=self._pos.device)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from .cache import KVCache, LatentKVCache, RollingKVCache
-from .checks import check_int
+from .checks import check_int, check_tensor
 from .gated_deltanet import GatedDeltaNetCache
 
 __all__ = ["StaticKVCache", "StaticLatentKVCache", "filled_mask", "make_static_caches", "is_static"]
@@ -37,22 +37,28 @@ class _RightAligned:
     """Overrides ``_SlotCache._append``: shift the history left, write the new positions last, return everything."""
 
     def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        T_new = self._check_new(new)
-        if self._size + T_new > self.max_len:
+        first = next(iter(new.values()))
+        check_tensor(next(iter(new)), first, floating=True)
+        T_new = first.shape[self.seq_dim] if first.dim() > self.seq_dim else 0
+        size, L = self._size, self.max_len
+        if size + T_new > L:
             raise ValueError(
-                f"static cache too short: {self._size} stored + {T_new} new positions > max_len={self.max_len}; "
-                f"make the caches with max_len >= {self._size + T_new}"
+                f"static cache too short: {size} stored + {T_new} new positions > max_len={L}; "
+                f"make the caches with max_len >= {size + T_new}"
             )
-        out = []
-        for name, t in new.items():
-            stored = self._store[name]
-            if T_new < self.max_len:  # the oldest T_new slots fall off the left end (empty ones while filling)
-                kept = stored.narrow(self.seq_dim, T_new, self.max_len - T_new).clone()
-                stored.narrow(self.seq_dim, 0, self.max_len - T_new).copy_(kept)
-            stored.narrow(self.seq_dim, self.max_len - T_new, T_new).copy_(t.detach())  # values, not the graph
-            out.append(stored)  # always the whole buffer: (..., L, ...)
-        self._size += T_new
-        return tuple(out)
+        # The history that survives the shift: every slot but the oldest T_new (empty ones while filling).
+        kept = {name: self._store[name].narrow(self.seq_dim, T_new, L - T_new).clone() for name in new}
+        # A growing cache's append, told that the buffer is full but for the last T_new slots:
+        # its checks, then the new positions written there; it returns every slot.
+        self._size = L - T_new
+        try:
+            out = super()._append(**new)
+        finally:
+            self._size = size  # unchanged if the checks refused the update
+        for name, history in kept.items():
+            self._store[name].narrow(self.seq_dim, 0, L - T_new).copy_(history)
+        self._size = size + T_new
+        return out  # each the whole buffer: (..., L, ...)
 
 
 class StaticKVCache(_RightAligned, KVCache):

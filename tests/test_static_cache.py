@@ -146,3 +146,13 @@ def test_generate_static_bad_input():
         generate(model, idx, 3, compile=1)
     with pytest.raises(TypeError, match="static must be a bool"):
         generate(model, idx, 3, static=1)
+
+
+def test_a_refused_update_leaves_the_static_cache_unchanged():
+    cache = StaticKVCache(1, 2, 4, 5, dtype=F64)
+    good = torch.ones(1, 2, 2, 4, dtype=F64)
+    cache.update(good, good)
+    before = cache.update(good[:, :, :0], good[:, :, :0])[0].clone()
+    with pytest.raises(ValueError, match=r"k must have shape \(1, 2, 'T_new', 4\), got \(1, 3, 1, 4\)"):
+        cache.update(torch.ones(1, 3, 1, 4, dtype=F64), torch.ones(1, 3, 1, 4, dtype=F64))
+    assert cache.size == 2 and torch.equal(cache.update(good[:, :, :0], good[:, :, :0])[0], before)
