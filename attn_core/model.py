@@ -28,11 +28,18 @@ from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
 from .mla import MultiHeadLatentAttention
 from .moe import MixtureOfExperts
 from .norms import make_norm
-from .padding import check_attention_mask, padding_keys_mask, positions_from_mask
+from .padding import (
+    absolute_encodings,
+    check_attention_mask,
+    check_padding_support,
+    check_relative_positions,
+    padding_keys_mask,
+    positions_from_mask,
+)
 from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .simplified import SimplifiedBlock
 from .sparse_attention import LightningIndexer, SparseAttention
-from .static_cache import filled_mask, is_static, make_static_caches
+from .static_cache import is_static, make_static_caches, static_mask
 
 __all__ = ["DecoderLM", "ScaledLinear"]
 
@@ -370,7 +377,7 @@ class DecoderLM(nn.Module):
         static = caches is not None and any(is_static(cache) for cache in caches)
         pad = None
         if attention_mask is not None:
-            self._check_padding_support(caches, static)
+            check_padding_support(self.config, static)
             pad = check_attention_mask(attention_mask, idx.shape[0], offset + T)  # (B, past + T) bool
         if position_ids is not None:
             check_tensor("position_ids", position_ids, ("B", "T"), integer=True)
@@ -387,13 +394,13 @@ class DecoderLM(nn.Module):
             if position_ids is None:
                 x = self.pos_emb(x, offset)  # positions continue after the cached ones
             else:
-                x = x + self._absolute_encodings(position_ids, offset + T, x)
+                x = x + absolute_encodings(self.pos_emb, position_ids, offset + T, x)
         elif position_ids is not None:
-            self._check_relative_positions(position_ids, offset, pad)
+            check_relative_positions(position_ids, offset, pad, self.config.positional)
         x = self.drop(self.embed_norm(x))
         bias = None
         if static:
-            bias = self._static_mask(caches, offset, T, x.device)  # (1, 1 or H, T, L)
+            bias = static_mask(caches, offset, T, self.alibi, x.device)  # (1, 1 or H, T, L)
         elif self.alibi is not None:  # the same (H, T, past + T) bias in every layer, queries the last T positions
             bias = self.alibi.bias(T, offset + T, device=x.device)[None]  # (1, H, T, past + T)
         if pad is not None:
@@ -417,77 +424,6 @@ class DecoderLM(nn.Module):
             cap = self.config.final_softcap
             logits = cap * torch.tanh(logits / cap)
         return (logits, all_weights) if return_weights else logits
-
-    def _check_padding_support(self, caches: list | None, static: bool) -> None:
-        """Padding masks need layers that take a key mask: refuse the others with the reason."""
-        c = self.config
-        reasons = []
-        if c.block != "standard":
-            reasons.append(f"block={c.block!r} averages over every key (its causal uniform term), padding included")
-        if "linear" in c.resolved_layer_types:
-            reasons.append("a 'linear' layer (Gated DeltaNet) runs its recurrence through the padding")
-        if "sliding" in c.resolved_layer_types or c.sliding_window is not None:
-            reasons.append("a sliding window's rolling cache takes no mask")
-        if c.index_n_heads is not None:
-            reasons.append("DeepSeek Sparse Attention's indexer is not tested with padding")
-        if static:
-            reasons.append("static caches build their own mask")
-        if reasons:
-            raise ValueError("attention_mask is not supported for this model: " + "; ".join(reasons))
-
-    def _absolute_encodings(self, position_ids: torch.Tensor, length: int, x: torch.Tensor) -> torch.Tensor:
-        """Learned or sinusoidal encodings of per-row positions (all below ``length``).
-
-        Shapes:
-            position_ids: ``(B, T)``; output: ``(B, T, d_model)``
-        """
-        if position_ids.device.type == "cpu" and not torch.compiler.is_compiling():
-            lo, hi = int(position_ids.min()), int(position_ids.max())
-            if lo < 0 or hi >= length:
-                raise ValueError(f"position_ids must be in [0, past + T = {length}), got min={lo}, max={hi}")
-        if isinstance(self.pos_emb, LearnedPositionalEmbedding):
-            table = self.pos_emb.encodings(length)  # (past + T, d_model)
-        else:
-            table = self.pos_emb.encodings(length, device=x.device, dtype=x.dtype)  # (past + T, d_model)
-        return table.to(x.dtype)[position_ids.to(table.device)]  # (B, T, d_model)
-
-    def _check_relative_positions(self, position_ids: torch.Tensor, offset: int, pad: torch.Tensor | None) -> None:
-        """With relative positions a row's positions may only be shifted as a whole (checked on the CPU)."""
-        if position_ids.device.type != "cpu" or torch.compiler.is_compiling():
-            return
-        T = position_ids.shape[1]
-        shift = position_ids - torch.arange(offset, offset + T)  # (B, T): the same in every token of a row
-        real = torch.ones_like(shift, dtype=torch.bool) if pad is None else pad[:, -T:].cpu()  # (B, T)
-        last = shift[:, -1:]  # (B, 1): left padding puts a token in the last column
-        if bool(((shift != last) & real).any()):
-            raise ValueError(
-                f"position_ids must be each row's positions shifted as a whole: positional="
-                f"{self.config.positional!r} depends only on q - k, so the layers use {offset}..{offset + T - 1}"
-            )
-
-    def _static_mask(self, caches: list, offset: int, T: int, device: torch.device) -> torch.Tensor:
-        """The mask of a step with static caches: the filled slots (and ALiBi's bias over all slots).
-
-        The caches are right-aligned (:mod:`attn_core.static_cache`): the ``offset + T``
-        positions stored after this call are the last slots, so the attention's own causal
-        mask, aligned bottom-right, stays right; only the empty slots on the left are hidden.
-
-        Shapes:
-            output: ``(1, 1, T, L)`` boolean, or ``(1, H, T, L)`` float with ALiBi
-        """
-        L = next(c.max_len for c in caches if is_static(c))
-        if offset + T > L:
-            raise ValueError(
-                f"static cache too short: {offset} stored + {T} new positions > max_len={L}; "
-                f"make the caches with max_len >= {offset + T}"
-            )
-        valid = filled_mask(L, offset + T, device=device)  # (L,)
-        if self.alibi is None:
-            return valid.expand(1, 1, T, L)
-        # ALiBi's bias depends on q − k only, and bottom-right aligned over L slots it gives
-        # each stored key its true distance to the query.
-        bias = self.alibi.bias(T, L, device=device)[None]  # (1, H, T, L)
-        return bias.masked_fill(~valid, float("-inf"))
 
     def num_parameters(self) -> int:
         """Parameters of the module (a tied matrix counted once, as ``parameters()`` does)."""

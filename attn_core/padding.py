@@ -20,8 +20,16 @@ from __future__ import annotations
 import torch
 
 from .checks import check_tensor
+from .positional import LearnedPositionalEmbedding
 
-__all__ = ["positions_from_mask", "padding_keys_mask", "check_attention_mask"]
+__all__ = [
+    "positions_from_mask",
+    "padding_keys_mask",
+    "check_attention_mask",
+    "check_padding_support",
+    "absolute_encodings",
+    "check_relative_positions",
+]
 
 
 def check_attention_mask(attention_mask: object, batch_size: int, T_k: int) -> torch.Tensor:
@@ -69,3 +77,75 @@ def padding_keys_mask(attention_mask: torch.Tensor, T: int) -> torch.Tensor:
     """
     B, T_k = attention_mask.shape
     return attention_mask[:, None, :].expand(B, T, T_k)
+
+
+def check_padding_support(config, static: bool = False) -> None:
+    """Padding masks need layers that take a key mask: refuse a :class:`~attn_core.DecoderConfig` without, saying why.
+
+    Raises:
+        ValueError: Simplified blocks, ``"linear"`` or sliding layers, DeepSeek Sparse
+            Attention, or static caches; every reason named.
+    """
+    reasons = []
+    if config.block != "standard":
+        reasons.append(f"block={config.block!r} averages over every key (its causal uniform term), padding included")
+    if "linear" in config.resolved_layer_types:
+        reasons.append("a 'linear' layer (Gated DeltaNet) runs its recurrence through the padding")
+    if "sliding" in config.resolved_layer_types or config.sliding_window is not None:
+        reasons.append("a sliding window's rolling cache takes no mask")
+    if config.index_n_heads is not None:
+        reasons.append("DeepSeek Sparse Attention's indexer is not tested with padding")
+    if static:
+        reasons.append("static caches build their own mask")
+    if reasons:
+        raise ValueError("attention_mask is not supported for this model: " + "; ".join(reasons))
+
+
+def absolute_encodings(
+    pos_emb: torch.nn.Module, position_ids: torch.Tensor, length: int, x: torch.Tensor
+) -> torch.Tensor:
+    """Learned or sinusoidal encodings (``pos_emb.encodings``) of per-row positions, all below ``length``.
+
+    Shapes:
+        position_ids: ``(B, T)``; x: ``(B, T, d_model)`` (dtype and device); output: ``(B, T, d_model)``
+
+    Raises:
+        ValueError: On the CPU, a position outside ``[0, length)``.
+    """
+    if position_ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        lo, hi = int(position_ids.min()), int(position_ids.max())
+        if lo < 0 or hi >= length:
+            raise ValueError(f"position_ids must be in [0, past + T = {length}), got min={lo}, max={hi}")
+    if isinstance(pos_emb, LearnedPositionalEmbedding):
+        table = pos_emb.encodings(length)  # (past + T, d_model)
+    else:
+        table = pos_emb.encodings(length, device=x.device, dtype=x.dtype)  # (past + T, d_model)
+    return table.to(x.dtype)[position_ids.to(table.device)]  # (B, T, d_model)
+
+
+def check_relative_positions(
+    position_ids: torch.Tensor, offset: int, pad: torch.Tensor | None, positional: str
+) -> None:
+    """With relative positions (RoPE, ALiBi, none) a row's positions may only be shifted as a whole (CPU check).
+
+    The layers rotate (or bias) with positions ``offset .. offset + T − 1``; scores depend
+    on ``q − k`` only, so per-row ``position_ids`` that differ from these by one constant
+    per row give the same outputs, and any other ``position_ids`` cannot be honoured.
+
+    Shapes:
+        position_ids: ``(B, T)``; pad: ``(B, past + T)`` or None
+
+    Raises:
+        ValueError: Positions that are not a whole-row shift (read only on the CPU).
+    """
+    if position_ids.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    T = position_ids.shape[1]
+    shift = position_ids - torch.arange(offset, offset + T)  # (B, T): the same in every token of a row
+    real = torch.ones_like(shift, dtype=torch.bool) if pad is None else pad[:, -T:].cpu()  # (B, T)
+    last = shift[:, -1:]  # (B, 1): left padding puts a token in the last column
+    if bool(((shift != last) & real).any()):
+        raise ValueError(
+            f"position_ids must be each row's positions shifted as a whole: positional={positional!r} "
+            f"depends only on q - k, so the layers use {offset}..{offset + T - 1}"
+        )

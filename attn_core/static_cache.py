@@ -30,7 +30,14 @@ from .cache import KVCache, LatentKVCache, RollingKVCache
 from .checks import check_int, check_tensor
 from .gated_deltanet import GatedDeltaNetCache
 
-__all__ = ["StaticKVCache", "StaticLatentKVCache", "filled_mask", "make_static_caches", "is_static"]
+__all__ = [
+    "StaticKVCache",
+    "StaticLatentKVCache",
+    "filled_mask",
+    "make_static_caches",
+    "is_static",
+    "static_mask",
+]
 
 
 class _RightAligned:
@@ -130,3 +137,36 @@ def make_static_caches(
                 f"LatentKVCache and GatedDeltaNetCache"
             )
     return out
+
+
+def static_mask(caches: list, offset: int, T: int, alibi, device: torch.device | str | None = None) -> torch.Tensor:
+    """The mask of a model step with static caches: the filled slots (and ALiBi's bias over all slots).
+
+    The caches are right-aligned: the ``offset + T`` positions stored after this call are
+    the last slots, so the attention's own causal mask, aligned bottom-right, stays right;
+    only the empty slots on the left are hidden.
+
+    Args:
+        caches: The model's caches (at least one static).
+        offset: Positions stored before this call; ``T`` new ones.
+        alibi: The model's :class:`~attn_core.ALiBi`, or None.
+
+    Shapes:
+        output: ``(1, 1, T, L)`` boolean, or ``(1, H, T, L)`` float with ALiBi
+
+    Raises:
+        ValueError: The caches are too short for ``offset + T`` positions, with the sizes.
+    """
+    L = next(c.max_len for c in caches if is_static(c))
+    if offset + T > L:
+        raise ValueError(
+            f"static cache too short: {offset} stored + {T} new positions > max_len={L}; "
+            f"make the caches with max_len >= {offset + T}"
+        )
+    valid = filled_mask(L, offset + T, device=device)  # (L,)
+    if alibi is None:
+        return valid.expand(1, 1, T, L)
+    # ALiBi's bias depends on q − k only, and bottom-right aligned over L slots it gives
+    # each stored key its true distance to the query.
+    bias = alibi.bias(T, L, device=device)[None]  # (1, H, T, L)
+    return bias.masked_fill(~valid, float("-inf"))

@@ -161,14 +161,7 @@ class StreamingKVCache(RollingKVCache):
             k, v: ``(B, H_kv, T_new, D)``
             returns: two tensors ``(B, H_kv, size + T_new, D)``; key_positions ``(size + T_new,)``
         """
-        B, H, _, D = self._k.shape
-        for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, ("B", "H_kv", "T_new", "D"), floating=True)
-            if (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D):
-                raise ValueError(f"{name} must have shape ({B}, {H}, T_new, {D}), got {tuple(t.shape)}")
-        if k.shape != v.shape:
-            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        n, T_new = self._held, k.shape[2]
+        n, T_new = self._held, self.check_kv(k, v)
         if T_new > 1 and n + T_new > self.slots:
             raise ValueError(
                 f"a StreamingKVCache holding {n} keys takes at most {self.slots - n} tokens at once "
