@@ -30,7 +30,7 @@ from .core import attend
 from .gating import GATE_KINDS, gate_width, output_gate
 from .masks import check_window, position_mask
 from .norms import make_qk_norm
-from .positional import check_rope
+from .positional import check_rope, check_temperature, query_temperature
 from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]
@@ -86,6 +86,14 @@ class MultiHeadAttention(nn.Module):
         scale: What the scores ``q·k`` are multiplied by before the softmax; ``None``: ``1/√D``.
             Gemma 2 27B scales by ``query_pre_attn_scalar**-0.5`` (144 for heads of 128),
             Granite by its ``attention_multiplier``.
+        chunk: Chunked attention (Llama 4's RoPE layers, ``attention_chunk_size``): the
+            positions are cut into chunks of ``chunk`` (``0..chunk-1``, ...) and a query sees
+            only the earlier keys of its own chunk (:func:`~attn_core.masks.position_mask`).
+            Needs ``causal=True``; not with ``window``. Its cache is a full
+            :class:`~attn_core.KVCache` (the mask hides the earlier chunks).
+        temperature: ``(floor_scale, attn_scale)``: each query is multiplied by
+            :func:`~attn_core.positional.query_temperature` of its position, after RoPE and
+            QK-norm (Llama 4's NoPE layers, ``attn_temperature_tuning``). ``None``: no temperature.
 
     Shapes:
         x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
@@ -114,6 +122,8 @@ class MultiHeadAttention(nn.Module):
         kv_source: MultiHeadAttention | None = None,
         qkv_bias: bool = False,
         scale: float | None = None,
+        chunk: int | None = None,
+        temperature: tuple[float, float] | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -158,9 +168,15 @@ class MultiHeadAttention(nn.Module):
         # Sliding window, StreamingLLM's kept first tokens and gpt-oss's sink logits (chapter 15).
         self.window = check_window(window)
         self.sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
+        # Llama 4: chunked attention (its RoPE layers) and a query temperature by position (its NoPE layers).
+        self.chunk = None if chunk is None else check_int("chunk", chunk)
+        self.temperature = check_temperature(temperature)
+        if self.chunk is not None and self.window is not None:
+            raise ValueError(f"pass window or chunk, not both: got window={window}, chunk={chunk}")
         check_bool("sinks", sinks)
         for name, value, on in (
             ("window", window, self.window is not None),
+            ("chunk", chunk, self.chunk is not None),
             ("sinks", sinks, sinks),
             ("sink_tokens", sink_tokens, sink_tokens > 0),
         ):
@@ -309,14 +325,18 @@ class MultiHeadAttention(nn.Module):
             # whether it is processed in the full sequence or one step at a time.
             q = self.rope(q, offset=past)
             k = self.rope(k, offset=past)
+        if self.temperature is not None:  # Llama 4's NoPE layers: queries sharpened with their position
+            q = q * self._temperature(past, x.shape[1], q)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H_kv, past + T_q, D); rolling: (B, H_kv, stored + T_q, D)
         is_causal, window = self.causal, self.window
-        if rolling or self.sink_tokens:
-            # The band from absolute positions: a ring buffer's keys are not positions 0..T_k-1.
-            k_pos = kv_cache.key_positions if rolling else torch.arange(k.shape[2], device=x.device)  # (T_k,)
+        if rolling or self.sink_tokens or self.chunk:
+            # The band from absolute positions: a ring buffer's keys are not positions 0..T_k-1, and the
+            # last of T_k keys is position past + T_q - 1 (a static cache's empty slots come first).
+            last = past + x.shape[1]
+            k_pos = kv_cache.key_positions if rolling else torch.arange(last - k.shape[2], last, device=x.device)
             q_pos = torch.arange(past, past + x.shape[1], device=x.device)  # (T_q,)
-            band = position_mask(q_pos, k_pos, window=self.window, sink_tokens=self.sink_tokens)  # (T_q, T_k)
+            band = position_mask(q_pos, k_pos, window=self.window, sink_tokens=self.sink_tokens, chunk=self.chunk)
             if mask is None:
                 mask = band
             else:
@@ -344,6 +364,15 @@ class MultiHeadAttention(nn.Module):
         out = merge_heads(out)  # (B, H, T_q, D) -> (B, T_q, d_model)
         out = self.out_proj(out)
         return (out, weights) if return_weights else out
+
+    def _temperature(self, past: int, T: int, q: torch.Tensor) -> torch.Tensor:
+        """The query factors of positions ``past..past+T-1`` (:func:`~attn_core.positional.query_temperature`).
+
+        Shapes:
+            output: ``(T, 1)`` in ``q``'s dtype, broadcasting over ``(B, H, T, D)`` queries
+        """
+        positions = torch.arange(past, past + T, device=q.device)  # (T,)
+        return query_temperature(positions, *self.temperature).to(q.dtype)[:, None]  # (T,) -> (T, 1)
 
     def _check_context_kv(self, context_kv, x, kv_cache) -> None:
         """``context_kv`` must be this layer's kind of cache, for this batch, without a self-attention cache."""
@@ -383,7 +412,7 @@ class MultiHeadAttention(nn.Module):
         check_instance("kv_source", source, MultiHeadAttention)
         if source._kv_source:
             raise ValueError("kv_source must compute its own keys and values (it has a kv_source itself)")
-        for name in ("n_kv_heads", "head_dim", "causal", "window", "sink_tokens", "d_model"):
+        for name in ("n_kv_heads", "head_dim", "causal", "window", "sink_tokens", "chunk", "d_model"):
             if getattr(source, name) != getattr(self, name):
                 raise ValueError(
                     f"kv_source has {name}={getattr(source, name)!r}, this layer {name}={getattr(self, name)!r}: "
@@ -407,6 +436,8 @@ class MultiHeadAttention(nn.Module):
             q = self.q_norm(q)
         if self.rope is not None:
             q = self.rope(q, offset=rec["past"])
+        if self.temperature is not None:
+            q = q * self._temperature(rec["past"], x.shape[1], q)
         out, weights = attend(
             q,
             rec["k"],
@@ -446,6 +477,8 @@ class MultiHeadAttention(nn.Module):
             f"head_dim={self.head_dim}, causal={self.causal}"
             + (f", window={self.window}" if self.window is not None else "")
             + (f", sink_tokens={self.sink_tokens}" if self.sink_tokens else "")
+            + (f", chunk={self.chunk}" if self.chunk is not None else "")
+            + (f", temperature={self.temperature}" if self.temperature is not None else "")
             + (", sinks=True" if self.sinks is not None else "")
             + (", kv_source=shared" if self._kv_source else "")
             + (f", gate={self.gate!r}" if self.gate is not None else "")

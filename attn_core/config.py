@@ -31,7 +31,7 @@ from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
 from .norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
-from .positional import ROPE_LAYOUTS
+from .positional import ROPE_LAYOUTS, check_temperature
 from .rope_scaling import RopeScaling
 
 __all__ = ["DecoderConfig"]
@@ -39,7 +39,7 @@ __all__ = ["DecoderConfig"]
 POSITIONAL_KINDS = ("learned", "rope", "none", "sinusoidal", "alibi")
 ATTENTION_KINDS = ("mha", "mla")
 BLOCK_KINDS = ("standard", "sas", "sas-p")
-LAYER_TYPES = ("full", "sliding", "linear")
+LAYER_TYPES = ("full", "sliding", "linear", "chunked")
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,8 @@ class DecoderConfig:
         layer_types: ``"full"``, ``"sliding"`` or ``"linear"`` per layer (chapter 15: Gemma 3's
             five sliding layers per full one, gpt-oss's alternation; chapter 17: a
             ``"linear"`` layer is a :class:`~attn_core.GatedDeltaNet` in place of attention,
-            Qwen3-Next's three per full layer; see :func:`~attn_core.layer_pattern`).
+            Qwen3-Next's three per full layer; see :func:`~attn_core.layer_pattern`). A
+            ``"chunked"`` layer attends within chunks of ``attention_chunk_size`` (Llama 4).
             ``None``: every layer sliding when ``sliding_window`` is set, else every layer full.
         sliding_window: The window of the sliding layers: a query sees itself and the
             ``sliding_window - 1`` positions before it; they decode from a
@@ -195,6 +196,18 @@ class DecoderConfig:
             ``no_rope_layers``). ``None``: every layer as ``positional`` and
             ``rope_full_layers`` say. A layer has RoPE only where both allow it.
             Multi-head attention with ``positional="rope"`` in standard blocks.
+        attention_chunk_size: The chunk of the ``"chunked"`` layers (Llama 4's RoPE layers,
+            8192): a query sees only the earlier keys of its own chunk (``MultiHeadAttention(chunk=)``).
+        nope_temperature: ``(floor_scale, attn_scale)``: the layers without RoPE multiply each
+            query by :func:`~attn_core.positional.query_temperature` of its position (Llama 4's
+            ``attn_temperature_tuning``, ``(8192, 0.1)``). ``None``: none.
+        nope_qk_norm: ``False``: ``qk_norm`` only in the layers with RoPE (Llama 4 normalises its
+            rotated queries and keys only). Needs ``qk_norm``.
+        router_weight_inputs: Each expert reads its token times the routing weight, instead of
+            its output being weighted (Llama 4; ``MixtureOfExperts(weight_inputs=True)``).
+        moe_layer_step: Every ``moe_layer_step``-th layer after the first dense ones is a mixture of
+            experts (layer ``i`` when ``(i + 1) % step == 0``: Llama 4 Maverick's
+            ``interleave_moe_layer_step=2``), the others keep the dense MLP of width ``d_ff``.
 
     Fields added after the first edition (``field(repr=False)``) appear in the repr only
     when set, so that a config that does not use them prints as it always did.
@@ -269,6 +282,11 @@ class DecoderConfig:
     rotary_dim: int | None = field(default=None, repr=False)
     rope_scaling: RopeScaling | None = field(default=None, repr=False)
     rope_layers: tuple[bool, ...] | None = field(default=None, repr=False)
+    attention_chunk_size: int | None = field(default=None, repr=False)
+    nope_temperature: tuple[float, float] | None = field(default=None, repr=False)
+    nope_qk_norm: bool = field(default=True, repr=False)
+    router_weight_inputs: bool = field(default=False, repr=False)
+    moe_layer_step: int = field(default=1, repr=False)
 
     def __repr__(self) -> str:
         # Every field with repr=True, and the repr=False ones only where they differ from their default.
@@ -304,6 +322,7 @@ class DecoderConfig:
         self._check_scales_and_layout()
         self._check_indexer()
         self._check_rope_extensions()
+        self._check_llama4_fields()
         if self.head_dim is None:
             if self.d_model % self.n_heads != 0:
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -396,6 +415,48 @@ class DecoderConfig:
             )
         for i, on in enumerate(self.rope_layers):
             check_bool(f"rope_layers[{i}]", on)
+
+    def _check_llama4_fields(self) -> None:
+        """Check Llama 4's fields: chunked layers and their chunk, the NoPE layers' temperature and QK-norm."""
+        chunked = "chunked" in self.resolved_layer_types
+        if self.attention_chunk_size is not None:
+            check_int("attention_chunk_size", self.attention_chunk_size)
+        if chunked != (self.attention_chunk_size is not None):
+            raise ValueError(
+                f"attention_chunk_size={self.attention_chunk_size} is the chunk of the 'chunked' layers: give both "
+                f"or neither (layer_types={self.layer_types!r})"
+            )
+        if isinstance(self.nope_temperature, list):  # e.g. read back from JSON: store the frozen form
+            object.__setattr__(self, "nope_temperature", tuple(self.nope_temperature))
+        check_temperature(self.nope_temperature)
+        check_bool("nope_qk_norm", self.nope_qk_norm)
+        if not self.nope_qk_norm and not self.qk_norm:
+            raise ValueError("nope_qk_norm=False leaves out the NoPE layers' QK-norm, but qk_norm=False")
+        kinds = self.resolved_layer_types  # a "linear" layer has no queries to warm
+        nope = any(not self.layer_has_rope(i) and kinds[i] != "linear" for i in range(self.n_layers))
+        if self.nope_temperature is not None and not nope:
+            raise ValueError(
+                f"nope_temperature={self.nope_temperature} is for the attention layers without RoPE, and every "
+                "attention layer has RoPE"
+            )
+        used = [n for n, on in (("nope_temperature", self.nope_temperature), ("chunked layers", chunked)) if on]
+        if used and (self.attention != "mha" or self.block != "standard"):
+            raise ValueError(
+                f"{', '.join(used)}: options of the standard blocks' multi-head attention, got "
+                f"attention={self.attention!r}, block={self.block!r}"
+            )
+
+    def layer_chunk(self, i: int) -> int | None:
+        """The attention chunk of layer ``i`` (``attention_chunk_size`` if it is ``"chunked"``), else None."""
+        return self.attention_chunk_size if self.resolved_layer_types[i] == "chunked" else None
+
+    def layer_temperature(self, i: int) -> tuple[float, float] | None:
+        """The query temperature of layer ``i``: ``nope_temperature`` if it has no RoPE, else None."""
+        return None if self.layer_has_rope(i) else self.nope_temperature
+
+    def layer_qk_norm(self, i: int) -> bool | str:
+        """The QK-norm of layer ``i``: ``qk_norm``, except in a NoPE layer when ``nope_qk_norm`` is False."""
+        return self.qk_norm if self.nope_qk_norm or self.layer_has_rope(i) else False
 
     def layer_has_rope(self, i: int) -> bool:
         """Whether layer ``i`` rotates its queries and keys (``positional``, ``rope_full_layers``, ``rope_layers``)."""
@@ -663,6 +724,7 @@ class DecoderConfig:
         "experts_per_token", "n_shared_experts", "moe_d_ff", "router_scoring", "router_topk_first",
         "router_normalize", "router_scale", "router_groups", "router_topk_groups", "router_bias",
         "capacity_factor", "first_dense_layers", "expert_swiglu_limit", "shared_expert_d_ff", "shared_expert_gate",
+        "router_weight_inputs", "moe_layer_step",
     )  # fmt: skip
 
     def _check_moe(self) -> None:
@@ -675,6 +737,13 @@ class DecoderConfig:
         check_int("n_experts", self.n_experts)
         check_int("n_shared_experts", self.n_shared_experts, minimum=0)
         check_int("first_dense_layers", self.first_dense_layers, minimum=0)
+        check_int("moe_layer_step", self.moe_layer_step)
+        check_bool("router_weight_inputs", self.router_weight_inputs)
+        if self.moe_layer_step != 1 and not any(self.is_moe_layer(i) for i in range(self.n_layers)):
+            raise ValueError(
+                f"first_dense_layers={self.first_dense_layers}, moe_layer_step={self.moe_layer_step} leave no "
+                f"mixture-of-experts layer of n_layers={self.n_layers}; leave n_experts=None for a dense model"
+            )
         if self.moe_d_ff is not None:
             check_int("moe_d_ff", self.moe_d_ff)
         if self.capacity_factor is not None:
@@ -709,8 +778,8 @@ class DecoderConfig:
             )  # fmt: skip
 
     def is_moe_layer(self, i: int) -> bool:
-        """Whether layer ``i``'s MLP is a mixture of experts."""
-        return self.n_experts is not None and i >= self.first_dense_layers
+        """Whether layer ``i``'s MLP is a mixture of experts (past ``first_dense_layers``, per ``moe_layer_step``)."""
+        return self.n_experts is not None and i >= self.first_dense_layers and (i + 1) % self.moe_layer_step == 0
 
     @property
     def resolved_moe_d_ff(self) -> int:

@@ -53,8 +53,12 @@ OLMo 2 and OLMo 3 (issue 28) convert with ``norm_position="post_sublayer"`` (``x
 Qwen3-Next converts (Gated DeltaNet layers, gated attention, partial RoPE, and MoE layers whose
 shared expert has a sigmoid gate: ``shared_expert_gate``, ``shared_expert_d_ff``), and gpt-oss
 (YaRN, sinks, windows on alternate layers, clamped SwiGLU experts with biases:
-``expert_swiglu_limit``). Llama 4's text model, Kimi Linear, DeepSeek-V4 and Gemma 3n are refused
-with what they add (:data:`NOT_CONVERTED`).
+``expert_swiglu_limit``). Llama 4's text model (``llama4_text``, ``Llama4ForCausalLM``) converts: chunked
+attention in its RoPE layers (``layer_types`` ``"chunked"``, ``attention_chunk_size``), NoPE layers
+whose queries grow with the position (``nope_temperature``), QK-norm where it rotates, interleaved RoPE
+(Llama 3.1's scaling if set), dense layers of ``intermediate_size_mlp`` between mixtures of experts that
+weight each token before its expert (``router_weight_inputs``) beside a shared expert (``moe_layer_step``).
+Kimi Linear, DeepSeek-V4 and Gemma 3n are refused with what they add (:data:`NOT_CONVERTED`).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -132,13 +136,6 @@ SUPPORTED_MODEL_TYPES = (
 #: that a :class:`~attn_core.DecoderLM` does not compute. Their attention layers alone
 #: convert with :func:`copy_attention` where it says so.
 NOT_CONVERTED = {
-    "llama4_text": "its RoPE layers attend in chunks (attention_chunk_size={attention_chunk_size}: a query sees "
-    "only the keys of its own chunk, not a sliding window) and L2-normalise queries and keys without a gain "
-    "(use_qk_norm), its NoPE layers multiply the queries by a temperature that grows with the position "
-    "(log1p(floor((pos + 1) / floor_scale)) * attn_scale + 1): MultiHeadAttention computes none of these; its MoE "
-    "(a sigmoid score that scales the token before its expert, beside a shared expert) is "
-    "MixtureOfExperts(scoring='sigmoid', n_shared=1, weight_inputs=True), copied by copy_moe, and its NoPE layer "
-    "pattern would convert (rope_layers)",
     "kimi_linear": "its Kimi Delta Attention layers (KDA: a delta rule whose forget gate has one decay per "
     "channel, from a low-rank f_a_proj/f_b_proj) are not attn_core's GatedDeltaNet (one decay per head), and "
     "its full layers are MLA without RoPE",
@@ -318,6 +315,18 @@ def _moe_fields(t: str, hf) -> dict:
             n_experts=hf.num_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.moe_intermediate_size,
             router_normalize=bool(hf.norm_topk_prob), n_shared_experts=1,
             shared_expert_d_ff=hf.shared_expert_intermediate_size, shared_expert_gate=True, first_dense_layers=moe[0],
+        )  # fmt: skip
+    if t == "llama4_text":  # top-k logits, sigmoid, the token scaled before its expert; one shared expert
+        moe = list(hf.moe_layers)
+        if not moe:
+            return {}
+        step = moe[0] + 1
+        if moe != list(range(step - 1, hf.num_hidden_layers, step)):
+            _refuse(t, f"moe_layers={moe}: attn_core's are every moe_layer_step-th layer (interleave_moe_layer_step)")
+        return dict(
+            n_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, moe_d_ff=hf.intermediate_size,
+            router_scoring="sigmoid", router_weight_inputs=True, n_shared_experts=1,
+            shared_expert_d_ff=hf.intermediate_size, moe_layer_step=step,
         )  # fmt: skip
     if t == "mixtral":
         return dict(
@@ -518,12 +527,34 @@ def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
             f"{name} scales its scores by {scaling:.6g}, the layer by {ours:.6g}: build it with scale={scaling!r} "
             "(Gemma's query_pre_attn_scalar**-0.5, Granite's attention_multiplier)"
         )
+    if name == "Llama4TextAttention":  # RoPE or not, its chunk, its temperature, its QK-norm
+        _check_llama4_attention(attn, hf_attn)
     gated = hf_attn.q_proj.weight.shape[0] == 2 * attn.n_heads * attn.head_dim
     if gated != (attn.gate_proj is not None) or (gated and attn.gate_proj.out_features != attn.n_heads * attn.head_dim):
         raise ValueError(
             f"{name} {'makes an' if gated else 'has no'} output gate per query element: "
             f"build the layer with gate={'elementwise' if gated else None!r}"
         )
+
+
+def _check_llama4_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
+    """A ``Llama4TextAttention`` layer's RoPE, chunk, temperature and QK-norm must be the layer's."""
+    name, config = type(hf_attn).__name__, hf_attn.config
+    rope = bool(hf_attn.use_rope)
+    chunked = config.layer_types[hf_attn.layer_idx] == "chunked_attention"
+    expected = {
+        "rope": (rope, attn.rope is not None),
+        "chunk": (config.attention_chunk_size if chunked else None, attn.chunk),
+        "temperature": (
+            (float(hf_attn.floor_scale), float(hf_attn.attn_scale)) if hf_attn.attn_temperature_tuning and not rope
+            else None,
+            attn.temperature,
+        ),
+        "qk_norm": (hasattr(hf_attn, "qk_norm"), attn.q_norm is not None),
+    }  # fmt: skip
+    for key, (theirs, ours) in expected.items():
+        if theirs != ours:
+            raise ValueError(f"{name} (layer {hf_attn.layer_idx}) has {key}={theirs!r}, the layer {key}={ours!r}")
 
 
 def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
@@ -535,6 +566,8 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
     (``softcap=``) and ``Qwen3NextAttention`` (``qk_norm=True, gate="elementwise"``: its
     ``q_proj`` makes each head's query and gate together, and are split here). Gemma's and
     Qwen3-Next's RMSNorm multiply by ``1 + weight``; the gains are copied as ``1 + weight``.
+    ``Llama4TextAttention``: into a layer with its ``chunk`` (chunked layers), ``temperature``
+    (NoPE layers) and, where it has ``use_qk_norm``'s gain-free L2 norm, ``qk_norm=True`` (gains set to 1).
     RoPE is the layer's own (``rope=``); give it the model's base (Gemma 3's local layers
     have their own).
 
@@ -571,7 +604,11 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
         for name in ("k_proj", "v_proj"):
             _copy(getattr(attn, name), getattr(hf_attn, name))
         _copy(attn.out_proj, hf_attn.o_proj)
-        if attn.q_norm is not None:
+        if attn.q_norm is not None and hasattr(hf_attn, "qk_norm"):  # Llama 4: an L2 norm without a gain
+            with torch.no_grad():
+                attn.q_norm.weight.fill_(1.0)
+                attn.k_norm.weight.fill_(1.0)
+        elif attn.q_norm is not None:
             offset = 1.0 if _hf_model_type(hf_attn) in OFFSET_NORM_TYPES else 0.0
             _copy(attn.q_norm, hf_attn.q_norm.weight + offset)
             _copy(attn.k_norm, hf_attn.k_norm.weight + offset)
@@ -603,7 +640,7 @@ def from_hf(model: nn.Module) -> DecoderLM:
 
     Works with the ``...ForCausalLM`` objects of :data:`SUPPORTED_MODEL_TYPES` (LLaMA, Mistral,
     Qwen2, Qwen3, DeepSeek-V3 and V3.2, Gemma 2 and 3, Mixtral, Qwen3-MoE, Granite, Phi-3,
-    Cohere 2, GLM-4-MoE, SmolLM3, OLMo 2 and 3, Qwen3-Next, gpt-oss; random-initialised or from
+    Cohere 2, GLM-4-MoE, SmolLM3, OLMo 2 and 3, Qwen3-Next, gpt-oss, Llama 4's text model; random-initialised or from
     ``from_pretrained``); the result has the model's dtype and device and is in eval mode. Its logits
     equal the Hugging Face model's up to rounding (float64: ~1e-14 measured, held below 1e-10; see
     ``tests/test_parity_hf.py`` and ``tests/test_convert*.py``).
@@ -648,10 +685,11 @@ def from_hf(model: nn.Module) -> DecoderLM:
             _copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
         elif not c.parallel_block and c.norm_position != "post_sublayer":  # Cohere's parallel block has one norm
             _copy_norm(block.mlp_norm, layer.post_attention_layernorm, offset)
+        hf_mlp = layer.feed_forward if hasattr(layer, "feed_forward") else layer.mlp  # Llama 4's name
         if isinstance(block.mlp, MixtureOfExperts):
-            copy_moe(block.mlp, layer.mlp)
+            copy_moe(block.mlp, hf_mlp)
         else:
-            _copy_mlp(block.mlp, layer.mlp)
+            _copy_mlp(block.mlp, hf_mlp)
         if isinstance(block.attn, GatedDeltaNet):  # Qwen3-Next's linear layers
             copy_gated_deltanet(block.attn, layer.linear_attn)
         elif isinstance(block.attn, SparseAttention):  # DeepSeek-V3.2: MLA and its lightning indexer
@@ -721,6 +759,11 @@ def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
     interleaved = getattr(experts, "gate_up_proj_bias", None) is not None  # gpt-oss: x @ W + b, columns alternate
     # Llama 4: x @ W too, (E, d, 2f) with the gate's f columns first (its own class, no bias, no flag).
     transposed = not interleaved and type(experts).__name__ == "Llama4TextExperts"
+    if transposed != ours.weight_inputs:  # Llama 4 scales each token before its expert, the others after
+        raise ValueError(
+            f"{type(experts).__name__} {'weights its inputs' if transposed else 'weights its outputs'}: build the "
+            f"MixtureOfExperts with weight_inputs={transposed}"
+        )
     for e, expert in enumerate(ours.experts):
         bias = {}
         if transposed:

@@ -31,6 +31,13 @@ qwen3_next ``layer_types`` with ``"linear"`` layers (Gated DeltaNet: ``linear_n_
            ``qk_norm``), ``rotary_dim``; ``1 + weight`` norm gains (its mixtures of experts, with the
            sigmoid-gated shared expert, are read by the converter)
 gpt_oss    ``attention_sinks``, ``bias`` (its YaRN, windows and clamped experts are read by the converter)
+llama4_text ``layer_types`` ``"chunked"`` (its RoPE layers) with ``attention_chunk_size``, ``rope_layers``
+           (``no_rope_layers``), ``rope_layout="interleaved"`` (its complex RoPE rotates neighbouring
+           pairs), ``qk_norm`` in the RoPE layers only (``use_qk_norm``: Hugging Face's gain-free L2
+           norm after RoPE is a unit-gain RMSNorm before it, ``nope_qk_norm=False``), the NoPE layers'
+           ``nope_temperature`` (``attn_temperature_tuning``: ``(floor_scale, attn_scale)``), dense
+           layers of ``intermediate_size_mlp``; its mixtures of experts (``router_weight_inputs``,
+           one shared expert, ``moe_layer_step``) are read by the converter
 cohere2    ``parallel_block`` (attention and MLP from one norm), ``norm="layernorm"`` (its
            bias-free LayerNorm: attn_core's bias is copied as zeros), ``rope_layout="interleaved"``,
            RoPE in the sliding layers only (``rope_full_layers=False``) and ``logit_scale``
@@ -46,7 +53,7 @@ import types
 
 __all__ = [
     "FAMILY_FIELDS", "qwen2_fields", "granite_fields", "phi3_fields", "cohere2_fields", "glm4_moe_fields",
-    "smollm3_fields", "olmo_fields", "qwen3_next_fields",
+    "smollm3_fields", "olmo_fields", "qwen3_next_fields", "llama4_fields",
     "unfused_attention", "unfused_mlp",
 ]  # fmt: skip
 
@@ -112,11 +119,33 @@ def cohere2_fields(hf) -> dict:
 def smollm3_fields(hf) -> dict:
     """SmolLM3: LLaMA's block whose ``no_rope_layers[i] == 0`` layers have no positions (NoPE)."""
     flags = tuple(bool(v) for v in hf.no_rope_layers)  # 1 = the layer rotates (the name says the opposite)
-    if len(flags) != hf.num_hidden_layers:
+    if len(flags) < hf.num_hidden_layers:  # Llama 4's may be longer ("at least the same length")
         raise ValueError(
             f"no_rope_layers must give 0 or 1 per layer ({hf.num_hidden_layers}), got {list(hf.no_rope_layers)}"
         )
+    flags = flags[: hf.num_hidden_layers]
     return {} if all(flags) else dict(rope_layers=flags)
+
+
+def llama4_fields(hf) -> dict:
+    """Llama 4's text model: chunked RoPE layers, NoPE layers with a query temperature, QK-norm where it rotates."""
+    names = {"chunked_attention": "chunked", "full_attention": "full"}
+    kinds = list(hf.layer_types)
+    if set(kinds) - set(names) or len(kinds) != hf.num_hidden_layers:
+        raise ValueError(
+            f"layer_types must give 'chunked_attention' or 'full_attention' per layer ({hf.num_hidden_layers}), "
+            f"got {kinds}"
+        )
+    fields = dict(smollm3_fields(hf), rope_layout="interleaved", d_ff=hf.intermediate_size_mlp)
+    if "chunked_attention" in kinds:
+        if hf.attention_chunk_size is None:
+            raise ValueError(f"layer_types has 'chunked_attention' layers but attention_chunk_size=None: {kinds}")
+        fields.update(layer_types=tuple(names[k] for k in kinds), attention_chunk_size=int(hf.attention_chunk_size))
+    if hf.use_qk_norm:  # Llama4TextL2Norm (no gain) after RoPE, in the RoPE layers only
+        fields.update(qk_norm=True, nope_qk_norm=False)
+    if hf.attn_temperature_tuning and "rope_layers" in fields:  # only the NoPE layers take it
+        fields.update(nope_temperature=(float(hf.floor_scale), float(hf.attn_scale)))
+    return fields
 
 
 def qwen3_next_fields(hf) -> dict:
@@ -147,7 +176,7 @@ def olmo_fields(hf) -> dict:
 FAMILY_FIELDS = {
     "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
     "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields, "olmo2": olmo_fields, "olmo3": olmo_fields,
-    "qwen3_next": qwen3_next_fields, "gpt_oss": gpt_oss_fields,
+    "qwen3_next": qwen3_next_fields, "gpt_oss": gpt_oss_fields, "llama4_text": llama4_fields,
 }  # fmt: skip
 
 

@@ -45,37 +45,51 @@ def check_window(window: object, name: str = "window") -> int | None:
 
 
 def position_mask(
-    q_pos: torch.Tensor, k_pos: torch.Tensor, *, window: int | None = None, sink_tokens: int = 0
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    *,
+    window: int | None = None,
+    sink_tokens: int = 0,
+    chunk: int | None = None,
 ) -> torch.Tensor:
-    """Causal (optionally windowed) mask from absolute positions: the one rule every mask here uses.
+    """Causal (optionally windowed or chunked) mask from absolute positions: the one rule every mask here uses.
 
     Key ``j`` is visible to query ``i`` when ``k_pos[j] <= q_pos[i]`` and, with a window
     ``w``, ``q_pos[i] - k_pos[j] < w``; the first ``sink_tokens`` positions stay visible
-    whatever the window (StreamingLLM's attention sinks, Xiao et al. 2023). Negative key
-    positions (empty slots of a rolling cache) are never visible.
+    whatever the window (StreamingLLM's attention sinks, Xiao et al. 2023). With a chunk
+    size ``c`` (Llama 4's chunked attention), only keys of the query's own chunk:
+    ``k_pos[j] // c == q_pos[i] // c`` (the first query of a chunk sees itself alone, unlike
+    a window of ``c``). Negative key positions (empty slots of a rolling cache) are never visible.
 
     Args:
         q_pos: Absolute position of each query.
         k_pos: Absolute position of each key (any order: a ring buffer's slots).
         window: Keys per query, itself included; None = no window.
         sink_tokens: Leading positions that every later query may see.
+        chunk: Positions per chunk (``0..c-1``, ``c..2c-1``, ...); None = no chunks. Not with ``window``.
 
     Shapes:
         q_pos: ``(T_q,)``; k_pos: ``(T_k,)``; output: ``(T_q, T_k)``
 
     Raises:
         TypeError: A position tensor that is not an integer tensor (a list, floats).
-        ValueError: A position tensor that is not 1-D; a bad ``window`` or ``sink_tokens``.
+        ValueError: A position tensor that is not 1-D; a bad ``window``, ``sink_tokens`` or ``chunk``,
+            or both a window and a chunk.
     """
     # 1-D integer tensors: a list would fail at the indexing below, a 2-D tensor would broadcast silently.
     check_tensor("q_pos", q_pos, ("T_q",), integer=True)
     check_tensor("k_pos", k_pos, ("T_k",), integer=True)
     window = check_window(window)
     sink_tokens = check_int("sink_tokens", sink_tokens, minimum=0)
+    chunk = None if chunk is None else check_int("chunk", chunk)
+    if chunk is not None and window is not None:
+        raise ValueError(f"pass a window or a chunk, not both: got window={window}, chunk={chunk}")
     q, k = q_pos[:, None], k_pos[None, :]  # (T_q, 1), (1, T_k)
     allowed = (k <= q) & (k >= 0)  # (T_q, T_k)
     if window is not None:
         allowed = allowed & ((q - k < window) | (k < sink_tokens))
+    if chunk is not None:  # floor division: only the query's own chunk (k >= 0 here, so no negative chunk)
+        allowed = allowed & (torch.div(k, chunk, rounding_mode="floor") == torch.div(q, chunk, rounding_mode="floor"))
     return allowed
 
 

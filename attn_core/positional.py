@@ -40,6 +40,8 @@ __all__ = [
     "rope_permutation",
     "convert_rope_layout",
     "check_rope",
+    "query_temperature",
+    "check_temperature",
 ]
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -426,6 +428,48 @@ def check_rope(rope: nn.Module | None, head_dim: int) -> nn.Module | None:
     if getattr(rope, "head_dim", head_dim) != head_dim:
         raise ValueError(f"rope.head_dim={rope.head_dim} does not match head_dim={head_dim}")
     return rope
+
+
+def check_temperature(temperature: object) -> tuple[float, float] | None:
+    """``temperature`` as ``(floor_scale, attn_scale)`` floats (:func:`query_temperature`), or None.
+
+    Raises:
+        TypeError: Not a pair (or None).
+        ValueError: ``floor_scale <= 0`` or ``attn_scale < 0``, naming the value.
+    """
+    if temperature is None:
+        return None
+    if not isinstance(temperature, (tuple, list)) or len(temperature) != 2:
+        raise TypeError(f"temperature must be a pair (floor_scale, attn_scale) or None, got {temperature!r}")
+    floor_scale = check_number("temperature floor_scale", temperature[0], low=0.0, low_open=True)
+    attn_scale = check_number("temperature attn_scale", temperature[1], low=0.0)
+    return floor_scale, attn_scale
+
+
+def query_temperature(positions: torch.Tensor, floor_scale: float, attn_scale: float) -> torch.Tensor:
+    """Llama 4's attention temperature in its NoPE layers: what the query at each position is multiplied by.
+
+    ``1 + attn_scale · log(1 + floor((p + 1) / floor_scale))`` (Hugging Face's
+    ``attn_temperature_tuning``, after Nakanishi 2025, arXiv 2501.19399): 1 for the first
+    ``floor_scale - 1`` positions, then a step up every ``floor_scale`` positions, growing
+    like a logarithm. Without positions, a far query's softmax over ever more keys flattens;
+    sharpening it (a larger query is a lower temperature) keeps it peaked.
+
+    Args:
+        positions: Absolute position of each query (integers).
+        floor_scale: Positions per step (Llama 4: 8192).
+        attn_scale: Strength (Llama 4: 0.1).
+
+    Shapes:
+        positions: ``(T,)``; output: ``(T,)`` float64 (cast where it is used)
+
+    Raises:
+        TypeError / ValueError: ``positions`` not a 1-D integer tensor, or bad scales (:func:`check_temperature`).
+    """
+    check_tensor("positions", positions, ("T",), integer=True)
+    floor_scale, attn_scale = check_temperature((floor_scale, attn_scale))
+    steps = torch.floor((positions.to(torch.float64) + 1.0) / floor_scale)  # (T,)
+    return torch.log1p(steps) * attn_scale + 1.0
 
 
 class ALiBi(nn.Module):

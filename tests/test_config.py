@@ -271,6 +271,13 @@ FIELD_CHANGES = {
     # Issue 28: context extension and NoPE layers (layer 1 is a full-attention layer in every base).
     "rope_scaling": dict(rope_scaling=LinearScaling(factor=2.0)),
     "rope_layers": dict(rope_layers=(True, False)),
+    # Llama 4: each raises in these bases (no chunked layer, every layer rotates, no QK-norm, no experts);
+    # tests/test_llama4_attention.py shows each acting.
+    "attention_chunk_size": dict(attention_chunk_size=2),
+    "nope_temperature": dict(nope_temperature=(2.0, 0.5)),
+    "nope_qk_norm": dict(nope_qk_norm=False),
+    "router_weight_inputs": dict(router_weight_inputs=True),
+    "moe_layer_step": dict(moe_layer_step=2),
 }
 
 
@@ -365,7 +372,7 @@ def test_layer_pattern_fields_reach_each_layer():
         (dict(sliding_window=0), "sliding_window must be >= 1"),
         (dict(layer_types=("sliding", "full")), "layer_types has 'sliding' layers but sliding_window=None"),
         (dict(layer_types=("full", "full"), sliding_window=4), "sliding_window=4 but no layer of layer_types"),
-        (dict(layer_types=("full",)), r"layer_types must give one of \('full', 'sliding', 'linear'\) per layer \(2\)"),
+        (dict(layer_types=("full",)), r"one of \('full', 'sliding', 'linear', 'chunked'\) per layer \(2\)"),
         (dict(layer_types=("full", "local")), "layer_types"),
         (dict(kv_share=(1, 1)), r"kv_share\[0\]=1: a layer reuses an earlier"),
         (dict(kv_share=(0, 0), layer_types=("full", "sliding"), sliding_window=2), "shares keys between a"),
