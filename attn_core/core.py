@@ -234,7 +234,7 @@ def attention(
     ):
         # FlexAttention skips the blocks outside the window, and its log-sum-exp adds the
         # sinks' mass (attn_core.flex): a fused kernel instead of the explicit path.
-        fused = flex_or_none(q, k, v, scale=scale, is_causal=is_causal, window=window)
+        fused = flex_or_none(q, k, v, scale=scale, is_causal=is_causal, window=window, return_lse=sinks is not None)
         if fused is not None:
             out, lse = fused
             return out if sinks is None else sink_correction(out, lse, sinks)

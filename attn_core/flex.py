@@ -102,8 +102,15 @@ def use_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 
 
 def flex_or_none(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, is_causal: bool, window: int | None
-) -> tuple[torch.Tensor, torch.Tensor] | None:
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    is_causal: bool,
+    window: int | None,
+    return_lse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """:func:`flex_attention`, or ``None`` where the compiled kernel cannot be built for this shape (``"auto"`` mode).
 
     Compiling FlexAttention can fail for shapes its templates do not cover (measured on an
@@ -115,7 +122,7 @@ def flex_or_none(
         as :func:`flex_attention`
     """
     try:
-        return flex_attention(q, k, v, scale=scale, is_causal=is_causal, window=window)
+        return flex_attention(q, k, v, scale=scale, is_causal=is_causal, window=window, return_lse=return_lse)
     except Exception:  # noqa: BLE001 - Inductor's lowering errors have no common public type
         if _MODE[0] == "always":
             raise
@@ -168,10 +175,12 @@ def flex_attention(
     scale: float,
     is_causal: bool,
     window: int | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    return_lse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """FlexAttention with a bottom-right causal (and sliding-window) block mask; returns ``(output, lse)``.
 
-    Compiled (fused) on CUDA, eager (unfused, but the same function) elsewhere.
+    Compiled (fused) on CUDA, eager (unfused, but the same function) elsewhere. With
+    ``return_lse=False`` the kernel does not write the log-sum-exp, and ``lse`` is None.
 
     Shapes:
         q: ``(B, H, T_q, D)``; k: ``(B, H_kv, T_k, D)``; v: ``(B, H_kv, T_k, D_v)``
@@ -184,6 +193,8 @@ def flex_attention(
     with warnings.catch_warnings():
         # Eager FlexAttention warns that it is unfused: on the CPU that is what the tests want.
         warnings.simplefilter("ignore", UserWarning)
+        if not return_lse:
+            return fn(q, k, v, **kwargs), None
         if hasattr(_flex_module, "AuxRequest"):  # PyTorch >= 2.9
             out, aux = fn(q, k, v, return_aux=_flex_module.AuxRequest(lse=True), **kwargs)
             return out, aux.lse

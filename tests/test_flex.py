@@ -128,3 +128,11 @@ def test_compiled_flex_on_cuda_matches_float64(dtype, atol):
     expected, _ = attention(q, k, v, is_causal=True, window=16, sinks=sinks, return_weights=True)
     fused = attention(q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True, window=16, sinks=sinks.to(dtype))
     assert torch.allclose(fused.double(), expected, atol=atol)  # measured on an H200: 9e-7 float32, 2.3e-2 bf16
+
+
+def test_without_sinks_the_lse_is_not_asked_for(flex_always):
+    q, k, v = qkv(1, 2, 9, 4, dtype=F64, seed=7)
+    out, lse = flex_attention(q, k, v, scale=0.5, is_causal=True, window=3, return_lse=False)
+    assert lse is None
+    expected, _ = flex_attention(q, k, v, scale=0.5, is_causal=True, window=3)
+    assert torch.allclose(out, expected, atol=1e-14)
