@@ -29,6 +29,7 @@ from transformers.models.llama4 import modeling_llama4 as hf_llama4  # noqa: E40
 from attn_core import MultiHeadAttention, RMSNorm, RotaryEmbedding  # noqa: E402
 from attn_core.convert import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf, copy_attention, copy_moe, from_hf  # noqa: E402,E501
 from attn_core.moe import MixtureOfExperts  # noqa: E402
+from attn_core.params import parameter_count  # noqa: E402
 from attn_core.rope_scaling import Llama3Scaling  # noqa: E402
 
 F64 = torch.float64
@@ -196,6 +197,9 @@ def test_llama4_gives_the_same_logits(case):
     assert c.rope_layout == "interleaved" and c.router_weight_inputs and c.d_ff == 40 and c.moe_d_ff == 24
     assert [c.is_moe_layer(i) for i in range(4)] == [hf.config.interleave_moe_layer_step == 1, True] * 2
     assert isinstance(c.rope_scaling, Llama3Scaling) == ("rope_parameters" in CASES[case])
+    # Hugging Face's count, plus the unit QK-norm gains attn_core keeps in the RoPE layers (2 · head_dim each).
+    gains = 2 * 8 * 2 if hf.config.use_qk_norm else 0
+    assert ours.num_parameters() == parameter_count(c) == sum(p.numel() for p in hf.parameters()) + gains
     diff = max_diff(ours(IDX), expected)
     print(f"{case}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT

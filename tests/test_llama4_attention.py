@@ -19,6 +19,7 @@ import torch
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
 from attn_core.masks import position_mask
+from attn_core.params import parameter_count
 from attn_core.positional import RotaryEmbedding, check_temperature, query_temperature
 
 F64 = torch.float64
@@ -191,6 +192,7 @@ def test_llama4_fields_reach_each_layer():
     assert [type(b.mlp).__name__ for b in model.blocks] == ["SwiGLU", "MixtureOfExperts"] * 2
     assert all(b.mlp.weight_inputs for b in model.blocks[1::2])
     assert [config.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert parameter_count(config) == model.num_parameters()  # no QK-norm gains in the NoPE layers
 
 
 @pytest.mark.parametrize(
