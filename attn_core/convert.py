@@ -226,7 +226,6 @@ def config_from_hf(hf_config) -> DecoderConfig:
     if t in NOT_CONVERTED:
         rope = getattr(hf_config, "rope_parameters", None) or {}  # transformers 5 keeps the factor there
         fields = {"num_local_experts": "?", "num_experts_per_tok": "?", "partial_rotary_factor": "?"}
-        fields["attention_chunk_size"] = "?"
         fields["partial_rotary_factor"] = rope.get("partial_rotary_factor", fields["partial_rotary_factor"])
         _refuse(t, NOT_CONVERTED[t].format(**{**fields, **vars(hf_config)}))
     if t not in SUPPORTED_MODEL_TYPES:

@@ -178,8 +178,18 @@ def tiny_llama4(seed: int = 3, **kw) -> Llama4ForCausalLM:
     return seeded(Llama4ForCausalLM(Llama4TextConfig(**{**base, **kw})), seed=seed, std=0.5)
 
 
+SCOUT_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 5e5,
+    "factor": 16.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 1.0,
+    "original_max_position_embeddings": 8,
+}  # Llama 4 Scout's own (low = high: a step, no band; needs /tmp/llama4-rope_scaling.patch), its length shrunk to 8
+
 CASES = {
     "scout-like": {},
+    "scout-rope": dict(rope_parameters=dict(SCOUT_ROPE)),
     "moe-every-2nd-no-qk_norm": dict(interleave_moe_layer_step=2, use_qk_norm=False),
     "llama3-rope-top-2-sdpa": dict(rope_parameters=dict(LLAMA3), num_experts_per_tok=2, attn_implementation="sdpa"),
 }
