@@ -143,7 +143,7 @@ class DecoderLM(nn.Module):
             capacity_factor=c.capacity_factor, bias=c.bias, router_bias=c.router_bias, scoring=c.router_scoring,
             topk_first=c.router_topk_first, normalize=c.router_normalize, scale=c.router_scale,
             n_groups=c.router_groups, topk_groups=c.router_topk_groups, swiglu_limit=c.expert_swiglu_limit,
-            shared_d_ff=c.shared_expert_d_ff, shared_gate=c.shared_expert_gate,
+            shared_d_ff=c.shared_expert_d_ff, shared_gate=c.shared_expert_gate, weight_inputs=c.router_weight_inputs,
         )  # fmt: skip
 
     def _layer_rope(self, i: int) -> nn.Module | None:
@@ -221,7 +221,9 @@ class DecoderLM(nn.Module):
                 **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
             )
             return TransformerBlock(c.d_model, attention.n_heads, attention=attention, **shared)
-        if c.kv_share is not None and c.kv_share[i] != i:  # cross-layer KV sharing (chapter 15)
+        llama4 = dict(chunk=c.layer_chunk(i), temperature=c.layer_temperature(i))  # options only MHA takes
+        shares = c.kv_share is not None and c.kv_share[i] != i
+        if shares or llama4 != dict(chunk=None, temperature=None):  # cross-layer KV sharing (chapter 15), Llama 4
             attention = MultiHeadAttention(
                 c.d_model,
                 c.n_heads,
@@ -231,11 +233,12 @@ class DecoderLM(nn.Module):
                 dropout=c.dropout,
                 rope=self._layer_rope(i),
                 head_dim=c.head_dim,
-                qk_norm=c.qk_norm,
+                qk_norm=c.layer_qk_norm(i),
                 **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
                 window=c.layer_window(i),
                 sinks=c.attention_sinks,
-                kv_source=self.blocks[c.kv_share[i]].attn,
+                kv_source=self.blocks[c.kv_share[i]].attn if shares else None,
+                **llama4,
                 gate=c.attention_gate,
                 softcap=c.attention_softcap,
                 **mha,
@@ -247,7 +250,7 @@ class DecoderLM(nn.Module):
             n_kv_heads=c.resolved_n_kv_heads,
             rope=self._layer_rope(i),
             head_dim=c.head_dim,
-            qk_norm=c.qk_norm,
+            qk_norm=c.layer_qk_norm(i),
             window=c.layer_window(i),
             sinks=c.attention_sinks or None,
             gate=c.attention_gate,

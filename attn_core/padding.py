@@ -95,6 +95,8 @@ def check_padding_support(config, static: bool = False) -> None:
         reasons.append("a sliding window's rolling cache takes no mask")
     if config.index_n_heads is not None:
         reasons.append("DeepSeek Sparse Attention's indexer is not tested with padding")
+    if "chunked" in config.resolved_layer_types or config.nope_temperature is not None:  # Llama 4
+        reasons.append("chunks and the NoPE temperature count positions from the first slot, not each row's")
     if static:
         reasons.append("static caches build their own mask")
     if reasons:

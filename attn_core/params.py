@@ -131,6 +131,9 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
             attention = L * per_layer
             if c.attention_sinks:
                 attention += L * H  # one sink logit per head and layer (gpt-oss)
+            if c.qk_norm and not c.nope_qk_norm:  # Llama 4: no QK-norm gains in the layers without RoPE
+                gains = (H + kv) * D if c.qk_norm == "all_heads" else 2 * D
+                attention -= sum(not c.layer_qk_norm(i) for i in range(L)) * gains
             if c.kv_share is not None:  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
                 readers = sum(j != i for i, j in enumerate(c.kv_share))
                 kv_bias = 2 * kv * D if c.bias or c.qkv_bias else 0

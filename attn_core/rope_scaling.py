@@ -278,7 +278,8 @@ def llama3_inv_freq(
     ``λ > L/low_freq_factor`` is divided by ``factor``; in between the speed is
     ``(1 - s)·θ/factor + s·θ`` with ``s = (L/λ - low_freq_factor)/(high_freq_factor -
     low_freq_factor)``, which runs from 0 to 1 across the band. Llama 3.1: factor 8,
-    low 1, high 4, ``L = 8192``. No attention factor.
+    low 1, high 4, ``L = 8192``. With ``high_freq_factor == low_freq_factor`` there is no band:
+    a step at ``λ = L/low_freq_factor`` (Llama 4 Scout: factor 16, low and high 1). No attention factor.
 
     Returns:
         ``(inv_freq, 1.0)``.
@@ -287,7 +288,7 @@ def llama3_inv_freq(
         inv_freq: ``(R/2,)``, float64
 
     Raises:
-        ValueError: ``factor < 1``, ``low_freq_factor <= 0`` or ``>= high_freq_factor``,
+        ValueError: ``factor < 1``, ``low_freq_factor <= 0`` or ``> high_freq_factor``,
             a non-positive ``original_max_position``.
     """
     factor = _check_factor(factor)
@@ -297,8 +298,10 @@ def llama3_inv_freq(
     wavelen = 2 * math.pi / inv_freq  # (R/2,)
     long_waves = wavelen > L / low_freq_factor
     short_waves = wavelen < L / high_freq_factor
-    smooth = (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)  # (R/2,)
     scaled = torch.where(long_waves, inv_freq / factor, inv_freq)
+    if high_freq_factor == low_freq_factor:  # Llama 4: no band in between (Hugging Face's would divide by 0)
+        return scaled, 1.0
+    smooth = (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)  # (R/2,)
     medium = ~long_waves & ~short_waves
     return torch.where(medium, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled), 1.0
 
@@ -306,9 +309,9 @@ def llama3_inv_freq(
 def _check_freq_factors(low_freq_factor: float, high_freq_factor: float) -> None:
     low = check_number("low_freq_factor", low_freq_factor, low=0.0, low_open=True)
     high = check_number("high_freq_factor", high_freq_factor, low=0.0, low_open=True)
-    if high <= low:
+    if high < low:
         raise ValueError(
-            f"high_freq_factor must exceed low_freq_factor, got high_freq_factor={high:g}, low_freq_factor={low:g}"
+            f"high_freq_factor must be >= low_freq_factor, got high_freq_factor={high:g}, low_freq_factor={low:g}"
         )
 
 

@@ -191,6 +191,18 @@ CASES = {
             16,
             256,
         ),
+        (  # Llama 4 Scout: low = high, a step with no band in between
+            {
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 16.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192,
+            },
+            128,
+            131072,
+        ),
         (  # Llama 3.2 style factor 32, and a partial head to exercise R in the exponent
             {
                 "rope_type": "llama3",
@@ -536,8 +548,8 @@ def test_bad_parameters_raise_value_errors_naming_them():
         yarn_inv_freq(10000.0, 8, 4.0, 64, beta_slow=0.0)
     with pytest.raises(ValueError, match="original_max_position=0"):
         Llama3Scaling(8.0, 0)
-    with pytest.raises(ValueError, match="high_freq_factor=1, low_freq_factor=1"):
-        Llama3Scaling(8.0, 64, low_freq_factor=1.0, high_freq_factor=1.0)
+    with pytest.raises(ValueError, match="high_freq_factor=1, low_freq_factor=2"):
+        Llama3Scaling(8.0, 64, low_freq_factor=2.0, high_freq_factor=1.0)
     with pytest.raises(ValueError, match="attention_factor=-1"):
         YarnScaling(4.0, 64, attention_factor=-1.0)
     with pytest.raises(ValueError, match="max_position=0"):
