@@ -35,8 +35,8 @@ BUGS = {
     ),
     "rope_sign": (
         "positional.py",
-        "self._sin = angles.sin().to(device=device, dtype=dtype)",
-        "self._sin = (-angles).sin().to(device=device, dtype=dtype)",
+        "cos, sin = angles.cos(), angles.sin()",
+        "cos, sin = angles.cos(), (-angles).sin()",
         "RoPE rotates by -theta",
     ),
     "cache_offset": (
