@@ -54,7 +54,6 @@ if not _torch.cuda.is_available():
 # --- norms / mlp / blocks / config / model / simplified / tasks / train / generate (chapters 9-12) ---
 # --- efficient, measure (and its old name timing) (chapters 12-14) ---
 from . import convert, heads, linear_attention, measure, tasks, timing
-from .attention import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention
 from .blocks import TransformerBlock
 from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_above, assert_below, assert_between, assert_close, assert_differ, format_value, max_abs_diff
@@ -82,6 +81,7 @@ from .measure import peak_tensor_memory
 from .mla import MultiHeadLatentAttention, kv_cache_elements_per_token
 from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
 from .model import DecoderLM
+from .multihead import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention
 from .norms import LayerNorm, RMSNorm
 from .params import parameter_breakdown, parameter_count
 from .positional import (

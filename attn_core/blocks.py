@@ -20,11 +20,11 @@ import importlib
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
 from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor, first_weight
 from .core import split_result
 from .mlp import MLP_KINDS, make_mlp
+from .multihead import MultiHeadAttention
 from .norms import NORM_KINDS, NORM_POSITIONS, make_norm
 
 __all__ = ["TransformerBlock", "SandwichBlock", "ParallelBlock", "ScaledDropout"]

@@ -101,7 +101,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
 from .checks import check_instance
 from .config import DecoderConfig
 from .convert_families import FAMILY_FIELDS, unfused_attention, unfused_mlp
@@ -109,6 +108,7 @@ from .gated_deltanet import GatedDeltaNet
 from .mla import MultiHeadLatentAttention
 from .model import DecoderLM
 from .moe import MixtureOfExperts
+from .multihead import MultiHeadAttention
 from .rope_scaling import scaling_from_hf
 from .sparse_attention import LightningIndexer, SparseAttention
 

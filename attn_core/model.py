@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_instance, check_int, check_number, check_tensor
@@ -27,6 +26,7 @@ from .config import DecoderConfig
 from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
 from .mla import MultiHeadLatentAttention
 from .moe import MixtureOfExperts
+from .multihead import MultiHeadAttention
 from .norms import make_norm
 from .padding import (
     absolute_encodings,

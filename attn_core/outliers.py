@@ -26,10 +26,10 @@ import math
 
 import torch
 
-from .attention import MultiHeadAttention
 from .checks import check_instance, check_int, check_tensor
 from .masks import causal_mask
 from .model import DecoderLM
+from .multihead import MultiHeadAttention
 from .shapes import split_heads
 
 __all__ = ["attention_logits", "max_attention_logit", "first_token_mass", "max_activation"]

@@ -32,11 +32,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import MultiHeadAttention
 from .cache import RollingKVCache
 from .checks import check_choice, check_instance, check_int, check_tensor
 from .masks import check_window
 from .model import DecoderLM
+from .multihead import MultiHeadAttention
 from .positional import RotaryEmbedding
 from .window import windowed
 
@@ -200,7 +200,7 @@ def _streamable_layers(model: DecoderLM) -> list[MultiHeadAttention]:
     layers = []
     for i, block in enumerate(model.blocks):
         attn = getattr(block, "attn", None)
-        if not isinstance(attn, MultiHeadAttention) or attn.rope is None or getattr(attn, "_kv_source", None):
+        if not isinstance(attn, MultiHeadAttention) or attn.rope is None or attn.kv_source is not None:
             raise ValueError(
                 f"layer {i} ({type(attn).__name__}) is not a RoPE MultiHeadAttention with its own keys and values"
             )

@@ -33,10 +33,10 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
 from .checks import check_instance, check_int, check_tensor
 from .config import DecoderConfig
 from .masks import check_window
+from .multihead import MultiHeadAttention
 
 __all__ = [
     "receptive_field",

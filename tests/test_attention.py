@@ -1,4 +1,4 @@
-"""Tests for attn_core.attention: the one MultiHeadAttention behind MHA, GQA, MQA
+"""Tests for attn_core.multihead: the one MultiHeadAttention behind MHA, GQA, MQA
 and cross-attention (chapters 1-6)."""
 
 from __future__ import annotations

@@ -362,7 +362,7 @@ def test_layer_pattern_fields_reach_each_layer():
     model = decoder(config)
     assert [b.attn.window for b in model.blocks] == [3, None, 3, None]
     assert all(b.attn.sinks is not None for b in model.blocks)
-    assert model.blocks[2].attn.k_proj is None and model.blocks[2].attn._kv_source[0] is model.blocks[0].attn
+    assert model.blocks[2].attn.k_proj is None and model.blocks[2].attn.kv_source is model.blocks[0].attn
     assert parameter_count(config) == model.num_parameters()
 
 

@@ -21,6 +21,7 @@ from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
 from attn_core.masks import position_mask
 from attn_core.params import parameter_count
 from attn_core.positional import RotaryEmbedding, check_temperature, query_temperature
+from attn_core.shapes import split_heads
 
 F64 = torch.float64
 
@@ -159,8 +160,8 @@ def test_temperature_layer_scales_each_query_and_decodes_the_same():
     x = torch.randn(2, 9, 16, dtype=F64, generator=torch.Generator().manual_seed(4))
     factors = query_temperature(torch.arange(9), 2.0, 0.7)  # (T,)
     # Scaling a query by s is scaling its scores by s: the same as a score scale per query row.
-    q = plain._split_heads(plain.q_proj(x), 4) * factors[:, None]  # (B, H, T, D)
-    k, v = plain._split_heads(plain.k_proj(x), 4), plain._split_heads(plain.v_proj(x), 4)
+    q = split_heads(plain.q_proj(x), 4) * factors[:, None]  # (B, H, T, D)
+    k, v = split_heads(plain.k_proj(x), 4), split_heads(plain.v_proj(x), 4)
     scores = (q @ k.transpose(-1, -2) / 2.0).masked_fill(~position_mask(torch.arange(9), torch.arange(9)), -torch.inf)
     by_hand = plain.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 9, 16))
     assert torch.allclose(layer(x), by_hand, atol=1e-14, rtol=0)

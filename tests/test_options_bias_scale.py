@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding, TransformerBlock
 from attn_core.blocks import ParallelBlock, ScaledDropout
 from attn_core.model import ScaledLinear
+from attn_core.shapes import split_heads
 from attn_core.sparse_attention import SparseAttention, SparseCache
 
 F64 = torch.float64
@@ -116,8 +117,8 @@ def test_scale_with_softcap_and_cache():
     steps = torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(5)], dim=1)
     torch.testing.assert_close(steps, full, rtol=0, atol=1e-12)
     _, w = layer(x, return_weights=True)
-    q = layer.rope(layer._split_heads(layer.q_proj(x), 4))
-    k = layer.rope(layer._split_heads(layer.k_proj(x), 4))
+    q = layer.rope(split_heads(layer.q_proj(x), 4))
+    k = layer.rope(split_heads(layer.k_proj(x), 4))
     s = 2.0 * torch.tanh((q @ k.transpose(-1, -2)) * 0.7 / 2.0)
     expected = torch.softmax(s.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
     torch.testing.assert_close(w, expected, rtol=0, atol=1e-12)

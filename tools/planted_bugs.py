@@ -40,10 +40,10 @@ BUGS = {
         "RoPE rotates by -theta",
     ),
     "cache_offset": (
-        "attention.py",
-        "q = self.rope(q, offset=past)\n            k = self.rope(k, offset=past)",
-        "q = self.rope(q, offset=0)\n            k = self.rope(k, offset=0)",
-        "cached decoding restarts RoPE positions at 0",
+        "multihead.py",
+        "past = 0 if kv_cache is None else kv_cache.size",
+        "past = 0",
+        "cached decoding restarts positions (RoPE, query temperature, band masks) at 0",
     ),
 }
 

@@ -6,9 +6,9 @@ from typing import Callable
 
 import torch
 
-from ..attention import MultiHeadAttention
 from ..blocks import DecoderConfig, DecoderLM
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..multihead import MultiHeadAttention
 from ._common import report
 
 __all__ = [

@@ -20,9 +20,9 @@ from typing import Callable
 
 import torch
 
-from ..attention import MultiHeadAttention
 from ..checks import check_instance
 from ..efficient import tiled_attention
+from ..multihead import MultiHeadAttention
 
 __all__ = ["attention_implementations"]
 
