@@ -24,6 +24,7 @@ from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
 from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
+from .kv_sharing import borrows_kv
 from .mla import MultiHeadLatentAttention
 from .moe import MixtureOfExperts
 from .multihead import MultiHeadAttention
@@ -327,7 +328,7 @@ class DecoderLM(nn.Module):
                 raise ValueError(f"caches must be a list of n_layers={c.n_layers} caches (make_caches), got {got}")
             for i, (block, cache) in enumerate(zip(self.blocks, caches)):
                 # Only a layer that reads another's keys and values (config.kv_share) has no cache.
-                if cache is None and not getattr(block.attn, "_kv_source", ()):
+                if cache is None and not borrows_kv(block.attn):
                     raise ValueError(
                         f"caches[{i}] is None, but layer {i} keeps its own keys and values: "
                         f"pass caches=model.make_caches(batch_size)"
