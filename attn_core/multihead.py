@@ -3,6 +3,16 @@
 Every module here projects its inputs and then calls :func:`attn_core.core.attention`;
 none of them has a softmax-matmul of its own.
 
+One path: :meth:`MultiHeadAttention.forward` projects the queries, takes its keys and
+values from one of three places, and ends in one tail (attend, gate each head, merge the
+heads, project). The keys and values are a :class:`~attn_core.kv_sharing.SharedKV`:
+
+* this layer's own projections of ``x`` or ``context``, after a cache's earlier ones;
+* a context projected once (cached cross-attention, :mod:`attn_core.context_kv`);
+* an earlier layer's (cross-layer KV sharing, :mod:`attn_core.kv_sharing`).
+
+The checks of its options and calls are in :mod:`attn_core.multihead_checks`.
+
 Shape legend:
     B        batch size
     T        sequence length; ``T_q`` queries, ``T_k`` keys (cross-attention, caches)
@@ -152,8 +162,8 @@ class MultiHeadAttention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(H)) if sinks else None  # gpt-oss's sink logit per head
         # Cross-layer KV sharing: a source keeps its last keys/values (shared_kv) for the layers that read them.
         self.publishes_kv, self.shared_kv, self.kv_sharing = False, None, None
-        if check_instance("kv_source", kv_source, MultiHeadAttention, optional=True) is not None:
-            self.kv_sharing = KVSharing(self, kv_source)
+        if kv_source is not None:
+            self.kv_sharing = KVSharing(self, check_instance("kv_source", kv_source, MultiHeadAttention))
             self.k_proj = self.v_proj = self.k_norm = None  # nothing to project: the source's K/V are reused
 
     @property

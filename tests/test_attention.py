@@ -1,5 +1,5 @@
 """Tests for attn_core.multihead: the one MultiHeadAttention behind MHA, GQA, MQA
-and cross-attention (chapters 1-6)."""
+and cross-attention, with sliding windows, sinks, cached cross-attention and shared K/V."""
 
 from __future__ import annotations
 
@@ -536,7 +536,7 @@ def test_mha_softcap_bad_input():
         MultiHeadAttention(16, 4, softcap=True)
 
 
-# --------------------------------------------------------------------------- windows, sinks, shared K/V (chapter 15)
+# --------------------------------------------------------------------------- windows, sinks, shared K/V
 @pytest.mark.parametrize("window", [1, 3, 20])
 def test_window_matches_nn_multihead_attention_with_the_band(window):
     layer = make(causal=True, window=window)
