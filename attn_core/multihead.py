@@ -272,12 +272,15 @@ class MultiHeadAttention(nn.Module):
     ) -> SharedKV:
         """This layer's keys and values of ``source`` (after the cached ones), with the mask to attend with.
 
+        ``source`` is ``x`` (self-attention, ``T_q`` new positions) or the context
+        (cross-attention, no cache). A layer that publishes its keys and values keeps the result.
+
         Shapes:
-            source: ``(B, T_q, d_context)``; keys and values ``(B, H_kv, T_k, D)``, ``T_k = past + T_q``
-            (a rolling cache: the positions it holds)
+            source: ``(B, T_k, d_context)``; returns keys and values ``(B, H_kv, T_k, D)``; with a
+            cache ``T_k = past + T_q`` (a rolling cache: the positions it still holds)
         """
-        k = split_heads(self.k_proj(source), self.n_kv_heads)  # (B, T_q, H_kv·D) -> (B, H_kv, T_q, D)
-        v = split_heads(self.v_proj(source), self.n_kv_heads)  # (B, T_q, H_kv·D) -> (B, H_kv, T_q, D)
+        k = split_heads(self.k_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
+        v = split_heads(self.v_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         if self.k_norm is not None:  # QK-norm: per head, before RoPE (Qwen3)
             k = self.k_norm(k)
         past = 0 if kv_cache is None else kv_cache.size
