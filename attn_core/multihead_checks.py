@@ -28,7 +28,7 @@ def check_mha_options(
     d_model, n_heads, *, n_kv_heads, causal, bias, dropout, rope, d_context, head_dim, qk_norm, gate, softcap,
     window, sinks, sink_tokens, qkv_bias, scale, chunk, temperature,
 ) -> dict:  # fmt: skip
-    """The options of :class:`MultiHeadAttention`, checked and with their defaults filled in.
+    """The options of :class:`~attn_core.MultiHeadAttention`, checked and with their defaults filled in.
 
     Returns the attributes the layer keeps, in the order it sets them (``rope``, a
     submodule, before the projections).
@@ -87,7 +87,15 @@ def check_mha_options(
 
 
 def check_mha_call(layer: nn.Module, x, context, mask, kv_cache, context_kv) -> None:
-    """The inputs of :meth:`forward`: shapes, and a cache or context this layer can use together."""
+    """The inputs of ``layer.forward``: shapes, and a cache or context ``layer`` can use together.
+
+    Raises:
+        TypeError / ValueError: a tensor of the wrong shape or dtype, a cache made for another
+            layer or batch, a cache or context this layer cannot take, or two that exclude each other.
+
+    Shapes:
+        x: ``(B, T_q, d_model)``; context: ``(B, T_k, d_context)``
+    """
     check_tensor("x", x, ("B", "T", ("d_model", layer.d_model)), like=layer.q_proj.weight)
     check_instance("kv_cache", kv_cache, (KVCache, RollingKVCache), optional=True)
     if isinstance(kv_cache, RollingKVCache):
@@ -119,7 +127,11 @@ def check_mha_call(layer: nn.Module, x, context, mask, kv_cache, context_kv) -> 
 
 
 def check_rolling(layer: nn.Module, cache: RollingKVCache, mask) -> None:
-    """A rolling cache must hold this layer's whole window (and its kept first tokens)."""
+    """A rolling cache must hold ``layer``'s whole window (and its kept first tokens), and takes no mask.
+
+    Raises:
+        ValueError: ``layer`` has no window, the cache is too small, or a ``mask`` is given.
+    """
     if layer.window is None:
         raise ValueError("a RollingKVCache drops old keys: it is for a layer with a window, this one has window=None")
     if cache.window < layer.window or cache.sink_tokens < layer.sink_tokens:
