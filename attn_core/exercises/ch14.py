@@ -7,8 +7,9 @@ from typing import Callable
 import torch
 
 from ..attention import MultiHeadAttention
-from ..blocks import DecoderConfig, DecoderLM
+from ..config import DecoderConfig
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..model import DecoderLM
 from ._common import report
 
 __all__ = [

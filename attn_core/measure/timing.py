@@ -1,7 +1,6 @@
 """Timing that holds up on a shared, noisy machine: warm-up, interleaved rounds, medians.
 
-Used by chapters 12-14 and by the ``benchmarks`` package (which also import it as
-``attn_core.timing``, its old name). The rules:
+Used by the measurements of memory and speed and by the ``benchmarks`` package. The rules:
 
 * **Warm-up** calls first (allocator, kernel selection, caches), never timed.
 * **Interleaved rounds**: every round runs each function once, in a rotated order, so
