@@ -259,7 +259,7 @@ def assert_ratio(
 
     The timing claims of the lessons, in one format. The median of the per-round ratios
     stands in the value slot that the lessons' nbval sanitize file masks (as for
-    :func:`attn_core.assert_above`), and so do the interval's ends: a timing's digits
+    :func:`attn_core.compare.assert_above`), and so do the interval's ends: a timing's digits
     cannot be the same on two machines, or two runs. What is compared is the label, the
     bounds and the verdict, which the call asserts.
 
