@@ -9,8 +9,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..attention import MultiHeadAttention
 from ..core import attention as attn_core_attention
+from ..multihead import MultiHeadAttention
 from ._common import compare, report
 
 __all__ = ["check_mha_from_torch"]

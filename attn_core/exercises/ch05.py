@@ -6,8 +6,8 @@ from typing import Callable
 
 import torch
 
-from ..attention import MultiHeadAttention
 from ..cache import KVCache
+from ..multihead import MultiHeadAttention
 from ._common import check_counts, compare, report
 
 __all__ = [

@@ -60,7 +60,7 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
     Shapes:
         weight: ``(n_kv_heads·D, d_model)``; fn's output: ``(n_heads·D, d_model)``
     """
-    from ..attention import GroupedQueryAttention, MultiHeadAttention
+    from ..multihead import GroupedQueryAttention, MultiHeadAttention
 
     name = "6.2 GQA -> MHA"
     g = torch.Generator().manual_seed(62)

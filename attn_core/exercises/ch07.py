@@ -7,8 +7,8 @@ from typing import Callable
 
 import torch
 
-from ..attention import MultiHeadAttention
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..multihead import MultiHeadAttention
 from ._common import compare, report
 
 __all__ = [

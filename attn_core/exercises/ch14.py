@@ -6,10 +6,10 @@ from typing import Callable
 
 import torch
 
-from ..attention import MultiHeadAttention
 from ..config import DecoderConfig
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
 from ..model import DecoderLM
+from ..multihead import MultiHeadAttention
 from ._common import report
 
 __all__ = [
