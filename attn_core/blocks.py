@@ -15,8 +15,6 @@ Shape legend:
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 from torch import nn
 
@@ -27,34 +25,17 @@ from .mlp import MLP_KINDS, make_mlp
 from .multihead import MultiHeadAttention
 from .norms import NORM_KINDS, NORM_POSITIONS, make_norm
 
-__all__ = ["TransformerBlock", "SandwichBlock", "ParallelBlock", "ScaledDropout"]
+__all__ = ["TransformerBlock", "SandwichBlock", "ParallelBlock", "ScaledDropout", "make_block"]
 
-
-# Names that lived here before the split, by their module now; the old paths keep working.
-_MOVED = {
-    "DecoderLM": "model",
-    "DecoderConfig": "config",
-    "parameter_count": "params",
-    "parameter_breakdown": "params",
-    "FeedForward": "mlp",
-    "SwiGLU": "mlp",
-    "swiglu_hidden_dim": "mlp",
-    "make_mlp": "mlp",
-}
-
-
-def __getattr__(name: str):
-    """``attn_core.blocks.<name>`` for the names that moved out (looked up on use: model.py imports this module)."""
-    if name in _MOVED:
-        return getattr(importlib.import_module(f".{_MOVED[name]}", __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: The norm positions whose block is a :class:`SandwichBlock` (a norm on each sub-layer's output).
+SANDWICH_POSITIONS = ("sandwich", "post_sublayer")
 
 
 class TransformerBlock(nn.Module):
     """One transformer block: an attention sub-layer and an MLP sub-layer on the residual stream.
 
     The residual stream ``x`` runs through the whole model; each sub-layer ``f`` reads it
-    and adds something back. Where the normalisation goes matters (chapter 9):
+    and adds something back. Where the normalisation goes matters:
 
     * ``norm_position="pre"`` (GPT-2, LLaMA): ``x + f(norm(x))``. The stream itself is
       never normalised, so the identity path from the last layer to the first is clean.
@@ -66,13 +47,15 @@ class TransformerBlock(nn.Module):
       norm on each sub-layer's output before it joins the stream (``attn_post_norm``,
       ``mlp_post_norm``; Hugging Face's ``post_attention_layernorm`` and
       ``post_feedforward_layernorm``). The stream stays un-normalised as in pre-norm, and
-      what each sub-layer adds has a learned, bounded scale. ``TransformerBlock(...,
-      norm_position="sandwich")`` builds a :class:`SandwichBlock`, the subclass whose
-      ``forward`` adds the two post-norms (this class's ``forward``, shown in chapter 9,
-      is the pre/post one).
+      what each sub-layer adds has a learned, bounded scale. That is a
+      :class:`SandwichBlock`, the subclass whose ``forward`` adds the two post-norms (this
+      class's ``forward`` is the pre/post one).
     * ``norm_position="post_sublayer"`` (OLMo 2/3): ``x + post_norm(f(x))``, the sandwich
       without its first norms (``attn_norm`` and ``mlp_norm`` are ``nn.Identity``): only
       what each sub-layer adds is normalised; also a :class:`SandwichBlock`.
+
+    :func:`make_block` builds the class that ``norm_position`` and ``parallel`` name;
+    this class itself refuses the positions and the flag its ``forward`` does not compute.
 
     Args:
         d_model: Width of the residual stream.
@@ -82,8 +65,8 @@ class TransformerBlock(nn.Module):
         mlp: ``"gelu"``, ``"gelu_tanh"`` (:class:`FeedForward`), ``"swiglu"`` or
             ``"geglu_tanh"`` (:class:`SwiGLU`).
         norm: ``"layernorm"`` or ``"rmsnorm"``.
-        norm_position: ``"pre"``, ``"post"``, ``"sandwich"`` or ``"post_sublayer"`` (the
-            last two build a :class:`SandwichBlock`).
+        norm_position: ``"pre"`` or ``"post"`` (``"sandwich"`` and ``"post_sublayer"`` are
+            a :class:`SandwichBlock`'s).
         rope: A :class:`~attn_core.RotaryEmbedding` for the queries and keys, or None.
         dropout: Dropout on the attention weights and on each sub-layer's output (with
             ``attention=``, on the sub-layers' outputs only: the module has its own).
@@ -100,36 +83,29 @@ class TransformerBlock(nn.Module):
         qk_norm: RMS-normalise each query and key head before RoPE (Qwen3, Gemma 3); ``"all_heads"``:
             all of a token's heads together (OLMo 2/3; see :class:`~attn_core.MultiHeadAttention`).
         norm_eps: The ε of the block's norms (and of the QK-norm); ``None``: each norm's default.
-        gate: The attention's output gate, ``"elementwise"`` or ``"headwise"`` (chapter 16).
-        softcap: The attention's logit soft-cap (Gemma 2; chapter 16).
-        window: The attention's sliding window (Mistral, Gemma, gpt-oss; chapter 15).
-        sinks: A learned sink logit per head in the attention's softmax (gpt-oss; chapter 15).
+        gate: The attention's output gate, ``"elementwise"`` or ``"headwise"`` (gated attention).
+        softcap: The attention's logit soft-cap (Gemma 2).
+        window: The attention's sliding window (Mistral, Gemma, gpt-oss).
+        sinks: A learned sink logit per head in the attention's softmax (gpt-oss).
         qkv_bias: Biases on the attention's query/key/value projections only (Qwen2; see
             :class:`~attn_core.MultiHeadAttention`).
         scale: The attention's score scale (``None``: ``1/√head_dim``; Gemma 2 27B, Granite).
-        parallel: Attention and MLP read one norm's output and are added together
-            (:class:`ParallelBlock`, GPT-J and Cohere); needs ``norm_position="pre"``.
+        parallel: Attention and MLP read one norm's output and are added together: only
+            a :class:`ParallelBlock` (GPT-J and Cohere) takes ``True``; needs ``norm_position="pre"``.
         residual_scale: Multiplies each sub-layer's output before the residual addition,
             ``x + m·f(norm(x))`` (Granite's ``residual_multiplier``): ``resid_dropout`` is then a
             :class:`ScaledDropout`.
 
     Raises:
-        ValueError: ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
+        ValueError: ``norm_position="sandwich"``/``"post_sublayer"`` or ``parallel=True`` given
+            to this class itself (build a :class:`SandwichBlock` or :class:`ParallelBlock`, or
+            call :func:`make_block`); ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
             ``head_dim``, ``qk_norm``, ``gate`` or ``softcap``, or with an ``n_heads`` that differs from
             ``attention.n_heads``.
 
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
     """
-
-    def __new__(cls, *args, **kwargs):
-        # norm_position="sandwich" builds the subclass with the post-norms in its forward,
-        # parallel=True the one whose attention and MLP read the same norm.
-        if cls is TransformerBlock and kwargs.get("norm_position") in ("sandwich", "post_sublayer"):
-            cls = SandwichBlock
-        elif cls is TransformerBlock and kwargs.get("parallel") is True:
-            cls = ParallelBlock
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -172,6 +148,11 @@ class TransformerBlock(nn.Module):
             raise ValueError(
                 f"parallel=True reads one pre-norm for both sub-layers, got norm_position={norm_position!r}"
             )
+        if type(self) is TransformerBlock and (norm_position in SANDWICH_POSITIONS or parallel):
+            raise ValueError(
+                f"TransformerBlock computes the pre- and post-norm blocks, got norm_position={norm_position!r}, "
+                f"parallel={parallel!r}: build a SandwichBlock or ParallelBlock, or call make_block(...)"
+            )
         for name, flag in (("causal", causal), ("sinks", sinks), ("qkv_bias", qkv_bias)):
             if flag is not None:  # None: the default; bool(flag) below would take 1 or "no" as true
                 check_bool(name, flag)
@@ -207,7 +188,7 @@ class TransformerBlock(nn.Module):
                 )
             if getattr(attention, "n_heads", n_heads) != n_heads:
                 raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
-        sandwich = norm_position in ("sandwich", "post_sublayer")  # a norm on each sub-layer's output
+        sandwich = norm_position in SANDWICH_POSITIONS  # a norm on each sub-layer's output
         # OLMo 2/3 have no norm before a sub-layer: x + norm(f(x)).
         pre_norm = nn.Identity() if norm_position == "post_sublayer" else None
         self.attn_norm = pre_norm or make_norm(norm, d_model, norm_eps)
@@ -266,6 +247,32 @@ class TransformerBlock(nn.Module):
         return f"d_model={self.d_model}, norm_position={self.norm_position!r}"
 
 
+def make_block(
+    d_model: int, n_heads: int, *, norm_position: str = "pre", parallel: bool = False, **kwargs
+) -> TransformerBlock:
+    """The block that ``norm_position`` and ``parallel`` name: a ``TransformerBlock`` or one of its subclasses.
+
+    ``"sandwich"`` and ``"post_sublayer"`` build a :class:`SandwichBlock`, ``parallel=True``
+    a :class:`ParallelBlock`, ``"pre"`` and ``"post"`` a :class:`TransformerBlock`; each
+    class checks the combination (``parallel=True`` with a sandwich position is refused).
+
+    Args:
+        d_model: Width of the residual stream.
+        n_heads: Query heads.
+        norm_position: ``"pre"``, ``"post"``, ``"sandwich"`` or ``"post_sublayer"``.
+        parallel: Attention and MLP on one norm's output (GPT-J, Cohere).
+        **kwargs: The other arguments of :class:`TransformerBlock`.
+
+    Shapes:
+        the block's: x ``(B, T, d_model)`` -> ``(B, T, d_model)``
+    """
+    if norm_position in SANDWICH_POSITIONS:
+        return SandwichBlock(d_model, n_heads, norm_position=norm_position, parallel=parallel, **kwargs)
+    if parallel is True:
+        return ParallelBlock(d_model, n_heads, norm_position=norm_position, **kwargs)
+    return TransformerBlock(d_model, n_heads, norm_position=norm_position, parallel=parallel, **kwargs)
+
+
 class _AfterAttentionBlock(TransformerBlock):
     """The forward :class:`SandwichBlock` and :class:`ParallelBlock` share: the attention on ``attn_norm(x)``,
     then the subclass's :meth:`_add` of both sub-layers to the stream."""
@@ -303,7 +310,7 @@ class SandwichBlock(_AfterAttentionBlock):
     ``out = h + mlp_post_norm(mlp(mlp_norm(h)))``: both norms sit inside the residual
     branch, so the stream is never normalised (as in pre-norm) and each sub-layer's
     contribution is rescaled by a learned gain before it is added. What
-    ``TransformerBlock(..., norm_position="sandwich")`` builds; the arguments are
+    ``make_block(..., norm_position="sandwich")`` builds; the arguments are
     :class:`TransformerBlock`'s. With ``norm_position="post_sublayer"`` (OLMo 2/3) ``attn_norm``
     and ``mlp_norm`` are ``nn.Identity``: ``x + attn_post_norm(attn(x))``.
 
@@ -317,7 +324,7 @@ class SandwichBlock(_AfterAttentionBlock):
     """
 
     def __init__(self, d_model: int, n_heads: int, *, norm_position: str = "sandwich", **kwargs) -> None:
-        if norm_position not in ("sandwich", "post_sublayer"):
+        if norm_position not in SANDWICH_POSITIONS:
             raise ValueError(
                 f"SandwichBlock has norm_position='sandwich' or 'post_sublayer', got norm_position={norm_position!r}"
             )
@@ -334,7 +341,7 @@ class ParallelBlock(_AfterAttentionBlock):
 
     ``out = x + (attn(h) + mlp(h))`` with ``h = attn_norm(x)``: one norm per block (no
     ``mlp_norm``), and the two sub-layers no longer see each other's output within a block,
-    so they can run at the same time. What ``TransformerBlock(..., parallel=True)`` builds;
+    so they can run at the same time. What ``make_block(..., parallel=True)`` builds;
     the arguments are :class:`TransformerBlock`'s (``norm_position="pre"``).
 
     Shapes:

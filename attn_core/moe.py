@@ -557,7 +557,7 @@ def moe_lm_loss(aux_weight: float = 0.0, bias_rate: float = 0.0) -> Callable[[nn
     """
     check_number("aux_weight", aux_weight, low=0.0)
     check_number("bias_rate", bias_rate, low=0.0)
-    from .train import lm_loss  # here: train imports tasks, which need not load for the module
+    from .training import lm_loss  # here: train imports tasks, which need not load for the module
 
     def loss_fn(model: nn.Module, batch) -> torch.Tensor:
         loss = lm_loss(model, batch)

@@ -39,7 +39,6 @@ from .checks import (
 )
 from .core import attend, split_result
 from .masks import causal_mask
-from .mistakes import leaky_shaped_attention as _leaky_shaped_attention  # noqa: F401 (chapter 11 imports this old name)
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, make_norm
 from .positional import check_rope

@@ -1,6 +1,6 @@
-"""Reporting helpers shared by the benchmark suites; the timing itself is :mod:`attn_core.timing`.
+"""Reporting helpers shared by the benchmark suites; the timing itself is :mod:`attn_core.measure.timing`.
 
-See :mod:`attn_core.timing` for how timings are taken on a noisy machine (warm-up,
+See :mod:`attn_core.measure.timing` for how timings are taken on a noisy machine (warm-up,
 interleaved rounds, medians, per-round ratios, CUDA synchronisation).
 """
 

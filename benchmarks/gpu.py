@@ -188,7 +188,7 @@ def _llama(quick: bool):
 
 
 def decoding_entries(quick: bool, models) -> list[dict]:
-    from attn_core.generate import generate
+    from attn_core.generation import generate
 
     hf, ours, params = models
     prompt, new = (16, 16) if quick else (128, 128)

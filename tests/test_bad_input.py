@@ -233,17 +233,17 @@ CASES = {
     "mla_absorbed_int": (lambda: _mla()(X, absorbed=1), TypeError, "absorbed must be a bool"),
     # --- positions and lengths
     "position_mask_lists": (
-        lambda: ac.position_mask([0, 1], [0, 1]),
+        lambda: ac.masks.position_mask([0, 1], [0, 1]),
         TypeError,
         "q_pos must be a torch.Tensor, got list",
     ),
     "position_mask_2d": (
-        lambda: ac.position_mask(torch.zeros(2, 2, dtype=torch.long), torch.arange(2)),
+        lambda: ac.masks.position_mask(torch.zeros(2, 2, dtype=torch.long), torch.arange(2)),
         ValueError,
         r"q_pos must have shape \(T_q\), got \(2, 2\)",
     ),
     "position_mask_float": (
-        lambda: ac.position_mask(torch.arange(2), torch.arange(2.0)),
+        lambda: ac.masks.position_mask(torch.arange(2), torch.arange(2.0)),
         TypeError,
         "k_pos must be an integer tensor",
     ),

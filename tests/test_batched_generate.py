@@ -7,7 +7,7 @@ import test_parity_hf
 import torch
 
 from attn_core import DecoderConfig, DecoderLM
-from attn_core.generate import generate
+from attn_core.generation import generate
 from attn_core.padding import positions_from_mask
 
 transformers = pytest.importorskip("transformers", minversion="5.0")

@@ -14,13 +14,13 @@ from attn_core import (
     RotaryEmbedding,
     TransformerBlock,
 )
-from attn_core.blocks import SandwichBlock
+from attn_core.blocks import ParallelBlock, SandwichBlock, make_block
 
 
 # --------------------------------------------------------------------------- the block
 def _block(norm_position, norm="layernorm", mlp="gelu", seed=0):
     torch.manual_seed(seed)
-    block = TransformerBlock(16, 4, norm=norm, mlp=mlp, norm_position=norm_position)
+    block = make_block(16, 4, norm=norm, mlp=mlp, norm_position=norm_position)
     with torch.no_grad():  # non-trivial gains and biases, so a swapped wiring shows
         norms = ("attn_norm", "attn_post_norm", "mlp_norm", "mlp_post_norm")
         for n in (getattr(block, name) for name in norms if hasattr(block, name)):
@@ -76,7 +76,7 @@ def test_sandwich_norm_wiring(norm, mlp):
     pre.attn.load_state_dict(block.attn.state_dict())
     pre.mlp.load_state_dict(block.mlp.state_dict())
     assert not torch.allclose(pre(x), block(x), atol=1e-3)
-    # TransformerBlock(norm_position="sandwich") builds the subclass; it refuses another position.
+    # make_block(norm_position="sandwich") builds the subclass; it refuses another position.
     assert type(block) is SandwichBlock and isinstance(block, TransformerBlock) and type(pre) is TransformerBlock
     assert type(copy.deepcopy(block)) is SandwichBlock and block.norm_position == "sandwich"
     with pytest.raises(ValueError, match="SandwichBlock has .* got norm_position='pre'"):
@@ -92,7 +92,7 @@ def test_sandwich_norm_wiring(norm, mlp):
 @pytest.mark.parametrize("norm,mlp", [("layernorm", "gelu"), ("rmsnorm", "swiglu")])
 def test_block_gradcheck(norm_position, norm, mlp):
     torch.manual_seed(0)
-    block = TransformerBlock(4, 2, n_kv_heads=1, d_ff=6, norm=norm, mlp=mlp, norm_position=norm_position).double()
+    block = make_block(4, 2, n_kv_heads=1, d_ff=6, norm=norm, mlp=mlp, norm_position=norm_position).double()
     x = torch.randn(1, 3, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: block(t), (x,))
 
@@ -136,3 +136,17 @@ def test_block_cache_is_built_by_its_attention():
     assert cache.nbytes() == 2 * 2 * 2 * 8 * 4 * 8  # k and v, float64 like the weights
     latent = TransformerBlock(16, 4, attention=MultiHeadLatentAttention(16, 4, d_latent=8)).make_cache(1, 4)
     assert isinstance(latent, LatentKVCache)
+
+
+def test_make_block_builds_the_class_the_position_names():
+    for position in ("pre", "post"):
+        assert type(make_block(16, 4, norm_position=position)) is TransformerBlock
+    for position in ("sandwich", "post_sublayer"):
+        assert type(make_block(16, 4, norm_position=position)) is SandwichBlock
+    assert type(make_block(16, 4, parallel=True)) is ParallelBlock
+    with pytest.raises(ValueError, match="parallel=True reads one pre-norm"):
+        make_block(16, 4, norm_position="sandwich", parallel=True)
+    # TransformerBlock's own forward is the pre/post one: it refuses what a subclass computes.
+    for kw in (dict(norm_position="sandwich"), dict(norm_position="post_sublayer"), dict(parallel=True)):
+        with pytest.raises(ValueError, match="build a SandwichBlock or ParallelBlock, or call make_block"):
+            TransformerBlock(16, 4, **kw)

@@ -5,15 +5,8 @@ import math
 import pytest
 import torch
 
-from attn_core import (
-    assert_above,
-    assert_below,
-    assert_between,
-    assert_close,
-    assert_differ,
-    format_value,
-    max_abs_diff,
-)
+from attn_core import assert_close
+from attn_core.compare import assert_above, assert_below, assert_between, assert_differ, format_value, max_abs_diff
 
 
 def test_max_abs_diff_in_float64():

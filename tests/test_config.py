@@ -7,15 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from attn_core import (
-    DecoderConfig,
-    DecoderLM,
-    MultiHeadLatentAttention,
-    parameter_breakdown,
-    parameter_count,
-)
+from attn_core import DecoderConfig, DecoderLM, MultiHeadLatentAttention, parameter_count
 from attn_core.mla import default_rope_dim
 from attn_core.mlp import make_mlp, mlp_hidden_dim
+from attn_core.params import parameter_breakdown
 from attn_core.rope_scaling import LinearScaling, LongRopeScaling, YarnScaling
 from conftest import decoder
 

@@ -22,7 +22,7 @@ from transformers import Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCau
 from transformers.models.olmo2 import modeling_olmo2  # noqa: E402
 from transformers.models.olmo3 import modeling_olmo3  # noqa: E402
 
-from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding, TransformerBlock  # noqa: E402
+from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding  # noqa: E402
 from attn_core.blocks import SandwichBlock  # noqa: E402
 from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_attention, from_hf  # noqa: E402
 from attn_core.norms import HeadsRMSNorm, RMSNorm  # noqa: E402
@@ -140,7 +140,7 @@ def test_olmo2_attention_layer_and_decoder_layer(n_kv_heads):
         cos_sin = modeling_olmo2.Olmo2RotaryEmbedding(config)(x, pos)
         expected_attn, _ = layer.self_attn(x, position_embeddings=cos_sin, attention_mask=causal_bias(7))
         expected = layer(x, position_embeddings=cos_sin, attention_mask=causal_bias(7))
-    ours = TransformerBlock(
+    ours = SandwichBlock(
         32, 4, n_kv_heads=n_kv_heads, d_ff=48, mlp="swiglu", norm="rmsnorm", norm_position="post_sublayer",
         norm_eps=1e-6, qk_norm="all_heads", rope=RotaryEmbedding(8, base=5e5), causal=True,
     ).to(F64)  # fmt: skip
@@ -186,7 +186,7 @@ def test_all_heads_qk_norm_in_attention_sizes():
 
 def test_post_sublayer_block_is_x_plus_norm_of_f_x():
     torch.manual_seed(0)
-    block = TransformerBlock(16, 4, mlp="swiglu", norm="rmsnorm", norm_position="post_sublayer").double()
+    block = SandwichBlock(16, 4, mlp="swiglu", norm="rmsnorm", norm_position="post_sublayer").double()
     assert isinstance(block, SandwichBlock)
     assert isinstance(block.attn_norm, torch.nn.Identity) and isinstance(block.mlp_norm, torch.nn.Identity)
     with torch.no_grad():

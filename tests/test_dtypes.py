@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig
-from attn_core.generate import generate
+from attn_core.generation import generate
 from attn_core.linear_attention import delta_rule_chunked, delta_rule_recurrent, solve_unit_lower
 from conftest import PRESETS, decoder
 

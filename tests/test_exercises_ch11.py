@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import attention, centring_matrix
+from attn_core import attention
 from attn_core.exercises import check_causality_test
 from attn_core.exercises.ch11 import _causality_candidates
+from attn_core.simplified import centring_matrix
 
 
 def _inputs(zero_queries=False, equal_gains=False):

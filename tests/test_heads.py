@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import DecoderConfig, DecoderLM, ablate_heads, causal_mask, heads, score_heads
+from attn_core import DecoderConfig, DecoderLM, causal_mask, heads
+from attn_core.heads import ablate_heads, score_heads
 
 
 def _tiny(seed: int = 0) -> DecoderLM:

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core import causal_mask, padding_mask, position_mask
-from attn_core.masks import check_window
+from attn_core import causal_mask, padding_mask
+from attn_core.masks import check_window, position_mask
 
 
 def test_causal_square_is_lower_triangular():

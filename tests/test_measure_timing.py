@@ -1,4 +1,4 @@
-"""attn_core.measure.timing (old name attn_core.timing): interleaved rounds, medians, ratios, matmul throughput."""
+"""attn_core.measure.timing: interleaved rounds, medians, ratios, matmul throughput."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ from attn_core import (
     MultiHeadLatentAttention,
     MultiQueryAttention,
     RotaryEmbedding,
-    kv_cache_elements_per_token,
     padding_mask,
-    rope_permutation,
 )
+from attn_core.mla import kv_cache_elements_per_token
+from attn_core.positional import rope_permutation
 
 F64 = torch.float64
 

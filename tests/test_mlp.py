@@ -6,11 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_core import (
-    FeedForward,
-    SwiGLU,
-    swiglu_hidden_dim,
-)
+from attn_core import FeedForward, SwiGLU
+from attn_core.mlp import swiglu_hidden_dim
 
 
 # --------------------------------------------------------------------------- MLPs

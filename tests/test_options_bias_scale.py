@@ -132,7 +132,7 @@ def test_scale_gradcheck():
 
 # --------------------------------------------------------------------------- parallel block
 def test_parallel_block_is_attention_plus_mlp_from_one_norm():
-    block = TransformerBlock(32, 4, n_kv_heads=2, mlp="swiglu", norm="rmsnorm", parallel=True, d_ff=48)
+    block = ParallelBlock(32, 4, n_kv_heads=2, mlp="swiglu", norm="rmsnorm", d_ff=48)
     assert isinstance(block, ParallelBlock) and not hasattr(block, "mlp_norm")
     block = randomised(block)
     x = randn(2, 6, 32)
@@ -144,7 +144,7 @@ def test_parallel_block_is_attention_plus_mlp_from_one_norm():
 
 
 def test_parallel_block_caches_and_weights():
-    block = randomised(TransformerBlock(32, 4, mlp="swiglu", norm="rmsnorm", parallel=True, rope=RotaryEmbedding(8)))
+    block = randomised(ParallelBlock(32, 4, mlp="swiglu", norm="rmsnorm", rope=RotaryEmbedding(8)))
     x = randn(1, 5, 32)
     full, w = block(x, return_weights=True)
     assert w.shape == (1, 4, 5, 5)
@@ -154,7 +154,7 @@ def test_parallel_block_caches_and_weights():
 
 
 def test_parallel_block_gradcheck():
-    block = randomised(TransformerBlock(8, 2, mlp="swiglu", norm="rmsnorm", parallel=True, d_ff=8))
+    block = randomised(ParallelBlock(8, 2, mlp="swiglu", norm="rmsnorm", d_ff=8))
     x = randn(1, 3, 8).requires_grad_()
     assert torch.autograd.gradcheck(block, (x,))
 

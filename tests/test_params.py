@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import DecoderConfig, DecoderLM, parameter_breakdown, parameter_count
+from attn_core import DecoderConfig, DecoderLM, parameter_count
+from attn_core.params import parameter_breakdown
 from conftest import PRESETS
 
 

@@ -18,9 +18,8 @@ from attn_core import (
     SinusoidalPositionalEncoding,
     attention,
     causal_mask,
-    convert_rope_layout,
-    rope_permutation,
 )
+from attn_core.positional import convert_rope_layout, rope_permutation
 
 F64 = torch.float64
 

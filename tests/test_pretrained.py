@@ -23,19 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attn_core import (
-    ByteCodec,
-    DecoderLM,
-    ablate_heads,
-    attention_maps,
-    bits_per_char,
-    generate,
-    heads,
-    load_shakespeare,
-    pretrained,
-    shakespeare_info,
-    shakespeare_text,
-)
+from attn_core import DecoderLM, generate, heads, load_shakespeare, pretrained
+from attn_core.heads import ablate_heads
+from attn_core.pretrained import ByteCodec, attention_maps, bits_per_char, shakespeare_info, shakespeare_text
 
 VAL_BPC_MAX = 2.70  # bits per character on the first 16,384 validation characters (measured 2.633)
 VAL_CHARS = 16_384

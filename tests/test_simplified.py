@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import attn_core.core as core
-from attn_core import KVCache, ShapedAttention, SimplifiedBlock, causal_mask, centring_matrix
+from attn_core import KVCache, ShapedAttention, SimplifiedBlock, causal_mask
+from attn_core.simplified import centring_matrix
 from conftest import randomise_shaped_queries
 
 

@@ -10,14 +10,16 @@ from attn_core import (
     ALiBi,
     DecoderConfig,
     DecoderLM,
-    IndexerKeyCache,
     LightningIndexer,
     MultiHeadAttention,
     MultiHeadLatentAttention,
     SparseAttention,
-    SparseCache,
     attention,
     generate,
+)
+from attn_core.sparse_attention import (
+    IndexerKeyCache,
+    SparseCache,
     indexer_loss,
     indexer_losses,
     sparse_attention_flops,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, KVCache
-from attn_core.generate import generate
+from attn_core.generation import generate
 from attn_core.static_cache import StaticKVCache, StaticLatentKVCache, filled_mask, is_static, make_static_caches
 
 F64 = torch.float64

@@ -7,10 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from attn_core import (
-    DecoderConfig,
-    DecoderLM,
-    MultiHeadAttention,
+from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
+from attn_core.window import (
     kv_cache_bytes,
     layer_pattern,
     published_attention,

@@ -43,17 +43,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the repository's attn_core, also without an install
 
-from attn_core import (  # noqa: E402
-    ByteCodec,
-    DecoderConfig,
-    DecoderLM,
-    bits_per_char,
-    generate,
-    heads,
-    parameter_count,
-    shakespeare_text,
-    train,
-)
+from attn_core import DecoderConfig, DecoderLM, generate, heads, parameter_count, train  # noqa: E402
+from attn_core.pretrained import ByteCodec, bits_per_char, shakespeare_text  # noqa: E402
 
 DATA_DIR = ROOT / "attn_core" / "data" / "shakespeare"
 PROMPT = "PROSPERO.\nNow, "  # the greedy sample's prompt (a validation-play speaker)

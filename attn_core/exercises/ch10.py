@@ -6,7 +6,8 @@ from typing import Callable
 
 import torch
 
-from ..blocks import DecoderConfig, parameter_count
+from ..config import DecoderConfig
+from ..params import parameter_count
 from ._common import report
 
 __all__ = ["check_parameter_formula"]

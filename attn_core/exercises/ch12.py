@@ -6,9 +6,10 @@ from typing import Callable
 
 import torch
 
-from ..blocks import DecoderConfig, DecoderLM
 from ..cache import KVCache
-from ..generate import generate
+from ..config import DecoderConfig
+from ..generation import generate
+from ..model import DecoderLM
 from ._common import report
 
 __all__ = ["check_token_passes", "check_cache_bytes", "check_greedy_decode"]

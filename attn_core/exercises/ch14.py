@@ -6,8 +6,9 @@ from typing import Callable
 
 import torch
 
-from ..blocks import DecoderConfig, DecoderLM
+from ..config import DecoderConfig
 from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..model import DecoderLM
 from ..multihead import MultiHeadAttention
 from ._common import report
 

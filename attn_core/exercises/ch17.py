@@ -2,7 +2,7 @@
 
 * 17.1 one step of causal linear attention with its normaliser;
 * 17.2 one step of the gated delta rule;
-* 17.3 the bytes of a :class:`~attn_core.GatedDeltaNetCache`, counted from the tensors.
+* 17.3 the bytes of a :class:`~attn_core.gated_deltanet.GatedDeltaNetCache`, counted from the tensors.
 """
 
 from __future__ import annotations

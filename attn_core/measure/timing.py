@@ -1,7 +1,6 @@
 """Timing that holds up on a shared, noisy machine: warm-up, interleaved rounds, medians.
 
-Used by chapters 12-14 and by the ``benchmarks`` package (which also import it as
-``attn_core.timing``, its old name). The rules:
+Used by the measurements of memory and speed and by the ``benchmarks`` package. The rules:
 
 * **Warm-up** calls first (allocator, kernel selection, caches), never timed.
 * **Interleaved rounds**: every round runs each function once, in a rotated order, so
@@ -260,7 +259,7 @@ def assert_ratio(
 
     The timing claims of the lessons, in one format. The median of the per-round ratios
     stands in the value slot that the lessons' nbval sanitize file masks (as for
-    :func:`attn_core.assert_above`), and so do the interval's ends: a timing's digits
+    :func:`attn_core.compare.assert_above`), and so do the interval's ends: a timing's digits
     cannot be the same on two machines, or two runs. What is compared is the label, the
     bounds and the verdict, which the call asserts.
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, generate
-from attn_core.generate import sample_next
+from attn_core.generation import sample_next
 from conftest import decoder
 
 CONFIGS = {

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from attn_core import DecoderConfig, DecoderLM, TrainResult, accuracy, train
+from attn_core import DecoderConfig, DecoderLM, train
 from attn_core.tasks import IGNORE_INDEX, copy_task
-from attn_core.train import lm_loss, lr_at
+from attn_core.training import TrainResult, accuracy, lm_loss, lr_at
 
 BATCHES = functools.partial(copy_task, n=4, vocab_size=10)
 
