@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .blocks import TransformerBlock
+from .blocks import make_block
 from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
@@ -210,7 +210,7 @@ class DecoderLM(nn.Module):
                     rope_base=c.rope_base,
                 )  # fmt: skip
                 attention = SparseAttention(attention, indexer, c.index_topk)
-            return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
+            return make_block(c.d_model, c.n_heads, attention=attention, **shared)
         if c.resolved_layer_types[i] == "linear":  # Gated DeltaNet in the attention's place (chapter 17)
             attention = GatedDeltaNet(
                 c.d_model,
@@ -221,7 +221,7 @@ class DecoderLM(nn.Module):
                 conv_size=c.linear_conv_size,
                 **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
             )
-            return TransformerBlock(c.d_model, attention.n_heads, attention=attention, **shared)
+            return make_block(c.d_model, attention.n_heads, attention=attention, **shared)
         llama4 = dict(chunk=c.layer_chunk(i), temperature=c.layer_temperature(i))  # options only MHA takes
         shares = c.kv_share is not None and c.kv_share[i] != i
         if shares or llama4 != dict(chunk=None, temperature=None):  # cross-layer KV sharing (chapter 15), Llama 4
@@ -244,8 +244,8 @@ class DecoderLM(nn.Module):
                 softcap=c.attention_softcap,
                 **mha,
             )
-            return TransformerBlock(c.d_model, c.n_heads, attention=attention, **shared)
-        return TransformerBlock(
+            return make_block(c.d_model, c.n_heads, attention=attention, **shared)
+        return make_block(
             c.d_model,
             c.n_heads,
             n_kv_heads=c.resolved_n_kv_heads,
