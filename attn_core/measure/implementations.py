@@ -1,7 +1,7 @@
 """Benchmark subjects: one causal self-attention layer, computed the ways people compute it.
 
-Chapter 13 compares ways of computing the *same* causal multi-head self-attention layer
-(Raschka's comparison). Two of them, "einsum" and "fused QKV, explicit", are written
+The book's speed comparison sets side by side ways of computing the *same* causal
+multi-head self-attention layer (Raschka's comparison). Two of them, "einsum" and "fused QKV, explicit", are written
 the way tutorials write attention, with their own softmax-matmul: that is what is being
 measured. They are benchmark subjects, not modules to build models from; every model in
 ``attn_core`` calls :func:`attn_core.core.attention`.

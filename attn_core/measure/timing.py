@@ -183,7 +183,7 @@ def _bootstrap_median_interval(ratios: list[float]) -> tuple[float, float]:
 class RatioSummary:
     """The per-round ratios of two timings: their median, spread and confidence interval.
 
-    The book's one rule for a timing verdict (chapters 5, 7, 12-14, 16, 17 and
+    The book's one rule for a timing verdict (every timed chapter and
     ``benchmarks``): time in interleaved rounds (:func:`time_interleaved`), take the
     median of the per-round ratios, put a 95% bootstrap interval on it, and call
 
