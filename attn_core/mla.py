@@ -37,7 +37,8 @@ from .checks import check_bool, check_choice, check_instance, check_int, check_m
 from .core import attend
 from .norms import RMSNorm
 from .positional import ROPE_LAYOUTS, RotaryEmbedding
-from .rope_scaling import RopeScaling, YarnScaling, yarn_mscale
+from .rope_freqs import yarn_mscale
+from .rope_scaling import RopeScaling, YarnScaling
 from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim", "deepseek_softmax_factor"]

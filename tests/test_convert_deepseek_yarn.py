@@ -26,7 +26,8 @@ from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_deepseek 
 from attn_core import MultiHeadLatentAttention  # noqa: E402
 from attn_core.convert import config_from_hf, copy_attention, from_hf  # noqa: E402
 from attn_core.mla import deepseek_softmax_factor  # noqa: E402
-from attn_core.rope_scaling import LinearScaling, YarnScaling, scaling_from_hf, yarn_mscale  # noqa: E402
+from attn_core.rope_freqs import yarn_mscale  # noqa: E402
+from attn_core.rope_scaling import LinearScaling, YarnScaling, scaling_from_hf  # noqa: E402
 
 F64 = torch.float64
 #: DeepSeek-V3's own values (factor 40, mscale = mscale_all_dim = 1), its original length shrunk to 8.

@@ -16,6 +16,16 @@ import pytest
 import torch
 
 from attn_core.positional import RotaryEmbedding
+from attn_core.rope_freqs import (
+    default_inv_freq,
+    dynamic_ntk_inv_freq,
+    linear_inv_freq,
+    llama3_inv_freq,
+    longrope_inv_freq,
+    ntk_inv_freq,
+    yarn_inv_freq,
+    yarn_mscale,
+)
 from attn_core.rope_scaling import (
     SCALINGS,
     DynamicNTKScaling,
@@ -25,15 +35,7 @@ from attn_core.rope_scaling import (
     NTKScaling,
     RopeScaling,
     YarnScaling,
-    default_inv_freq,
-    dynamic_ntk_inv_freq,
-    linear_inv_freq,
-    llama3_inv_freq,
-    longrope_inv_freq,
-    ntk_inv_freq,
     scaling_from_hf,
-    yarn_inv_freq,
-    yarn_mscale,
 )
 from conftest import F64
 
@@ -759,7 +761,7 @@ def test_production_configs_read_by_scaling_from_hf():
 def test_docstring_examples():
     import doctest
 
-    from attn_core import rope_scaling
+    from attn_core import rope_freqs, rope_scaling
 
-    result = doctest.testmod(rope_scaling)
-    assert result.failed == 0 and result.attempted >= 3
+    results = [doctest.testmod(rope_freqs), doctest.testmod(rope_scaling)]
+    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) >= 3

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from ..positional import RotaryEmbedding
-from ..rope_scaling import default_inv_freq, ntk_inv_freq, yarn_inv_freq, yarn_mscale
+from ..rope_freqs import default_inv_freq, ntk_inv_freq, yarn_inv_freq, yarn_mscale
 from ._common import report
 
 __all__ = ["check_yarn_ramp", "check_ntk_base", "check_partial_rope", "check_yarn_logit_scale"]
