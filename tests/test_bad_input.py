@@ -14,7 +14,8 @@ import torch
 
 import attn_core as ac
 from attn_core import linear_attention as la
-from attn_core.moe import MixtureOfExperts, TopKRouter, load_balancing_loss
+from attn_core.moe import MixtureOfExperts
+from attn_core.router import TopKRouter, load_balancing_loss
 from attn_core.simplified import ShapedAttention, centring_matrix
 from attn_core.sparse_attention import IndexerKeyCache, LightningIndexer, SparseAttention
 
