@@ -36,7 +36,7 @@ from .cache import LatentKVCache, storage_like
 from .checks import check_bool, check_choice, check_instance, check_int, check_made_for, check_number, check_tensor
 from .core import attend
 from .norms import RMSNorm
-from .positional import ROPE_LAYOUTS, RotaryEmbedding
+from .rope import ROPE_LAYOUTS, RotaryEmbedding
 from .rope_freqs import yarn_mscale
 from .rope_scaling import RopeScaling, YarnScaling
 from .shapes import head_mask, merge_heads, split_heads

@@ -149,7 +149,7 @@ def dynamic_ntk_inv_freq(
     ``max_position``), the base becomes ``base·s^(R/(R-2))`` with
     ``s = factor·seq_len/max_position - (factor - 1)``: ``s = 1`` (plain RoPE) up to
     ``max_position``, then growing linearly, by ``factor`` per further ``max_position``
-    positions. How :class:`~attn_core.positional.RotaryEmbedding` updates ``seq_len`` as
+    positions. How :class:`~attn_core.rope.RotaryEmbedding` updates ``seq_len`` as
     it runs is in :class:`DynamicNTKScaling`.
 
     Returns:

@@ -57,7 +57,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """Base of the scalings: what :class:`~attn_core.positional.RotaryEmbedding` asks of one.
+    """Base of the scalings: what :class:`~attn_core.rope.RotaryEmbedding` asks of one.
 
     A subclass holds its method's parameters (checked when it is made) and answers two
     questions: :meth:`frequencies` (the speeds and attention factor for a rotated width
@@ -291,7 +291,7 @@ def scaling_from_hf(rope_parameters: Mapping[str, object], *, max_position_embed
     Llama 3 or LongRoPE dict lacks it: pass the dict of a constructed config. A missing
     YaRN/LongRoPE ``factor`` is ``max_position_embeddings / original_max_position_embeddings``,
     as there. ``rope_theta`` and ``partial_rotary_factor`` are not scalings: give them to
-    :class:`~attn_core.positional.RotaryEmbedding` as ``base`` and
+    :class:`~attn_core.rope.RotaryEmbedding` as ``base`` and
     ``rotary_dim = int(head_dim·partial_rotary_factor)``. Configs with one dict per layer type
     (Gemma 3, OLMo 3: ``{"full_attention": {...}, "sliding_attention": {...}}``) need one call
     per layer type.

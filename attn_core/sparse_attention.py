@@ -50,7 +50,7 @@ from .checks import (
 )
 from .masks import causal_mask
 from .norms import LayerNorm
-from .positional import RotaryEmbedding
+from .rope import RotaryEmbedding
 from .shapes import head_mask
 
 __all__ = [

@@ -15,7 +15,7 @@ import types
 import pytest
 import torch
 
-from attn_core.positional import RotaryEmbedding
+from attn_core.rope import RotaryEmbedding
 from attn_core.rope_freqs import (
     default_inv_freq,
     dynamic_ntk_inv_freq,
