@@ -84,15 +84,9 @@ from .mlp import FeedForward, SwiGLU, swiglu_hidden_dim
 from .model import DecoderLM
 from .norms import LayerNorm, RMSNorm
 from .params import parameter_breakdown, parameter_count
-from .positional import (
-    ALiBi,
-    LearnedPositionalEmbedding,
-    RotaryEmbedding,
-    SinusoidalPositionalEncoding,
-    convert_rope_layout,
-    rope_permutation,
-)
+from .positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .pretrained import ByteCodec, attention_maps, bits_per_char, load_shakespeare, shakespeare_info, shakespeare_text
+from .rope import RotaryEmbedding, convert_rope_layout, rope_permutation
 from .self_attention import SelfAttention
 from .simplified import ShapedAttention, SimplifiedBlock, centring_matrix
 from .smollm2 import load_smollm2

@@ -30,7 +30,8 @@ from .core import attend
 from .gating import GATE_KINDS, gate_width, output_gate
 from .masks import check_window, position_mask
 from .norms import make_qk_norm
-from .positional import check_rope, check_temperature, query_temperature
+from .positional import check_temperature, query_temperature
+from .rope import check_rope
 from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["MultiHeadAttention", "GroupedQueryAttention", "MultiQueryAttention"]

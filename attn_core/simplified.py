@@ -42,7 +42,7 @@ from .masks import causal_mask
 from .mistakes import leaky_shaped_attention as _leaky_shaped_attention  # noqa: F401 (chapter 11 imports this old name)
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, make_norm
-from .positional import check_rope
+from .rope import check_rope
 from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["ShapedAttention", "SimplifiedBlock", "centring_matrix"]
