@@ -14,10 +14,11 @@ import torch
 
 import attn_core as ac
 from attn_core import linear_attention as la
+from attn_core.indexer import IndexerKeyCache, LightningIndexer
 from attn_core.moe import MixtureOfExperts
 from attn_core.router import TopKRouter, load_balancing_loss
 from attn_core.simplified import ShapedAttention, centring_matrix
-from attn_core.sparse_attention import IndexerKeyCache, LightningIndexer, SparseAttention
+from attn_core.sparse_attention import SparseAttention
 
 F64 = torch.float64
 X = torch.randn(2, 5, 8)  # (B, T, d_model=8), float32 like the layers' weights
