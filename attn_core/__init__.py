@@ -61,15 +61,12 @@ from .compare import assert_above, assert_below, assert_between, assert_close, a
 from .config import DecoderConfig
 from .convert import from_hf
 from .core import attention
+from .delta_rule import delta_rule_chunked, delta_rule_matrix, delta_rule_parallel, delta_rule_recurrent
 from .efficient import online_softmax, tiled_attention
 from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
 from .generate import generate
 from .heads import ablate_heads, score_heads
 from .linear_attention import (
-    delta_rule_chunked,
-    delta_rule_matrix,
-    delta_rule_parallel,
-    delta_rule_recurrent,
     linear_attention_chunked,
     linear_attention_matrix,
     linear_attention_parallel,
