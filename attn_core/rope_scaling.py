@@ -11,7 +11,8 @@ takes::
 
     rope = RotaryEmbedding(64, base=150000.0, scaling=YarnScaling(factor=32.0, original_max_position=4096))
 
-:func:`scaling_from_hf` reads a Hugging Face ``rope_parameters`` dict.
+:func:`scaling_from_hf` reads a Hugging Face ``rope_parameters`` dict; :func:`deepseek_softmax_factor`
+is the factor DeepSeek puts on its softmax scale under YaRN.
 
 Shape legend:
     R   number of rotated dimensions of a head (``rotary_dim``); ``R/2`` pairs and speeds
@@ -37,6 +38,7 @@ from .rope_freqs import (
     longrope_inv_freq,
     ntk_inv_freq,
     yarn_inv_freq,
+    yarn_mscale,
 )
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "LongRopeScaling",
     "SCALINGS",
     "scaling_from_hf",
+    "deepseek_softmax_factor",
 ]
 
 
@@ -363,3 +366,16 @@ def scaling_from_hf(rope_parameters: Mapping[str, object], *, max_position_embed
         factor=factor,
         attention_factor=p.get("attention_factor"),
     )
+
+
+def deepseek_softmax_factor(scaling: RopeScaling | None) -> float:
+    """What DeepSeek's attention multiplies its softmax scale by under rope scaling: ``yarn_mscale(factor,
+    mscale_all_dim)²`` for YaRN with a non-zero ``mscale_all_dim`` (Hugging Face's ``yarn_apply_mscale``), else 1.
+
+    Example:
+        >>> round(deepseek_softmax_factor(YarnScaling(40.0, 4096, mscale=1.0, mscale_all_dim=1.0)), 4)
+        1.8739
+    """
+    if isinstance(scaling, YarnScaling) and scaling.mscale_all_dim:
+        return yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
+    return 1.0

@@ -8,7 +8,8 @@ from typing import Callable
 import torch
 
 from ..attention import MultiHeadAttention
-from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..cache_size import kv_cache_elements_per_token
+from ..mla import MultiHeadLatentAttention
 from ._common import compare, report
 
 __all__ = [

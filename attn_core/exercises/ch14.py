@@ -8,7 +8,8 @@ import torch
 
 from ..attention import MultiHeadAttention
 from ..blocks import DecoderConfig, DecoderLM
-from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..cache_size import kv_cache_elements_per_token
+from ..mla import MultiHeadLatentAttention
 from ._common import report
 
 __all__ = [
