@@ -16,7 +16,7 @@ last key block, ``acc / l`` is exactly ``softmax(S) V``. Peak memory is one tile
 scores, ``(block_q, block_k)`` per head, whatever the sequence length.
 
 This module is the one place in ``attn_core`` with its own softmax-matmul: the tiled
-algorithm *is* the lesson (chapter 13). It is written for clarity, in Python loops over
+algorithm *is* the lesson. It is written for clarity, in Python loops over
 blocks; PyTorch's fused kernels (``scaled_dot_product_attention``) do the same in
 compiled code and are what :func:`attn_core.attention` calls on its fast path. The tools
 that *measure* the difference (peak memory, operator lists, FLOPs, timing) are in
@@ -201,7 +201,7 @@ def tiled_attention(
     return out.to(v.dtype)
 
 
-# Chapter 13 imports its measurement tools from here; they live in attn_core.measure now.
+# The measurement tools that used to live here are in attn_core.measure.
 _MOVED_TO_MEASURE = (
     "attention_score_bytes",
     "peak_tensor_memory",

@@ -1,4 +1,4 @@
-"""FlashAttention written by hand in Triton: fused forward and backward kernels (the book's Triton chapter).
+"""FlashAttention written by hand in Triton: fused forward and backward kernels.
 
 :mod:`attn_core.efficient` writes FlashAttention's tiled loop in Python: it saves memory
 but every tile still travels through main memory. Here the same loop is one *fused*
@@ -270,7 +270,7 @@ _LATE_INTERPRETER = INTERPRETED and type(tl.cdiv).__name__ != "InterpretedFuncti
 
 
 def kernel_source(name: str) -> str:
-    """The source of one of this module's Triton functions, for reading (the Triton chapter prints them).
+    """The source of one of this module's Triton functions, for reading (printed next to the text that explains them).
 
     Args:
         name: ``"forward"``, ``"backward_dkdv"``, ``"backward_dq"``, ``"allowed"``,
@@ -365,8 +365,7 @@ def _precision(dtype):
 def flash_forward(q, k, v, *, is_causal=False, scale=None, window=None, sinks=None, block_m=None, block_n=None):
     """Run the forward kernel alone: the output, the saved log-sum-exp and the key blocks each program visited.
 
-    :func:`flash_attention` calls this and keeps ``lse`` for its backward; the chapter
-    calls it to count the blocks that causality and windows let the kernel skip.
+    :func:`flash_attention` calls this and keeps ``lse`` for its backward; call it directly to count the blocks that causality and windows let the kernel skip.
 
     Args:
         q, k, v, is_causal, scale, window, sinks: As :func:`flash_attention`.

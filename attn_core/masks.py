@@ -106,12 +106,12 @@ def causal_mask(
     When ``T_q < T_k`` (decoding with a cache: the queries are the *last* ``T_q``
     positions of a sequence of ``T_k``), the mask is aligned *bottom-right*: query ``i``
     sits at absolute position ``T_k - T_q + i``. PyTorch's ``is_causal=True`` aligns it
-    top-left instead, which is wrong for this case (chapter 2 shows the difference).
+    top-left instead, which is wrong for this case (a query would see keys of its own future).
 
     Args:
         T_q: Number of queries.
         T_k: Number of keys; defaults to ``T_q``. Must be ``>= T_q``.
-        window: Sliding window (chapter 15): each query sees itself and the ``window - 1``
+        window: Sliding window: each query sees itself and the ``window - 1``
             keys before it; None = every earlier key. Bottom-right aligned like causality.
         sink_tokens: With a window, the first ``sink_tokens`` positions stay visible.
         device: Where to build the mask.

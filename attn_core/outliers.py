@@ -1,6 +1,6 @@
 """Measuring what gating, QK-norm and soft-capping fix: large attention logits, sinks, large activations.
 
-Three symptoms of trained transformers that the attention options of chapter 16 address:
+Three symptoms of trained transformers that gated attention, QK-norm and soft-capping address:
 
 * **attention-logit growth** (Dehghani et al. 2023, arXiv 2302.05442; Wortsman et al.
   2023, arXiv 2309.14322): the largest pre-softmax score grows during training until the

@@ -1,4 +1,4 @@
-"""Single-head self-attention with trainable projections: the smallest attention layer (chapter 1).
+"""Single-head self-attention with trainable projections: the smallest attention layer.
 
 It projects its input and calls :func:`attn_core.core.attention`, like every layer in
 ``attn_core``; :class:`~attn_core.MultiHeadAttention` is its multi-head generalisation.
@@ -22,14 +22,14 @@ __all__ = ["SelfAttention"]
 class SelfAttention(nn.Module):
     """Single-head self-attention with trainable query, key and value projections.
 
-    The smallest trainable attention layer (chapter 1): every token is projected to a
+    The smallest trainable attention layer: every token is projected to a
     query, a key and a value of width ``d_out``, and attends to every token.
 
     Args:
         d_in: Width of the input vectors.
         d_out: Width of the queries, keys, values and output.
         bias: Give the projections a bias.
-        causal: Block attention to future tokens (chapter 2).
+        causal: Block attention to future tokens.
 
     Shapes:
         x: ``(B, T, d_in)``

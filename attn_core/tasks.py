@@ -18,12 +18,12 @@ Decoder-only tasks (one sequence; data tokens ``x_1..x_n``, a separator, the ans
   key is repeated and its value must be recalled.
 * :func:`seen_before_task` ``BOS x₁ x₂ ...``: at every position, has this token appeared
   before? A head that finds no earlier copy must put its attention somewhere: on the
-  first token (an attention sink, chapter 15).
+  first token (an attention sink).
 * :func:`needle_recall_task` ``f f N f … f QUERY`` -> ``N``: one "needle" token hidden at
   a random position among filler; at the query, name it. The distance to the needle is
-  anything up to the sequence length: the task of the long-context chapter.
+  anything up to the sequence length: a test of long-context retrieval.
 
-Encoder-decoder form (chapter 4): :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
+Encoder-decoder form: :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
 the ideal cross-attention is the anti-diagonal :func:`reverse_alignment`.
 
 All functions share the call ``fn(batch_size, *, generator=None, **sizes)``, so that
@@ -320,7 +320,7 @@ def needle_recall_task(
     1 to ``n - 1``: evaluated at ``n = 8L``, a model trained at ``n = L`` must retrieve
     from distances it never saw. One attention layer solves it by content (the query
     matches the needle keys, whatever their distance); RoPE rotates that match by the
-    distance, which is what breaks past the training length (the long-context chapter).
+    distance, which is what breaks past the training length.
 
     Args:
         batch_size: ``B``.

@@ -2,7 +2,7 @@
 
 A sliding-window layer (Mistral, Gemma 2/3, gpt-oss) lets each query see itself and the
 ``window - 1`` positions before it (:func:`attn_core.masks.causal_mask` with ``window=``).
-What that means for a *model* is the subject of chapter 15:
+What that means for a *model*:
 
 * :func:`receptive_field` probes a stack: the gradient of the last position's output with
   respect to every input position. One layer reaches ``window - 1`` positions back; ``L``

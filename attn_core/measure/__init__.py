@@ -1,6 +1,6 @@
 """Measuring attention: timing, peak tensor memory, operator lists, FLOP and byte counts.
 
-The tools chapters 12-14 and the ``benchmarks`` package measure with; none of them is
+The tools the book's performance measurements and the ``benchmarks`` package use; none of them is
 part of a model.
 
 * :mod:`~attn_core.measure.timing`: interleaved rounds, medians and paired ratios that
@@ -11,7 +11,7 @@ part of a model.
 * :mod:`~attn_core.measure.formulas`: :func:`attention_score_bytes`,
   :func:`attention_layer_flops` and :func:`attention_hbm_bytes`, by formula.
 * :mod:`~attn_core.measure.implementations`: :func:`attention_implementations`, the
-  subjects of chapter 13's speed comparison.
+  subjects of a speed comparison of attention implementations.
 """
 
 from .dispatch import Traffic, aten_ops, memory_traffic, peak_tensor_memory, saved_tensor_bytes

@@ -1,6 +1,6 @@
 """Benchmark subjects: one causal self-attention layer, computed the ways people compute it.
 
-Chapter 13 compares ways of computing the *same* causal multi-head self-attention layer
+The speed comparison compares ways of computing the *same* causal multi-head self-attention layer
 (Raschka's comparison). Two of them, "einsum" and "fused QKV, explicit", are written
 the way tutorials write attention, with their own softmax-matmul: that is what is being
 measured. They are benchmark subjects, not modules to build models from; every model in

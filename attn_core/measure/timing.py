@@ -1,6 +1,6 @@
 """Timing that holds up on a shared, noisy machine: warm-up, interleaved rounds, medians.
 
-Used by chapters 12-14 and by the ``benchmarks`` package (which also import it as
+Used by the book's timing cells and by the ``benchmarks`` package (which also import it as
 ``attn_core.timing``, its old name). The rules:
 
 * **Warm-up** calls first (allocator, kernel selection, caches), never timed.
@@ -184,8 +184,8 @@ def _bootstrap_median_interval(ratios: list[float]) -> tuple[float, float]:
 class RatioSummary:
     """The per-round ratios of two timings: their median, spread and confidence interval.
 
-    The book's one rule for a timing verdict (chapters 5, 7, 12-14, 16, 17 and
-    ``benchmarks``): time in interleaved rounds (:func:`time_interleaved`), take the
+    The book's one rule for a timing verdict (every timing cell of the
+    book and ``benchmarks``): time in interleaved rounds (:func:`time_interleaved`), take the
     median of the per-round ratios, put a 95% bootstrap interval on it, and call
 
     * ``"equivalent"`` when the whole interval lies within ±``margin`` (10%) of 1,
