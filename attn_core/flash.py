@@ -365,7 +365,8 @@ def _precision(dtype):
 def flash_forward(q, k, v, *, is_causal=False, scale=None, window=None, sinks=None, block_m=None, block_n=None):
     """Run the forward kernel alone: the output, the saved log-sum-exp and the key blocks each program visited.
 
-    :func:`flash_attention` calls this and keeps ``lse`` for its backward; call it directly to count the blocks that causality and windows let the kernel skip.
+    :func:`flash_attention` calls this and keeps ``lse`` for its backward; call it directly
+    to count the blocks that causality and windows let the kernel skip.
 
     Args:
         q, k, v, is_causal, scale, window, sinks: As :func:`flash_attention`.
