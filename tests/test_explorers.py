@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 
-import ipywidgets  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -101,27 +100,6 @@ def test_explorer_bad_input():
         explorers.explorer(_weights(1, 1, 1, 2, 2))
     with pytest.raises(ValueError, match="needs the starting sentence"):
         explorers.explorer(lambda text: None)
-
-
-def _fn(text):
-    words = text.split()
-    T = len(words)
-    return _weights(2, 2, T, T, seed=T), words
-
-
-def test_kernel_explorer_recomputes_in_python():
-    k = explorers.explorer(_fn, text="the cat sat")
-    assert isinstance(k.widget, ipywidgets.VBox)
-    assert k.image.value[:4] == b"\x89PNG"
-    assert (k.layer.max, k.head.max, k.query.max) == (1, 1, 2)
-    first = k.image.value
-    k.text.value = "a much longer sentence here"  # the callback re-runs fn
-    assert k.query.max == 4 and k.tokens[0] == "a" and k.image.value != first
-    k.temperature.value = 0.1
-    sharp = k.current()
-    assert torch.allclose(sharp.sum(-1), torch.ones(5, dtype=sharp.dtype))
-    assert sharp.max(-1).values.min() > k.weights[0, 0].max(-1).values.min()
-    assert repr(k) == "KernelExplorer(L=2, H=2, T_q=5, T_k=5)"
 
 
 def test_explorer_axis_labels_default_to_attention():

@@ -10,10 +10,10 @@ from attn_core import viz  # noqa: E402
 
 
 def test_viz_gathers_the_pictures_and_the_explorers():
-    from attn_core import explorers, plots
+    from attn_core import explorers, kernel_explorer, plots
 
     assert viz.heatmap is plots.heatmap and viz.attention_grid is plots.attention_grid
-    assert viz.explorer is explorers.explorer and viz.KernelExplorer is explorers.KernelExplorer
+    assert viz.explorer is explorers.explorer and viz.KernelExplorer is kernel_explorer.KernelExplorer
     assert viz.AttentionExplorer is explorers.AttentionExplorer
     assert sorted(viz.__all__) == sorted(
         ["heatmap", "attention_grid", "explorer", "AttentionExplorer", "KernelExplorer", "MAX_EMBED_BYTES"]
