@@ -199,22 +199,3 @@ def tiled_attention(
     if groups > 1:
         out = out.flatten(-4, -3)  # (..., H_kv, G, T_q, D_v) -> (..., H, T_q, D_v)
     return out.to(v.dtype)
-
-
-# The measurement tools that used to live here are in attn_core.measure.
-_MOVED_TO_MEASURE = (
-    "attention_score_bytes",
-    "peak_tensor_memory",
-    "aten_ops",
-    "attention_implementations",
-    "attention_layer_flops",
-)
-
-
-def __getattr__(name: str):
-    """The old paths ``attn_core.efficient.<tool>`` of the tools now in :mod:`attn_core.measure`."""
-    if name in _MOVED_TO_MEASURE:
-        from . import measure  # not at the top: measure's benchmark subjects import this module
-
-        return getattr(measure, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
