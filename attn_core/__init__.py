@@ -62,20 +62,23 @@ from .convert import from_hf
 from .core import attention
 from .gated_deltanet import GatedDeltaNet
 from .generation import generate
+from .indexer import LightningIndexer
 from .masks import causal_mask, padding_mask
 from .mla import MultiHeadLatentAttention
 from .mlp import FeedForward, SwiGLU
 from .model import DecoderLM
-from .moe import MixtureOfExperts, TopKRouter
+from .moe import MixtureOfExperts
 from .multihead import GroupedQueryAttention, MultiHeadAttention, MultiQueryAttention
 from .norms import LayerNorm, RMSNorm
 from .params import parameter_count
-from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .pretrained import load_shakespeare
+from .rope import RotaryEmbedding
+from .router import TopKRouter
 from .self_attention import SelfAttention
 from .simplified import ShapedAttention, SimplifiedBlock
 from .smollm2 import load_smollm2
-from .sparse_attention import LightningIndexer, SparseAttention
+from .sparse_attention import SparseAttention
 from .training import train
 
 __version__ = "0.1.0"

@@ -28,7 +28,7 @@ import torch
 
 from .checks import check_int, check_tensor
 
-__all__ = ["KVCache", "LatentKVCache", "RollingKVCache", "ContextKVCache", "storage_like"]
+__all__ = ["SlotCache", "KVCache", "LatentKVCache", "RollingKVCache", "ContextKVCache", "storage_like"]
 
 
 def storage_like(
@@ -41,8 +41,14 @@ def storage_like(
     return {"dtype": weight.dtype if dtype is None else dtype, "device": weight.device if device is None else device}
 
 
-class _SlotCache:
-    """Preallocated storage for named tensors that grow along one sequence axis."""
+class SlotCache:
+    """Preallocated storage for named tensors that grow along one sequence axis: the base of the caches.
+
+    Each tensor of ``shapes`` (its shape without the sequence axis) gets a buffer with
+    ``max_len`` inserted at ``seq_dim``. A subclass's ``update`` calls ``_append``, which
+    checks the new tensors, copies their values (never the graph) after the ``size``
+    positions stored and returns views of everything stored so far.
+    """
 
     def __init__(self, shapes: dict[str, tuple[int, ...]], max_len: int, *, seq_dim: int, dtype, device) -> None:
         check_int("max_len", max_len)
@@ -107,7 +113,7 @@ class _SlotCache:
         return sum(t.numel() * t.element_size() for t in self._store.values())
 
 
-class KVCache(_SlotCache):
+class KVCache(SlotCache):
     """Keys and values of one attention layer, preallocated for ``max_len`` positions.
 
     Args:
@@ -152,7 +158,7 @@ class KVCache(_SlotCache):
         return self._append(k=k, v=v)
 
 
-class LatentKVCache(_SlotCache):
+class LatentKVCache(SlotCache):
     """The cache of multi-head latent attention: one latent ``c_KV`` and one shared RoPE key.
 
     Args:

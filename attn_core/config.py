@@ -31,7 +31,8 @@ from .masks import check_window
 from .mla import default_rope_dim
 from .mlp import MLP_KINDS, mlp_hidden_dim
 from .norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
-from .positional import ROPE_LAYOUTS, check_temperature
+from .positional import check_temperature
+from .rope import ROPE_LAYOUTS
 from .rope_scaling import RopeScaling
 
 __all__ = ["DecoderConfig"]

@@ -1,6 +1,6 @@
 """Gated DeltaNet, the linear-attention layer of Qwen3-Next, and its constant-size decoding cache.
 
-The layer around :func:`attn_core.linear_attention.delta_rule_chunked` (the gated delta
+The layer around :func:`attn_core.delta_rule.delta_rule_chunked` (the gated delta
 rule; Yang et al., 2024, arXiv 2412.06464): projections, a short causal depthwise
 convolution, L2-normalised queries and keys, the learned decay and update strength, an
 output RMSNorm gated by ``SiLU(z)``. Decoding carries a :class:`GatedDeltaNetCache`, whose
@@ -25,7 +25,8 @@ from torch import nn
 
 from .cache import storage_like
 from .checks import check_bool, check_instance, check_int, check_made_for, check_tensor
-from .linear_attention import delta_rule_chunked, delta_rule_matrix, l2_normalize
+from .delta_rule import delta_rule_chunked, delta_rule_matrix
+from .linear_attention import l2_normalize
 from .norms import RMSNorm
 from .shapes import merge_heads, split_heads
 

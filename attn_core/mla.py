@@ -33,28 +33,15 @@ import torch
 from torch import nn
 
 from .cache import LatentKVCache, storage_like
+from .cache_size import kv_cache_elements_per_token
 from .checks import check_bool, check_choice, check_instance, check_int, check_made_for, check_number, check_tensor
 from .core import attend
 from .norms import RMSNorm
-from .positional import ROPE_LAYOUTS, RotaryEmbedding
-from .rope_scaling import RopeScaling, YarnScaling, yarn_mscale
+from .rope import ROPE_LAYOUTS, RotaryEmbedding
+from .rope_scaling import RopeScaling, deepseek_softmax_factor
 from .shapes import head_mask, merge_heads, split_heads
 
-__all__ = ["MultiHeadLatentAttention", "kv_cache_elements_per_token", "default_rope_dim", "deepseek_softmax_factor"]
-
-
-def deepseek_softmax_factor(scaling: RopeScaling | None) -> float:
-    """What DeepSeek's attention multiplies its softmax scale by under rope scaling: ``yarn_mscale(factor,
-    mscale_all_dim)²`` for YaRN with a non-zero ``mscale_all_dim`` (Hugging Face's ``yarn_apply_mscale``), else 1.
-
-    Example:
-        >>> from attn_core.rope_scaling import YarnScaling
-        >>> round(deepseek_softmax_factor(YarnScaling(40.0, 4096, mscale=1.0, mscale_all_dim=1.0)), 4)
-        1.8739
-    """
-    if isinstance(scaling, YarnScaling) and scaling.mscale_all_dim:
-        return yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
-    return 1.0
+__all__ = ["MultiHeadLatentAttention", "default_rope_dim"]
 
 
 def default_rope_dim(head_dim: int) -> int:
@@ -359,7 +346,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def cache_elements_per_token(self) -> int:
         """Cached elements per token and layer (``d_c + d_r``), measured on a real cache; see
-        :func:`kv_cache_elements_per_token`."""
+        :func:`~attn_core.cache_size.kv_cache_elements_per_token`."""
         return kv_cache_elements_per_token(self)
 
     def decode_flops(self, context_len: int, *, absorbed: bool = False) -> int:
@@ -398,31 +385,3 @@ class MultiHeadLatentAttention(nn.Module):
             f"v_head_dim={self.v_head_dim}, d_latent={self.d_latent}, "
             f"d_q_latent={self.d_q_latent}, rope_dim={self.rope_dim}, causal={self.causal}"
         )
-
-
-@torch.no_grad()
-def kv_cache_elements_per_token(module: nn.Module) -> int:
-    """KV-cache elements one token occupies in one layer, measured from the cache tensors.
-
-    Builds the layer's cache (a :class:`~attn_core.LatentKVCache` for MLA, a
-    :class:`~attn_core.KVCache` of ``n_kv_heads`` heads for MHA/GQA/MQA), runs one token
-    through the layer so that the layer itself fills it, and counts the elements stored
-    per position. This is DeepSeek-V2's Table 1: ``2·H·d_h`` (MHA), ``2·n_g·d_h`` (GQA),
-    ``2·d_h`` (MQA), ``d_c + d_r`` (MLA).
-
-    Args:
-        module: An attention layer: a :class:`MultiHeadLatentAttention`, a
-            :class:`~attn_core.MultiHeadAttention` (and its GQA/MQA forms), or any layer
-            that builds its cache with ``make_cache(batch_size, max_len)``.
-
-    Returns:
-        Elements per token (multiply by the element size for bytes).
-    """
-    if not callable(getattr(module, "make_cache", None)):
-        raise TypeError(f"module must be an attention layer with a make_cache method, got {type(module).__name__}")
-    cache = module.make_cache(1, 1)
-    w = next(module.parameters())
-    module(torch.zeros(1, 1, module.d_model, dtype=w.dtype, device=w.device), kv_cache=cache)
-    if cache.size != 1:  # pragma: no cover - guards against a layer that bypasses its cache
-        raise RuntimeError(f"the layer did not fill its cache (size={cache.size})")
-    return cache.numel_per_token()

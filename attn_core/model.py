@@ -37,7 +37,8 @@ from .padding import (
     padding_keys_mask,
     positions_from_mask,
 )
-from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from .rope import RotaryEmbedding
 from .simplified import SimplifiedBlock
 from .sparse_attention import LightningIndexer, SparseAttention
 from .static_cache import is_static, make_static_caches, static_mask

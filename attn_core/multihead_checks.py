@@ -19,7 +19,8 @@ from .context_kv import check_context_kv
 from .gating import GATE_KINDS
 from .masks import check_window
 from .norms import check_qk_norm
-from .positional import check_rope, check_temperature
+from .positional import check_temperature
+from .rope import check_rope
 
 __all__ = ["check_mha_options", "check_mha_call", "check_rolling"]
 

@@ -7,8 +7,9 @@ shuffled the same way. Each scheme here breaks that symmetry differently:
   vectors (Vaswani et al., 2017); defined for every position.
 * :class:`LearnedPositionalEmbedding` adds a trained vector per position (GPT-2);
   defined only up to ``max_len``.
-* :class:`RotaryEmbedding` rotates queries and keys by position-dependent angles, so
-  that a query-key dot product depends on their *relative* position (Su et al., 2021).
+* :class:`~attn_core.rope.RotaryEmbedding` (in :mod:`attn_core.rope`) rotates queries and
+  keys by position-dependent angles, so that a query-key dot product depends on their
+  *relative* position (Su et al., 2021).
 * :class:`ALiBi` adds a per-head linear penalty on the distance to the attention
   scores (Press et al., 2022).
 
@@ -16,8 +17,6 @@ Shape legend:
     B        batch size
     T        number of positions in this call; ``T_q`` queries, ``T_k`` keys
     d_model  width of a token vector (sinusoidal, learned)
-    D        width of one attention head (RoPE's ``head_dim``)
-    R        rotated dimensions of a head (RoPE's ``rotary_dim``, ``D`` unless partial); ``R/2`` pairs
     H        attention heads (ALiBi)
     ...      any leading dimensions, e.g. ``(B, H)``
 """
@@ -29,22 +28,15 @@ import math
 import torch
 from torch import nn
 
-from .checks import check_choice, check_instance, check_int, check_number, check_tensor
-from .rope_scaling import RopeScaling
+from .checks import check_int, check_number, check_tensor
 
 __all__ = [
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
-    "RotaryEmbedding",
     "ALiBi",
-    "rope_permutation",
-    "convert_rope_layout",
-    "check_rope",
     "query_temperature",
     "check_temperature",
 ]
-
-ROPE_LAYOUTS = ("half", "interleaved")
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -161,273 +153,6 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
-
-
-def rope_permutation(head_dim: int, *, src: str = "interleaved", dst: str = "half") -> torch.Tensor:
-    """Index that reorders a head's dimensions from one RoPE layout to the other.
-
-    RoPE rotates pairs of dimensions. The paper and Meta's LLaMA code pair neighbours,
-    ``(0, 1), (2, 3), ...`` (``"interleaved"``); GPT-NeoX and Hugging Face's LLaMA pair
-    the two halves, ``(0, D/2), (1, D/2 + 1), ...`` (``"half"``). The two are the same
-    rotation once the dimensions are reordered: ``x[..., rope_permutation(D)]`` turns
-    an interleaved-layout vector into a half-layout one. (Hugging Face's weight
-    conversion applies this reordering to the rows of the query and key projections.)
-
-    Args:
-        head_dim: ``D``; must be even.
-        src: Layout of the input.
-        dst: Layout wanted.
-
-    Returns:
-        A permutation ``perm`` of ``range(D)`` with ``y = x[..., perm]``.
-
-    Shapes:
-        output: ``(D,)``
-
-    Example:
-        >>> rope_permutation(6)
-        tensor([0, 2, 4, 1, 3, 5])
-    """
-    check_int("head_dim", head_dim)
-    if head_dim % 2 != 0:
-        raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
-    check_choice("src", src, ROPE_LAYOUTS)
-    check_choice("dst", dst, ROPE_LAYOUTS)
-    idx = torch.arange(head_dim)
-    if src == dst:
-        return idx
-    # Interleaved -> half: the first members of the pairs (even dims) go to the first half.
-    to_half = torch.cat((idx[0::2], idx[1::2]))  # (D,)
-    # Half -> interleaved is the inverse permutation.
-    return to_half if dst == "half" else torch.argsort(to_half)
-
-
-def convert_rope_layout(x: torch.Tensor, *, src: str, dst: str) -> torch.Tensor:
-    """Reorder the last dimension of ``x`` from RoPE layout ``src`` to ``dst``.
-
-    Shapes:
-        x: ``(..., D)``; output: ``(..., D)``
-    """
-    check_tensor("x", x)
-    return x[..., rope_permutation(x.shape[-1], src=src, dst=dst).to(x.device)]
-
-
-class RotaryEmbedding(nn.Module):
-    """Rotary position embedding, RoPE (Su et al., 2021, arXiv 2104.09864).
-
-    The head's first ``R = rotary_dim`` dimensions (all ``D`` of them by default) form
-    ``R/2`` pairs; pair ``i`` of a vector at position ``m`` is rotated by the angle
-    ``m·θ_i`` with ``θ_i = base^(-2i/R)``. A rotation by ``m·θ`` followed by the
-    transpose of a rotation by ``n·θ`` is a rotation by ``(m - n)·θ``, so the dot
-    product of a rotated query and a rotated key depends on the positions only through
-    ``m - n``. Apply it to queries and keys, never values.
-
-    Partial rotation (``rotary_dim < head_dim``; Hugging Face's ``partial_rotary_factor
-    = R/D``, used by GPT-NeoX, Phi, GLM, Qwen3-Next): only the first ``R`` dimensions
-    of each head are rotated, the last ``D - R`` pass through unchanged and carry
-    content whatever the distance. The pairs are formed *within* the rotated part:
-    ``"half"`` pairs ``i`` with ``i + R/2`` (not ``i + D/2``), and the speeds use
-    ``R`` in the exponent, exactly as Hugging Face's ``apply_rotary_pos_emb`` with a
-    ``cos`` of width ``R``.
-
-    Context extension (``scaling``, see :mod:`attn_core.rope_scaling`): the speeds
-    ``θ_i`` come from the scaling (PI, NTK-aware, dynamic NTK, YaRN, Llama 3.1, LongRoPE)
-    instead, and the cosines and sines are multiplied by its attention factor (YaRN's
-    temperature), as Hugging Face does: queries and keys each, so the logits of the
-    rotated part by its square; the unrotated dimensions are not scaled. Dynamic NTK and
-    LongRoPE change their speeds with the length a call reaches (``offset + T``), as
-    Hugging Face's ``dynamic_rope_update``; see their classes.
-
-    The cosines and sines are cached for the positions seen so far and the cache grows
-    by itself when a later position is asked for (there is no maximum length). The
-    angles are computed in float64 and the rotation in at least float32, so half-
-    precision inputs lose nothing to the position arithmetic.
-
-    Args:
-        head_dim: ``D``, the width of one query/key head; must be even.
-        base: ``θ`` base; 10000 in the paper, larger in long-context models.
-        layout: Which dimensions form a pair: ``"half"`` pairs ``i`` with ``i + R/2``
-            (GPT-NeoX, Hugging Face LLaMA); ``"interleaved"`` pairs ``2i`` with
-            ``2i + 1`` (the paper, Meta's LLaMA, GLM). See :func:`rope_permutation`.
-        rotary_dim: ``R``, how many leading dimensions of each head are rotated;
-            ``None`` means all (``R = D``). Must be even and in ``[2, D]``.
-        scaling: A :class:`~attn_core.rope_scaling.RopeScaling` (e.g.
-            ``YarnScaling(factor=4.0, original_max_position=4096)``), or ``None`` for plain RoPE.
-
-    Shapes:
-        x: ``(..., T, D)``, e.g. ``(B, H, T, D)``; output: same shape and dtype.
-
-    Raises:
-        ValueError: If ``head_dim`` is odd or not positive, ``base <= 1``, the
-            layout is unknown, ``rotary_dim`` is odd, not positive or above ``head_dim``,
-            or the scaling does not fit ``rotary_dim`` (e.g. LongRoPE factors of another length).
-        TypeError: ``scaling`` is not a ``RopeScaling``.
-    """
-
-    def __init__(
-        self,
-        head_dim: int,
-        *,
-        base: float = 10000.0,
-        layout: str = "half",
-        rotary_dim: int | None = None,
-        scaling: RopeScaling | None = None,
-    ) -> None:
-        super().__init__()
-        check_int("head_dim", head_dim)
-        if head_dim % 2 != 0:
-            raise ValueError(f"head_dim must be even (RoPE rotates pairs of dimensions), got head_dim={head_dim}")
-        self.head_dim, self.base = head_dim, check_number("base", base, low=1.0, low_open=True)
-        self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
-        if rotary_dim is None:
-            rotary_dim = head_dim
-        check_int("rotary_dim", rotary_dim)
-        if rotary_dim % 2 != 0 or rotary_dim > head_dim:
-            raise ValueError(
-                f"rotary_dim must be even (pairs are rotated) and at most head_dim={head_dim}, "
-                f"got rotary_dim={rotary_dim}"
-            )
-        self.rotary_dim = rotary_dim
-        self.scaling = check_instance("scaling", scaling, RopeScaling, optional=True)
-        # The length the current speeds were computed for (see RopeScaling.frequency_length);
-        # None for plain RoPE and the static scalings.
-        self._freq_length: int | None = None
-        if scaling is not None:
-            scaling.frequencies(self.base, rotary_dim)  # fail now, not at the first call
-        # Plain attributes, not buffers: ``module.half()`` would cast buffers to float16
-        # and throw away the precision the angles need. They follow the input's device.
-        self._cos: torch.Tensor | None = None  # (L, R/2), float64
-        self._sin: torch.Tensor | None = None  # (L, R/2), float64
-
-    @property
-    def inv_freq(self) -> torch.Tensor:
-        """The rotation speeds in radians per position, float64: ``θ_i = base^(-2i/R)``, or the scaling's.
-
-        With dynamic NTK or LongRoPE, the speeds of the last call's length.
-
-        Shapes:
-            output: ``(R/2,)``
-        """
-        if self.scaling is not None:
-            return self.scaling.frequencies(self.base, self.rotary_dim, self._freq_length)[0]
-        i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64)  # (R/2,)
-        return self.base ** (-i / self.rotary_dim)
-
-    @property
-    def attention_factor(self) -> float:
-        """What cos and sin are multiplied by: 1.0 unless the scaling has one (YaRN, LongRoPE)."""
-        if self.scaling is None:
-            return 1.0
-        return self.scaling.frequencies(self.base, self.rotary_dim, self._freq_length)[1]
-
-    @property
-    def cached_len(self) -> int:
-        """Number of positions whose cosines and sines are cached."""
-        return 0 if self._cos is None else self._cos.shape[0]
-
-    def _extend(self, length: int, device: torch.device) -> None:
-        # Grow geometrically so that decoding one token at a time rebuilds the cache
-        # only O(log T) times.
-        new_len = max(length, 2 * self.cached_len, 16)
-        pos = torch.arange(new_len, dtype=torch.float64)  # (L,)
-        if self.scaling is None:
-            inv_freq, factor = self.inv_freq, 1.0
-        else:
-            inv_freq, factor = self.scaling.frequencies(self.base, self.rotary_dim, self._freq_length)
-        angles = pos[:, None] * inv_freq[None, :]  # (L, R/2)
-        cos, sin = angles.cos(), angles.sin()
-        if factor != 1.0:
-            # Hugging Face's attention_scaling: on the tables, in float64.
-            cos, sin = cos * factor, sin * factor
-        dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
-        self._cos = cos.to(device=device, dtype=dtype)
-        self._sin = sin.to(device=device, dtype=dtype)
-
-    def cos_sin(
-        self, T: int, offset: int = 0, *, device: torch.device | str | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cosines and sines of the angles ``m·θ_i`` for positions ``m = offset .. offset + T - 1``.
-
-        Both are multiplied by :attr:`attention_factor`. With dynamic NTK or LongRoPE this
-        call's length ``offset + T`` may change the speeds first (and empty the cache).
-
-        Shapes:
-            output: two tensors ``(T, R/2)`` (float64, or float32 on MPS)
-        """
-        check_int("T", T)
-        offset = check_int("offset", offset, minimum=0)
-        device = torch.device("cpu") if device is None else torch.device(device)
-        if self.scaling is not None:
-            length = self.scaling.frequency_length(offset + T, self._freq_length)
-            if length != self._freq_length:
-                self._freq_length, self._cos, self._sin = length, None, None  # other speeds: rebuild
-        if self._cos is None or self.cached_len < offset + T or self._cos.device != device:
-            self._extend(max(offset + T, self.cached_len), device)
-        return self._cos[offset : offset + T], self._sin[offset : offset + T]
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Rotate ``x``, whose positions are ``offset .. offset + T - 1``.
-
-        Args:
-            x: Queries or keys, positions along dimension ``-2``.
-            offset: Position of the first row; the number of cached tokens when decoding.
-
-        Returns:
-            The rotated tensor, same shape and dtype as ``x``. The last ``D - R``
-            dimensions of every position are unchanged, and so is position 0 when the
-            attention factor is 1.
-
-        Shapes:
-            x: ``(..., T, D)``; output: ``(..., T, D)``
-        """
-        check_tensor("x", x, ("...", "T", ("head_dim", self.head_dim)), floating=True)
-        T = x.shape[-2]
-        if T == 0:
-            return x
-        R = self.rotary_dim
-        cos, sin = self.cos_sin(T, offset, device=x.device)  # (T, R/2) each
-        # Rotate in at least float32 (float64 inputs stay float64): in float16 the
-        # products of large positions' angles would lose most of their digits.
-        work = torch.promote_types(x.dtype, torch.float32)
-        cos, sin, xw = cos.to(work), sin.to(work), x.to(work)
-        rot = xw[..., :R] if R < self.head_dim else xw  # (..., T, R)
-        if self.layout == "half":
-            x1, x2 = rot[..., : R // 2], rot[..., R // 2 :]  # (..., T, R/2) each
-        else:
-            pairs = rot.unflatten(-1, (R // 2, 2))  # (..., T, R) -> (..., T, R/2, 2)
-            x1, x2 = pairs[..., 0], pairs[..., 1]  # (..., T, R/2) each
-        # The 2-D rotation of every pair (x1, x2) by its angle.
-        y1 = x1 * cos - x2 * sin
-        y2 = x1 * sin + x2 * cos
-        if self.layout == "half":
-            y = torch.cat((y1, y2), dim=-1)  # (..., T, R)
-        else:
-            y = torch.stack((y1, y2), dim=-1).flatten(-2)  # (..., T, R/2, 2) -> (..., T, R)
-        if R < self.head_dim:
-            # The unrotated tail, unchanged (the casts to and from ``work`` are exact).
-            y = torch.cat((y, xw[..., R:]), dim=-1)  # (..., T, R) + (..., T, D - R) -> (..., T, D)
-        return y.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        partial = f", rotary_dim={self.rotary_dim}" if self.rotary_dim != self.head_dim else ""
-        scaling = f", scaling={self.scaling}" if self.scaling is not None else ""
-        return f"head_dim={self.head_dim}, base={self.base:g}, layout={self.layout!r}{partial}{scaling}"
-
-
-def check_rope(rope: nn.Module | None, head_dim: int) -> nn.Module | None:
-    """Return ``rope`` (a rotary embedding, or None) if it rotates heads of width ``head_dim``; raise otherwise.
-
-    The check of every attention layer that takes a ``rope=`` argument.
-
-    Raises:
-        TypeError: ``rope`` is not an ``nn.Module`` (or None).
-        ValueError: ``rope.head_dim`` differs from ``head_dim``.
-    """
-    if check_instance("rope", rope, nn.Module, optional=True) is None:
-        return None
-    if getattr(rope, "head_dim", head_dim) != head_dim:
-        raise ValueError(f"rope.head_dim={rope.head_dim} does not match head_dim={head_dim}")
-    return rope
 
 
 def check_temperature(temperature: object) -> tuple[float, float] | None:

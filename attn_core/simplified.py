@@ -41,7 +41,7 @@ from .core import attend, split_result
 from .masks import causal_mask
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, make_norm
-from .positional import check_rope
+from .rope import check_rope
 from .shapes import head_mask, merge_heads, split_heads
 
 __all__ = ["ShapedAttention", "SimplifiedBlock", "centring_matrix"]

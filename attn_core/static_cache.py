@@ -41,7 +41,7 @@ __all__ = [
 
 
 class _RightAligned:
-    """Overrides ``_SlotCache._append``: shift the history left, write the new positions last, return everything."""
+    """Overrides ``SlotCache._append``: shift the history left, write the new positions last, return everything."""
 
     def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
         first = next(iter(new.values()))

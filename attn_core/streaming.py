@@ -37,7 +37,7 @@ from .checks import check_choice, check_instance, check_int, check_tensor
 from .masks import check_window
 from .model import DecoderLM
 from .multihead import MultiHeadAttention
-from .positional import RotaryEmbedding
+from .rope import RotaryEmbedding
 from .window import windowed
 
 __all__ = ["POSITIONS", "unrotate", "StreamingKVCache", "make_streaming_caches", "streaming_losses"]

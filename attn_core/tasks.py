@@ -18,13 +18,12 @@ Decoder-only tasks (one sequence; data tokens ``x_1..x_n``, a separator, the ans
   key is repeated and its value must be recalled.
 * :func:`seen_before_task` ``BOS x₁ x₂ ...``: at every position, has this token appeared
   before? A head that finds no earlier copy must put its attention somewhere: on the
-  first token (an attention sink, chapter 15).
+  first token (an attention sink).
 * :func:`needle_recall_task` ``f f N f … f QUERY`` -> ``N``: one "needle" token hidden at
   a random position among filler; at the query, name it. The distance to the needle is
-  anything up to the sequence length: the task of the long-context chapter.
+  anything up to the sequence length: a test of long-context retrieval.
 
-Encoder-decoder form (chapter 4): :func:`reverse_seq2seq` gives ``(src, tgt_in, tgt_out)``;
-the ideal cross-attention is the anti-diagonal :func:`reverse_alignment`.
+The encoder-decoder form of the reversal task is in :mod:`attn_core.seq2seq_tasks`.
 
 All functions share the call ``fn(batch_size, *, generator=None, **sizes)``, so that
 ``functools.partial(induction_task, n=16, vocab_size=32)`` is a ``batch_fn`` for
@@ -37,8 +36,6 @@ Shape legend:
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from .checks import check_bool, check_instance, check_int
@@ -46,6 +43,7 @@ from .checks import check_bool, check_instance, check_int
 __all__ = [
     "IGNORE_INDEX",
     "SEP",
+    "data_tokens",
     "copy_task",
     "reverse_task",
     "sort_task",
@@ -56,9 +54,6 @@ __all__ = [
     "QUERY",
     "NEW",
     "SEEN",
-    "Seq2SeqBatch",
-    "reverse_seq2seq",
-    "reverse_alignment",
     "SEP_LABEL",
     "token_labels",
 ]
@@ -71,11 +66,15 @@ SEP = 0
 SEP_LABEL = "#"
 
 
-def _data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.Tensor:
-    """Random data tokens in ``1..vocab_size-1`` (0 is the separator).
+def data_tokens(batch_size: int, n: int, vocab_size: int, generator) -> torch.Tensor:
+    """Random data tokens in ``1..vocab_size-1`` (0 is the separator): the content of every task.
 
     Shapes:
         output: ``(B, n)``
+
+    Raises:
+        TypeError / ValueError: ``batch_size`` or ``n`` below 1, ``vocab_size`` below 2, or a
+            ``generator`` that is not a ``torch.Generator`` (the value named).
     """
     check_int("batch_size", batch_size, minimum=1)
     check_int("n", n, minimum=1)
@@ -111,7 +110,7 @@ def copy_task(
     Shapes:
         inputs, targets: ``(B, 2n)``
     """
-    x = _data_tokens(batch_size, n, vocab_size, generator)
+    x = data_tokens(batch_size, n, vocab_size, generator)
     return _answer_after_separator(x, x)
 
 
@@ -123,7 +122,7 @@ def reverse_task(
     Shapes:
         inputs, targets: ``(B, 2n)``
     """
-    x = _data_tokens(batch_size, n, vocab_size, generator)
+    x = data_tokens(batch_size, n, vocab_size, generator)
     return _answer_after_separator(x, x.flip(1))
 
 
@@ -135,7 +134,7 @@ def sort_task(
     Shapes:
         inputs, targets: ``(B, 2n)``
     """
-    x = _data_tokens(batch_size, n, vocab_size, generator)
+    x = data_tokens(batch_size, n, vocab_size, generator)
     return _answer_after_separator(x, x.sort(dim=1).values)
 
 
@@ -320,7 +319,7 @@ def needle_recall_task(
     1 to ``n - 1``: evaluated at ``n = 8L``, a model trained at ``n = L`` must retrieve
     from distances it never saw. One attention layer solves it by content (the query
     matches the needle keys, whatever their distance); RoPE rotates that match by the
-    distance, which is what breaks past the training length (the long-context chapter).
+    distance, which is what breaks past the training length.
 
     Args:
         batch_size: ``B``.
@@ -357,45 +356,6 @@ def needle_recall_task(
     scored = (t >= where) if score_all else (t == n - 1)  # (B, n) or (1, n)
     targets = torch.where(scored, needles, torch.full_like(inputs, IGNORE_INDEX))  # (B, n)
     return inputs, targets
-
-
-class Seq2SeqBatch(NamedTuple):
-    """An encoder-decoder batch: the decoder reads ``tgt_in`` (``SEP`` then the answer shifted right).
-
-    Shapes:
-        src: ``(B, n)``; tgt_in: ``(B, n)``; tgt_out: ``(B, n)``
-    """
-
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-
-
-def reverse_seq2seq(
-    batch_size: int, *, n: int = 8, vocab_size: int = 16, generator: torch.Generator | None = None
-) -> Seq2SeqBatch:
-    """Reversal as an encoder-decoder task: the encoder reads ``x``, the decoder writes ``reversed(x)``.
-
-    Output step ``i`` must copy source position ``n - 1 - i``, so a trained
-    cross-attention should look like :func:`reverse_alignment`.
-
-    Shapes:
-        src, tgt_in, tgt_out: ``(B, n)``
-    """
-    x = _data_tokens(batch_size, n, vocab_size, generator)
-    y = x.flip(1)
-    start = torch.full((batch_size, 1), SEP, dtype=torch.long)
-    return Seq2SeqBatch(src=x, tgt_in=torch.cat((start, y[:, :-1]), dim=1), tgt_out=y)
-
-
-def reverse_alignment(n: int) -> torch.Tensor:
-    """The ideal cross-attention of :func:`reverse_seq2seq`: output ``i`` attends to source ``n - 1 - i``.
-
-    Shapes:
-        output: ``(n, n)``, float, one 1 per row (the anti-diagonal)
-    """
-    check_int("n", n, minimum=1)
-    return torch.eye(n).flip(1)
 
 
 def token_labels(ids: torch.Tensor) -> list[str]:

@@ -7,7 +7,8 @@ A namespace that gathers the two modules:
   book) or with Python callbacks (it needs a kernel).
 """
 
-from .explorers import MAX_EMBED_BYTES, AttentionExplorer, KernelExplorer, explorer
+from .explorers import MAX_EMBED_BYTES, AttentionExplorer, explorer
+from .kernel_explorer import KernelExplorer
 from .plots import attention_grid, heatmap
 
 __all__ = ["heatmap", "attention_grid", "explorer", "AttentionExplorer", "KernelExplorer", "MAX_EMBED_BYTES"]

@@ -13,10 +13,13 @@ import pytest
 import torch
 
 import attn_core as ac
+from attn_core import delta_rule as dr
 from attn_core import linear_attention as la
-from attn_core.moe import MixtureOfExperts, TopKRouter, load_balancing_loss
+from attn_core.indexer import IndexerKeyCache, LightningIndexer
+from attn_core.moe import MixtureOfExperts
+from attn_core.router import TopKRouter, load_balancing_loss
 from attn_core.simplified import ShapedAttention, centring_matrix
-from attn_core.sparse_attention import IndexerKeyCache, LightningIndexer, SparseAttention
+from attn_core.sparse_attention import SparseAttention
 
 F64 = torch.float64
 X = torch.randn(2, 5, 8)  # (B, T, d_model=8), float32 like the layers' weights
@@ -261,26 +264,26 @@ CASES = {
     ),
     # --- mixed dtypes in the delta rules and linear attention (every form must refuse alike)
     "delta_recurrent_k_float64": (
-        lambda: _delta(la.delta_rule_recurrent, k=F64),
+        lambda: _delta(dr.delta_rule_recurrent, k=F64),
         TypeError,
         "k has dtype float64 but q is float32",
     ),
     "delta_chunked_k_float64": (
-        lambda: _delta(la.delta_rule_chunked, k=F64),
+        lambda: _delta(dr.delta_rule_chunked, k=F64),
         TypeError,
         "k has dtype float64 but q is float32",
     ),
     "delta_parallel_v_float64": (
-        lambda: _delta(la.delta_rule_parallel, v=F64),
+        lambda: _delta(dr.delta_rule_parallel, v=F64),
         TypeError,
         "v has dtype float64 but q is float32",
     ),
     "delta_recurrent_beta_float64": (
-        lambda: _delta(la.delta_rule_recurrent, beta=F64),
+        lambda: _delta(dr.delta_rule_recurrent, beta=F64),
         TypeError,
         "beta has dtype float64",
     ),
-    "delta_chunked_g_float64": (lambda: _delta(la.delta_rule_chunked, g=F64), TypeError, "g has dtype float64"),
+    "delta_chunked_g_float64": (lambda: _delta(dr.delta_rule_chunked, g=F64), TypeError, "g has dtype float64"),
     "linear_recurrent_v_float64": (
         lambda: (lambda q, k, v: la.linear_attention_recurrent(q, k, v.double()))(*_qkv()),
         TypeError,
@@ -288,7 +291,7 @@ CASES = {
     ),
     "delta_state_float64": (
         lambda: (
-            lambda q, k, v: la.delta_rule_recurrent(
+            lambda q, k, v: dr.delta_rule_recurrent(
                 q, k, v, torch.rand(1, 2, 4), initial_state=torch.zeros(1, 2, 3, 3, dtype=F64)
             )
         )(*_qkv()),

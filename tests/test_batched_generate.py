@@ -100,12 +100,6 @@ def test_rope_positions_may_only_shift_a_row():
         ours(idx, position_ids=torch.tensor([[0, 1, 2, 3, 5, 6]] * 3))
 
 
-def test_positions_from_mask():
-    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]).bool()
-    assert positions_from_mask(mask, 5).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
-    assert positions_from_mask(mask, 2).tolist() == [[1, 2], [3, 4]]
-
-
 def test_padding_bad_input():
     model = _gpt2()
     idx, mask = left_padded(PROMPTS)

@@ -3,7 +3,7 @@
 DeepSeek scales its decoupled RoPE with YaRN (speeds, and the cos/sin tables times
 ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``) and multiplies the softmax
 scale of *every* score by ``mscale(factor, mscale_all_dim)²`` (Hugging Face's
-``yarn_apply_mscale``; :func:`~attn_core.mla.deepseek_softmax_factor`). Hugging Face's
+``yarn_apply_mscale``; :func:`~attn_core.rope_scaling.deepseek_softmax_factor`). Hugging Face's
 DeepseekV3Attention, copied by :func:`~attn_core.convert.copy_attention`, is the reference in
 float64 (its float32 RoPE steps lifted by :func:`test_rope_scaling.hf_in_float64`).
 Whole tiny DeepSeek-V3 models (dense and MoE layers) convert with :func:`~attn_core.convert.from_hf`:
@@ -25,8 +25,13 @@ from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_deepseek 
 
 from attn_core import MultiHeadLatentAttention  # noqa: E402
 from attn_core.convert import config_from_hf, copy_attention, from_hf  # noqa: E402
-from attn_core.mla import deepseek_softmax_factor  # noqa: E402
-from attn_core.rope_scaling import LinearScaling, YarnScaling, scaling_from_hf, yarn_mscale  # noqa: E402
+from attn_core.rope_freqs import yarn_mscale  # noqa: E402
+from attn_core.rope_scaling import (  # noqa: E402
+    LinearScaling,
+    YarnScaling,
+    deepseek_softmax_factor,  # noqa: E402
+    scaling_from_hf,
+)
 
 F64 = torch.float64
 #: DeepSeek-V3's own values (factor 40, mscale = mscale_all_dim = 1), its original length shrunk to 8.

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from attn_core.exercises.ch01 import _scale_candidates, check_query_jacobian, check_scale_test, check_score_scale
+from attn_core.exercises.ch01 import check_query_jacobian, check_scale_test, check_score_scale, scale_candidates
 
 
 def test_score_scale(capsys):
@@ -87,6 +87,6 @@ def test_scale_test(capsys):
 
 
 def test_candidates_look_alike_from_outside():
-    candidates = [fn for fn, _, _ in _scale_candidates()]
+    candidates = [fn for fn, _, _ in scale_candidates()]
     assert len({fn.__name__ for fn in candidates}) == 1
-    assert sum(right for _, right, _ in _scale_candidates()) == 3
+    assert sum(right for _, right, _ in scale_candidates()) == 3

@@ -9,7 +9,7 @@ import torch
 
 from attn_core import attention
 from attn_core.exercises import check_causality_test
-from attn_core.exercises.ch11 import _causality_candidates
+from attn_core.exercises.ch11 import causality_candidates
 from attn_core.simplified import centring_matrix
 
 
@@ -59,16 +59,16 @@ def test_the_name_loophole_fails(capsys):
 
 
 def test_candidates_look_alike_from_outside():
-    candidates = [fn for fn, _, _ in _causality_candidates()]
+    candidates = [fn for fn, _, _ in causality_candidates()]
     assert len({fn.__name__ for fn in candidates}) == 1
     assert len({fn.__qualname__ for fn in candidates}) == 1
     assert len({fn.__code__ for fn in candidates}) == 1
-    kinds = [leaks for _, leaks, _ in _causality_candidates()]
+    kinds = [leaks for _, leaks, _ in causality_candidates()]
     assert kinds.count(True) == 4 and kinds.count(False) == 3
 
 
 def test_the_candidates_are_what_they_claim():
-    for fn, leaks, what in _causality_candidates():
+    for fn, leaks, what in causality_candidates():
         assert _leaks(fn) == leaks, what
 
 
@@ -168,10 +168,10 @@ def test_shaped_decode_step_reports_a_stub(capsys):
 
 # exercise 11.2 of the revised chapter: shaped attention over a left-padded batch -------
 def _padded(mask_softmax=True, mask_c=True):
-    from attn_core.exercises.ch11 import _padded_variant
+    from attn_core.exercises.ch11 import padded_variant
 
     def fn(q, k, v, alpha, beta, gamma, valid):
-        return _padded_variant(q, k, v, alpha, beta, gamma, valid, mask_softmax=mask_softmax, mask_c=mask_c)
+        return padded_variant(q, k, v, alpha, beta, gamma, valid, mask_softmax=mask_softmax, mask_c=mask_c)
 
     return fn
 

@@ -9,7 +9,7 @@ from attn_core.exercises.ch18 import (
     check_indexer_grad,
     check_window_plus_topk,
 )
-from attn_core.sparse_attention import topk_selection
+from attn_core.indexer import topk_selection
 
 
 def _topk(scores, k):

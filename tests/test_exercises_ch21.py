@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core import flash
+from attn_core import flash_kernels
 from attn_core.exercises.ch21 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
 
-triton = flash.triton
+triton = flash_kernels.triton
 needs_triton = pytest.mark.skipif(triton is None, reason="triton is not installed: pip install triton")
 
 
@@ -52,7 +52,7 @@ def test_visited_tiles_reports_an_exception(capsys):
 
 # ----------------------------------------------------------------------------- 21.2 soft-cap kernel
 if triton is not None:
-    tl = flash.tl
+    tl = flash_kernels.tl
 
     @triton.jit
     def softcap_right(S, Out, n, cap, BLOCK: tl.constexpr):

@@ -1,4 +1,4 @@
-"""Tests for attn_core.linear_attention: linear attention and the (gated) delta rule.
+"""Tests for attn_core.linear_attention: linear attention (and checks shared with the delta rule).
 
 The three forms of each rule (parallel matrix, recurrent, chunked) are one computation:
 they agree in float64 to 1e-10 (measured: about 1e-14) for lengths that are and are not
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attn_core import delta_rule as dr
 from attn_core import linear_attention as la
 from conftest import F64, randn
 
@@ -98,70 +99,6 @@ def test_linear_attention_continues_from_state(form):
 # ---------------------------------------------------------------- the (gated) delta rule
 
 
-@pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("T, chunk_size", [(1, 4), (7, 3), (8, 4), (13, 4), (13, 1), (13, 64), (20, 7)])
-def test_delta_rule_three_forms_agree(gated, T, chunk_size):
-    q, k, v, beta, g = _delta_inputs(T, gated=gated)
-    recurrent, S_r = la.delta_rule_recurrent(q, k, v, beta, g)
-    chunked, S_c = la.delta_rule_chunked(q, k, v, beta, g, chunk_size=chunk_size)
-    parallel = la.delta_rule_parallel(q, k, v, beta, g)
-    torch.testing.assert_close(chunked, recurrent, **TOL)
-    torch.testing.assert_close(parallel, recurrent, **TOL)
-    torch.testing.assert_close(S_c, S_r, **TOL)
-
-
-@pytest.mark.parametrize("gated", [False, True])
-def test_delta_rule_matrix_is_recurrence_on_one_hot_values(gated):
-    T = 9
-    q, k, _, beta, g = _delta_inputs(T, gated=gated)
-    one_hot = torch.eye(T, dtype=F64).expand(B, H, T, T)  # value s is the s-th unit vector
-    want, _ = la.delta_rule_recurrent(q, k, one_hot, beta, g)  # row t: the weight of each value in o_t
-    m = la.delta_rule_matrix(q, k, beta, g)
-    torch.testing.assert_close(m, want, **TOL)
-    assert (m.triu(1) == 0).all()
-
-
-@pytest.mark.parametrize("form", ["recurrent", "chunked"])
-def test_delta_rule_continues_from_state(form):
-    q, k, v, beta, g = _delta_inputs(11)
-    run = getattr(la, f"delta_rule_{form}")
-    kw = {"chunk_size": 4} if form == "chunked" else {}
-    full, S = run(q, k, v, beta, g, **kw)
-    first, S1 = run(q[:, :, :6], k[:, :, :6], v[:, :, :6], beta[:, :, :6], g[:, :, :6], **kw)
-    second, S2 = run(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], beta[:, :, 6:], g[:, :, 6:], initial_state=S1, **kw)
-    torch.testing.assert_close(torch.cat([first, second], dim=2), full, **TOL)
-    torch.testing.assert_close(S2, S, **TOL)
-
-
-@pytest.mark.parametrize("form", ["recurrent", "chunked"])
-def test_delta_rule_beta_zero_leaves_state_unchanged(form):
-    q, k, v, _, _ = _delta_inputs(7)
-    S0 = randn(B, H, D_K, D_V, seed=9)
-    run = getattr(la, f"delta_rule_{form}")
-    out, S = run(q, k, v, torch.zeros(B, H, 7, dtype=F64), initial_state=S0)
-    torch.testing.assert_close(S, S0, rtol=0, atol=1e-14)
-    torch.testing.assert_close(out, q @ S0 / D_K**0.5, rtol=0, atol=1e-14)  # the output only reads S0
-
-
-def test_delta_rule_beta_one_overwrites_what_the_key_recalls():
-    # Linear attention adds v to whatever k already recalled; the delta rule with β = 1 and |k| = 1
-    # replaces it: afterwards the state recalls exactly v for k.
-    q, k, v, _, _ = _delta_inputs(1)
-    k = k / k.norm(dim=-1, keepdim=True)  # exactly unit length (l2_normalize's eps shortens it by ~1e-6)
-    S0 = randn(B, H, D_K, D_V, seed=9)
-    _, S = la.delta_rule_recurrent(q, k, v, torch.ones(B, H, 1, dtype=F64), initial_state=S0)
-    recalled = (k[:, :, 0, None, :] @ S).squeeze(-2)  # (B, H, D_V)
-    torch.testing.assert_close(recalled, v[:, :, 0], rtol=0, atol=1e-12)
-
-
-def test_delta_rule_decay_forgets():
-    q, k, v, beta, _ = _delta_inputs(5)
-    S0 = randn(B, H, D_K, D_V, seed=9)
-    g = torch.full((B, H, 5), -0.5, dtype=F64)
-    _, S = la.delta_rule_recurrent(q, k, v, torch.zeros_like(beta), g, initial_state=S0)
-    torch.testing.assert_close(S, S0 * torch.exp(torch.tensor(-2.5, dtype=F64)), rtol=0, atol=1e-14)
-
-
 def test_causality_of_every_form():
     T, t0 = 10, 6
     q, k, v, beta, g = _delta_inputs(T)
@@ -172,9 +109,9 @@ def test_causality_of_every_form():
         "linear parallel": lambda q, k, v, b, g: la.linear_attention_parallel(q, k, v),
         "linear recurrent": lambda q, k, v, b, g: la.linear_attention_recurrent(q, k, v)[0],
         "linear chunked": lambda q, k, v, b, g: la.linear_attention_chunked(q, k, v, chunk_size=4)[0],
-        "delta parallel": lambda q, k, v, b, g: la.delta_rule_parallel(q, k, v, b, g),
-        "delta recurrent": lambda q, k, v, b, g: la.delta_rule_recurrent(q, k, v, b, g)[0],
-        "delta chunked": lambda q, k, v, b, g: la.delta_rule_chunked(q, k, v, b, g, chunk_size=4)[0],
+        "delta parallel": lambda q, k, v, b, g: dr.delta_rule_parallel(q, k, v, b, g),
+        "delta recurrent": lambda q, k, v, b, g: dr.delta_rule_recurrent(q, k, v, b, g)[0],
+        "delta chunked": lambda q, k, v, b, g: dr.delta_rule_chunked(q, k, v, b, g, chunk_size=4)[0],
     }
     for name, run in forms.items():
         before, after = run(q, k, v, beta, g), run(*later)
@@ -189,9 +126,9 @@ def test_gradcheck_float64():
         lambda q, k, v: la.linear_attention_chunked(q, k, v, chunk_size=2)[0], (q, k, v), fast_mode=True
     )
     qd, kd, vd, beta, g = (x[:1, :1, :5].clone().requires_grad_() for x in _delta_inputs(5))
-    fn = lambda q, k, v, b, g: la.delta_rule_chunked(q, k, v, b, g, chunk_size=2)
+    fn = lambda q, k, v, b, g: dr.delta_rule_chunked(q, k, v, b, g, chunk_size=2)
     assert torch.autograd.gradcheck(fn, (qd, kd, vd, beta, g), fast_mode=True)
-    assert torch.autograd.gradcheck(la.delta_rule_matrix, (qd, kd, beta, g), fast_mode=True)
+    assert torch.autograd.gradcheck(dr.delta_rule_matrix, (qd, kd, beta, g), fast_mode=True)
 
 
 def test_l2_normalize():
@@ -210,26 +147,26 @@ def test_bad_input_names_the_value():
     with pytest.raises(ValueError, match=r"q and k must have the same shape.*got q \(2, 3, 6, 5\), k \(2, 3, 5, 5\)"):
         la.linear_attention_recurrent(q, k[:, :, :5], v)
     with pytest.raises(ValueError, match=r"v must have shape .*got \(2, 3, 5, 4\)"):
-        la.delta_rule_recurrent(q, k, v[:, :, :5], beta)
+        dr.delta_rule_recurrent(q, k, v[:, :, :5], beta)
     with pytest.raises(TypeError, match="k must be a floating-point tensor, got dtype=torch.int64"):
         la.linear_attention_matrix(q, k.long())
     with pytest.raises(TypeError, match="q must be a torch.Tensor, got list"):
-        la.delta_rule_matrix([1.0], k, beta)
+        dr.delta_rule_matrix([1.0], k, beta)
     for chunk_size in (0, -2):
         with pytest.raises(ValueError, match=f"chunk_size must be >= 1, got chunk_size={chunk_size}"):
             la.linear_attention_chunked(q, k, v, chunk_size=chunk_size)
         with pytest.raises(ValueError, match=f"chunk_size={chunk_size}"):
-            la.delta_rule_chunked(q, k, v, beta, chunk_size=chunk_size)
+            dr.delta_rule_chunked(q, k, v, beta, chunk_size=chunk_size)
     with pytest.raises(TypeError, match=r"chunk_size must be an int, got float \(2.0\)"):
-        la.delta_rule_chunked(q, k, v, beta, chunk_size=2.0)
+        dr.delta_rule_chunked(q, k, v, beta, chunk_size=2.0)
     with pytest.raises(ValueError, match=r"beta must have shape \(B, H, T\) = \(2, 3, 6\), got \(2, 3, 5\)"):
-        la.delta_rule_chunked(q, k, v, beta[:, :, :5])
+        dr.delta_rule_chunked(q, k, v, beta[:, :, :5])
     with pytest.raises(ValueError, match=r"beta must have shape \(B, H, T\), got \(2, 3, 6, 1\)"):
-        la.delta_rule_recurrent(q, k, v, beta[..., None])
+        dr.delta_rule_recurrent(q, k, v, beta[..., None])
     with pytest.raises(ValueError, match=r"g must have shape \(B, H, T\) = \(2, 3, 6\), got \(2, 1, 6\)"):
-        la.delta_rule_matrix(q, k, beta, g[:, :1])
+        dr.delta_rule_matrix(q, k, beta, g[:, :1])
     with pytest.raises(ValueError, match=r"initial_state must have shape \(2, 3, 5, 4\), got \(2, 3, 4, 4\)"):
-        la.delta_rule_recurrent(q, k, v, beta, initial_state=torch.zeros(2, 3, 4, 4, dtype=F64))
+        dr.delta_rule_recurrent(q, k, v, beta, initial_state=torch.zeros(2, 3, 4, 4, dtype=F64))
     with pytest.raises(ValueError, match=r"initial_state must be a pair \(S, z\), got 1 tensors"):
         la.linear_attention_chunked(q, k, v, initial_state=(torch.zeros(2, 3, 5, 4, dtype=F64),))
     with pytest.raises(ValueError, match=r"initial_state\[1\] \(z\) must have shape \(2, 3, 5\), got \(2, 3\)"):
@@ -241,4 +178,4 @@ def test_bad_input_names_the_value():
     with pytest.raises(TypeError, match="feature_map must be callable, got int"):
         la.linear_attention_matrix(q, k, feature_map=3)
     with pytest.raises(TypeError, match="scale must be a number"):
-        la.delta_rule_recurrent(q, k, v, beta, scale="1")
+        dr.delta_rule_recurrent(q, k, v, beta, scale="1")

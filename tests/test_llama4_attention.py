@@ -20,7 +20,8 @@ import torch
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
 from attn_core.masks import position_mask
 from attn_core.params import parameter_count
-from attn_core.positional import RotaryEmbedding, check_temperature, query_temperature
+from attn_core.positional import check_temperature, query_temperature
+from attn_core.rope import RotaryEmbedding
 from attn_core.shapes import split_heads
 
 F64 = torch.float64

@@ -11,17 +11,13 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from attn_core import (
-    GroupedQueryAttention,
     KVCache,
     LatentKVCache,
-    MultiHeadAttention,
     MultiHeadLatentAttention,
-    MultiQueryAttention,
     RotaryEmbedding,
     padding_mask,
 )
-from attn_core.mla import kv_cache_elements_per_token
-from attn_core.positional import rope_permutation
+from attn_core.rope import rope_permutation
 
 F64 = torch.float64
 
@@ -159,20 +155,6 @@ def test_masks_pass_through_both_forms():
     y = x.clone()
     y[1, 3:] += 5.0
     torch.testing.assert_close(mla(y, mask=mask)[1, :3], out[1, :3], atol=1e-12, rtol=0)
-
-
-def test_table1_cache_elements_per_token():
-    H, d_h = 8, 16
-    d = H * d_h
-    assert kv_cache_elements_per_token(MultiHeadAttention(d, H)) == 2 * H * d_h
-    assert kv_cache_elements_per_token(GroupedQueryAttention(d, H, 2)) == 2 * 2 * d_h
-    assert kv_cache_elements_per_token(MultiQueryAttention(d, H)) == 2 * d_h
-    mla = MultiHeadLatentAttention(d, H, d_latent=4 * d_h)  # d_r = d_h / 2 by default
-    assert mla.cache_elements_per_token() == 4 * d_h + d_h // 2 == 9 * d_h // 2
-    assert mla.cache_elements_per_token() == 2 * 2.25 * d_h  # "GQA with 2.25 groups"
-    assert mla.make_cache(1, 1).numel_per_token() == 72
-    with pytest.raises(TypeError, match="Linear"):
-        kv_cache_elements_per_token(torch.nn.Linear(2, 2))
 
 
 @pytest.mark.parametrize("q_latent,v_head_dim", [(None, None), (12, None), (12, 6)])

@@ -1,4 +1,4 @@
-"""attn_core.moe: the top-k router, the mixture of experts, capacity, balancing (loss and bias)."""
+"""attn_core.moe: the mixture of experts (dense definition, stats, capacity drops), the model-level helpers."""
 
 from __future__ import annotations
 
@@ -10,16 +10,13 @@ import torch
 from attn_core import DecoderConfig, DecoderLM, SwiGLU
 from attn_core.moe import (
     MixtureOfExperts,
-    TopKRouter,
-    capacity_keep,
-    expert_capacity,
-    load_balancing_loss,
     load_imbalance,
     moe_aux_loss,
     moe_layers,
     moe_lm_loss,
     update_selection_biases,
 )
+from attn_core.router import TopKRouter, expert_capacity, load_balancing_loss
 from conftest import F64, randn
 
 D = 8
@@ -62,18 +59,6 @@ def test_one_expert_is_its_swiglu():
     assert isinstance(m.experts[0], SwiGLU)
 
 
-def test_orders_softmax_topk_renormalised_equals_topk_softmax():
-    a, b = moe(normalize=True), moe(topk_first=True)
-    b.load_state_dict(a.state_dict())
-    x = randn(4, 6, D, seed=2)
-    torch.testing.assert_close(a(x), b(x), atol=1e-12, rtol=0)
-    plain = moe()
-    plain.load_state_dict(a.state_dict())
-    plain(x)
-    assert (plain.stats.weights.sum(-1) < 1 - 1e-6).all()  # unnormalised softmax keeps less than 1
-    torch.testing.assert_close(b.stats.weights.sum(-1), torch.ones(4, 6, dtype=F64))
-
-
 def test_stats_count_every_assignment():
     m = moe(E=4, k=2)
     m(randn(3, 5, D))
@@ -101,37 +86,12 @@ def test_capacity_drops_and_counts():
     assert out[0, cap:].abs().max() == 0  # dropped: the layer adds nothing for them
 
 
-def test_capacity_priority_first_choices_first():
-    experts = torch.tensor([[0, 1], [1, 0], [0, 1]])  # expert 0: slot-0 of tokens 0, 2; slot-1 of token 1
-    keep = capacity_keep(experts, 2, capacity=2)
-    assert keep.tolist() == [[True, True], [True, False], [True, False]]
-
-
 def test_large_capacity_changes_nothing():
     a, b = moe(), moe(capacity_factor=4.0)
     b.load_state_dict(a.state_dict())
     x = randn(2, 7, D)
     torch.testing.assert_close(a(x), b(x), atol=0, rtol=0)
     assert b.stats.dropped == 0
-
-
-def test_load_balancing_loss_bounds():
-    E = 4
-    uniform = torch.full((8, E), 1 / E, dtype=F64)
-    experts = torch.arange(8).remainder(E)[:, None]
-    assert load_balancing_loss(uniform, experts, E).item() == pytest.approx(1.0)
-    collapsed = torch.zeros(8, E, dtype=F64)
-    collapsed[:, 0] = 1
-    assert load_balancing_loss(collapsed, torch.zeros(8, 1, dtype=torch.long), E).item() == pytest.approx(E)
-
-
-def test_load_balancing_loss_gradient_lowers_the_busy_expert():
-    logits = randn(16, 4, seed=3).requires_grad_()
-    probs = torch.softmax(logits, -1)
-    experts = torch.zeros(16, 1, dtype=torch.long)  # expert 0 got everything
-    load_balancing_loss(probs, experts, 4).backward()
-    step = -logits.grad  # gradient descent's direction
-    assert (torch.softmax(logits + 0.1 * step, -1)[:, 0] < probs[:, 0]).all()
 
 
 def test_gradcheck():
@@ -157,49 +117,11 @@ def test_selection_bias_update_by_sign():
         m.update_selection_bias(0.0)
 
 
-def test_selection_bias_moves_choice_not_weights():
-    m = moe(E=4, k=2, scoring="sigmoid")
-    x = randn(10, D, seed=4)
-    before = m.router(x)
-    m.router.selection_bias[before.experts[0, 0]] -= 10.0  # exclude token 0's first choice
-    after = m.router(x)
-    assert before.experts[0, 0] not in after.experts[0]
-    scores = torch.sigmoid(after.logits)
-    torch.testing.assert_close(after.weights, scores.gather(-1, after.experts))
-
-
-def test_group_limited_choice():
-    r = TopKRouter(D, 8, 2, scoring="sigmoid", n_groups=4, topk_groups=1).to(F64)
-    out = r(randn(30, D))
-    assert (out.experts[:, 0] // 2 == out.experts[:, 1] // 2).all()  # both from the one allowed group
-
-
 def test_load_imbalance():
     assert load_imbalance(torch.tensor([5, 5, 5, 5])) == 1.0
     assert load_imbalance(torch.tensor([20, 0, 0, 0])) == 4.0
     with pytest.raises(ValueError, match="sums to 0"):
         load_imbalance(torch.zeros(3))
-
-
-@pytest.mark.parametrize(
-    "kw, message",
-    [
-        (dict(k=0), "k must be in 1..n_experts=4"),
-        (dict(k=5), "k must be in 1..n_experts=4"),
-        (dict(scoring="relu"), "scoring"),
-        (dict(topk_first=True, scoring="sigmoid"), "topk_first=True"),
-        (dict(topk_first=True, normalize=True), "normalize=False"),
-        (dict(n_groups=3), "not divisible by n_groups=3"),
-        (dict(n_groups=2, topk_groups=3), "topk_groups=3"),
-        (dict(n_groups=4), "must be >= 2"),
-        (dict(k=3, n_groups=2, topk_groups=1), "k=3 exceeds"),
-        (dict(scale=0.0), "scale"),
-    ],
-)
-def test_router_bad_arguments(kw, message):
-    args = {"k": 2, **kw}
-    with pytest.raises(ValueError, match=message):
-        TopKRouter(D, 4, args.pop("k"), **args)
 
 
 def test_bad_arguments_and_inputs():
@@ -233,16 +155,6 @@ def test_model_helpers_and_loss_fn():
     assert aux.item() > 0 and aux.requires_grad
     assert any(m.router.selection_bias.abs().sum() > 0 for m in layers)
     update_selection_biases(model, 0.01)
-
-
-def test_capacity_keep_bad_input():
-    with pytest.raises(ValueError, match="experts must be in"):
-        capacity_keep(torch.tensor([[0, 4]]), 4, 1)
-    with pytest.raises(ValueError, match="capacity"):
-        capacity_keep(torch.tensor([[0, 1]]), 4, -1)
-    with pytest.raises(ValueError):
-        capacity_keep(torch.tensor([0, 1]), 4, 1)  # (N,) not (N, k)
-    assert not capacity_keep(torch.tensor([[0], [0]]), 2, 0).any()  # capacity 0 drops everything
 
 
 def test_moe_decoder_caches_and_causality():

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from attn_core import GatedDeltaNet
+from attn_core import delta_rule as dr
 from attn_core import linear_attention as la
 from attn_core.convert import copy_gated_deltanet
 from conftest import F64, randn
@@ -67,12 +68,12 @@ def test_gated_delta_rule_matches_hugging_face(form, chunk_size):
     hf_kw = {"initial_state": S0, "output_final_state": True, "use_qk_l2norm_in_kernel": True}
     if form == "recurrent":
         hf_out, hf_S = modeling_qwen3_next.torch_recurrent_gated_delta_rule(*_hf_layout(q, k, v, g, beta), **hf_kw)
-        out, S = la.delta_rule_recurrent(la.l2_normalize(q), la.l2_normalize(k), v, beta, g, initial_state=S0)
+        out, S = dr.delta_rule_recurrent(la.l2_normalize(q), la.l2_normalize(k), v, beta, g, initial_state=S0)
     else:
         hf_out, hf_S = modeling_qwen3_next.torch_chunk_gated_delta_rule(
             *_hf_layout(q, k, v, g, beta), chunk_size=chunk_size, **hf_kw
         )
-        out, S = la.delta_rule_chunked(
+        out, S = dr.delta_rule_chunked(
             la.l2_normalize(q), la.l2_normalize(k), v, beta, g, chunk_size=chunk_size, initial_state=S0
         )
     assert hf_out.dtype == F64

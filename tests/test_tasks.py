@@ -18,8 +18,6 @@ from attn_core.tasks import (
     associative_recall_task,
     copy_task,
     induction_task,
-    reverse_alignment,
-    reverse_seq2seq,
     reverse_task,
     seen_before_task,
     sort_task,
@@ -89,19 +87,7 @@ def test_associative_recall():
         assert targets[b, -1] == values[b, i]
 
 
-def test_seq2seq_reverse_and_alignment():
-    batch = reverse_seq2seq(3, n=5, vocab_size=9, generator=_g(2))
-    assert batch.src.shape == batch.tgt_in.shape == batch.tgt_out.shape == (3, 5)
-    assert torch.equal(batch.tgt_out, batch.src.flip(1))
-    assert (batch.tgt_in[:, 0] == SEP).all() and torch.equal(batch.tgt_in[:, 1:], batch.tgt_out[:, :-1])
-    A = reverse_alignment(5)
-    # output i reads source n-1-i: applying the alignment to the source gives the target
-    assert torch.equal((A @ batch.src.T.float()).T.long(), batch.tgt_out)
-
-
-@pytest.mark.parametrize(
-    "task", [copy_task, reverse_task, sort_task, induction_task, associative_recall_task, reverse_seq2seq]
-)
+@pytest.mark.parametrize("task", [copy_task, reverse_task, sort_task, induction_task, associative_recall_task])
 def test_same_generator_seed_same_batch(task):
     a, b = task(4, generator=_g(7)), task(4, generator=_g(7))
     assert all(torch.equal(x, y) for x, y in zip(a, b))

@@ -80,7 +80,7 @@ def check_query_jacobian(fn: Callable[[torch.Tensor, torch.Tensor, float], torch
     return report(name, True, "equal to autograd's Jacobian in 3 settings")
 
 
-def _scale_candidates() -> list[tuple[Callable, bool, str]]:
+def scale_candidates() -> list[tuple[Callable, bool, str]]:
     """Seven attention functions that look alike from outside, each ``attn(q, k, v)``."""
 
     def make(body: Callable) -> Callable:
@@ -116,7 +116,7 @@ def check_scale_test(scaled_correctly: Callable[[Callable[..., torch.Tensor]], b
         v ``(..., T_k, d_v)``
     """
     name = "1.3 a test for the scale"
-    for fn, right, what in _scale_candidates():
+    for fn, right, what in scale_candidates():
         try:
             verdict = scaled_correctly(fn)
         except Exception as e:

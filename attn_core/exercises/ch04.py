@@ -7,7 +7,8 @@ from typing import Callable
 import torch
 
 from ..masks import causal_mask
-from ..tasks import SEP, reverse_seq2seq
+from ..seq2seq_tasks import reverse_seq2seq
+from ..tasks import SEP
 from ._common import compare, report
 
 __all__ = ["check_teacher_forcing"]

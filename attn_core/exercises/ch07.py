@@ -7,7 +7,8 @@ from typing import Callable
 
 import torch
 
-from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..cache_size import kv_cache_elements_per_token
+from ..mla import MultiHeadLatentAttention
 from ..multihead import MultiHeadAttention
 from ._common import compare, report
 

@@ -7,7 +7,8 @@ from typing import Callable
 
 import torch
 
-from ..positional import ALiBi, RotaryEmbedding, SinusoidalPositionalEncoding
+from ..positional import ALiBi, SinusoidalPositionalEncoding
+from ..rope import RotaryEmbedding
 from ._common import compare, report
 
 __all__ = ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]

@@ -60,7 +60,7 @@ def _neutral(impl: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     return shaped
 
 
-def _causality_candidates() -> list[tuple[Callable[..., torch.Tensor], bool, str]]:
+def causality_candidates() -> list[tuple[Callable[..., torch.Tensor], bool, str]]:
     """The functions exercise 11.3's test is run on: ``(fn, leaks, what it is)``, mixed order."""
 
     def leaky_both(q, k, v, alpha, beta, gamma):
@@ -101,7 +101,7 @@ def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -
     Shapes:
         the inputs ``leaks`` passes to ``fn``: q, k, v ``(B, H, T, D)``; alpha, beta, gamma ``(H,)``
     """
-    candidates = _causality_candidates()
+    candidates = causality_candidates()
     for i, (fn, expected, what) in enumerate(candidates, start=1):
         try:
             got = leaks(fn)
@@ -164,7 +164,7 @@ def check_shaped_decode_step(fn: Callable[..., torch.Tensor]) -> bool:
     return compare(name, got, want, atol=1e-8)
 
 
-def _padded_variant(q, k, v, alpha, beta, gamma, valid, *, mask_softmax: bool, mask_c: bool):
+def padded_variant(q, k, v, alpha, beta, gamma, valid, *, mask_softmax: bool, mask_c: bool):
     """Shaped attention over a left-padded batch, with the padding kept out of the softmax
     and/or out of ``C`` (both: right; the others: the slips the check names).
 
@@ -233,7 +233,7 @@ def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
         (dict(mask_softmax=False, mask_c=False), "the padding is ignored: it reaches both the softmax and C"),
     ]  # fmt: skip
     for flags, hint in slips:
-        wrong = _padded_variant(q, k, v, *gains, valid, **flags)  # (B, H, T, D)
+        wrong = padded_variant(q, k, v, *gains, valid, **flags)  # (B, H, T, D)
         if same(got, [wrong[b, :, p:] for b, p in enumerate(pads)]):
             return report(name, False, hint)
     b = next(b for b, p in enumerate(pads) if not torch.allclose(got.double()[b, :, p:], want[b], atol=1e-8))

@@ -6,8 +6,9 @@ from typing import Callable
 
 import torch
 
+from ..cache_size import kv_cache_elements_per_token
 from ..config import DecoderConfig
-from ..mla import MultiHeadLatentAttention, kv_cache_elements_per_token
+from ..mla import MultiHeadLatentAttention
 from ..model import DecoderLM
 from ..multihead import MultiHeadAttention
 from ._common import report

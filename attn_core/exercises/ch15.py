@@ -106,7 +106,7 @@ def check_mixed_cache_bytes(fn: Callable[..., int]) -> bool:
 
 def _streaming_reference(t: int, sink_tokens: int, window: int) -> tuple[list[int], int]:
     """What a :class:`~attn_core.streaming.StreamingKVCache` shows the query at text position ``t``."""
-    from ..positional import RotaryEmbedding
+    from ..rope import RotaryEmbedding
     from ..streaming import StreamingKVCache
 
     cache = StreamingKVCache(1, 1, 2, window, rope=RotaryEmbedding(2), sink_tokens=sink_tokens, dtype=torch.float64)

@@ -11,8 +11,9 @@ from typing import Callable
 
 import torch
 
+from ..delta_rule import delta_rule_recurrent
 from ..gated_deltanet import GatedDeltaNet
-from ..linear_attention import delta_rule_recurrent, l2_normalize, linear_attention_recurrent
+from ..linear_attention import l2_normalize, linear_attention_recurrent
 from ._common import check_counts, report
 
 __all__ = ["check_linear_attention_step", "check_delta_rule_step", "check_state_bytes"]
@@ -88,7 +89,7 @@ def check_delta_rule_step(fn: Callable) -> bool:
 
     Decay, then correct: ``S ← α S``, ``S ← S + β k (v − Sᵀ k)ᵀ``, then ``o = Sᵀ q`` (no
     scale). ``q`` and ``k`` come L2-normalised. Over a sequence the outputs and the final
-    state must equal :func:`attn_core.linear_attention.delta_rule_recurrent` with ``scale=1``.
+    state must equal :func:`attn_core.delta_rule.delta_rule_recurrent` with ``scale=1``.
 
     Shapes:
         S: ``(D_k, D_v)``; q, k: ``(D_k,)``; v, o: ``(D_v,)``; beta, alpha: 0-d tensors

@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
+from ..indexer import indexer_loss, topk_selection
 from ..masks import causal_mask
-from ..sparse_attention import indexer_loss, topk_selection
 from ._common import report
 
 __all__ = [

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from ..moe import capacity_keep
+from ..router import capacity_keep
 from ._common import report
 
 __all__ = [

@@ -8,7 +8,7 @@
 * 20.4 predicts by how much YaRN's attention factor multiplies the logits.
 
 Every reference is computed from :mod:`attn_core.rope_scaling` and
-:class:`attn_core.positional.RotaryEmbedding`, never from a copy of their formulas.
+:class:`attn_core.rope.RotaryEmbedding`, never from a copy of their formulas.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Callable
 
 import torch
 
-from ..positional import RotaryEmbedding
-from ..rope_scaling import default_inv_freq, ntk_inv_freq, yarn_inv_freq, yarn_mscale
+from ..rope import RotaryEmbedding
+from ..rope_freqs import default_inv_freq, ntk_inv_freq, yarn_inv_freq, yarn_mscale
 from ._common import report
 
 __all__ = ["check_yarn_ramp", "check_ntk_base", "check_partial_rope", "check_yarn_logit_scale"]
@@ -94,7 +94,7 @@ def check_partial_rope(fn: Callable[..., torch.Tensor]) -> bool:
 
     ``x`` is ``(T, D)`` at positions ``0..T-1``; pairs ``(i, i + R/2)`` within the first
     ``R = rotary_dim`` dimensions, speeds ``base^(-2i/R)``; the last ``D - R`` pass through.
-    Compared with :class:`attn_core.positional.RotaryEmbedding` ``(D, rotary_dim=R)``.
+    Compared with :class:`attn_core.rope.RotaryEmbedding` ``(D, rotary_dim=R)``.
 
     Shapes:
         x: ``(T, D)``; fn's output: ``(T, D)``

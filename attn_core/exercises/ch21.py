@@ -5,7 +5,7 @@
   ragged last block must be masked);
 * 21.3 combines Flash-Decoding's partial results when the attention has a sink.
 
-The learner's kernel of 21.2 runs in Triton's interpreter on a CPU (:mod:`attn_core.flash` chooses
+The learner's kernel of 21.2 runs in Triton's interpreter on a CPU (:mod:`attn_core.flash_kernels` chooses
 it when it is imported); the other checks need no Triton.
 """
 
@@ -17,14 +17,14 @@ from typing import Callable
 
 import torch
 
-from .. import flash
+from .. import flash_kernels
 from ..core import attention
 from ..masks import causal_mask
 from ._common import report
 
 __all__ = ["check_visited_tiles", "check_softcap_kernel", "check_combine_with_sink"]
 
-triton = flash.triton  # imported (or not) by attn_core.flash, after it chose the interpreter
+triton = flash_kernels.triton  # imported (or not) by attn_core.flash_kernels, after it chose the interpreter
 
 
 def _mismatch(got: object, want: torch.Tensor, atol: float) -> str | None:
@@ -84,7 +84,7 @@ def check_softcap_kernel(kernel) -> bool:
     if triton is None:
         return report(name, False, "Triton is not installed: pip install triton")
     n, block, sentinel = 1000, 128, 12345.0
-    device = "cpu" if flash.INTERPRETED else "cuda"  # compiled kernels read GPU memory
+    device = "cpu" if flash_kernels.INTERPRETED else "cuda"  # compiled kernels read GPU memory
     for cap, spread in ((50.0, 1.0), (5.0, 8.0), (2.0, 100.0)):
         g = torch.Generator().manual_seed(int(cap * 10))
         scores = (torch.randn(n, generator=g) * spread).to(device)  # (n,)

@@ -1,0 +1,96 @@
+"""Tests for attn_core.delta_rule: the (gated) delta rule's three forms agree, its state semantics.
+
+The parallel matrix, recurrent and chunked forms are one computation: they agree in float64
+to 1e-10 for lengths that are and are not multiples of the chunk size. Parity with Hugging
+Face is in ``tests/test_parity_hf_linear.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attn_core import delta_rule as dr
+from attn_core import linear_attention as la
+from conftest import F64, randn
+
+B, H, D_K, D_V = 2, 3, 5, 4
+TOL = {"rtol": 0, "atol": 1e-10}
+
+
+def _qkv(T: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries and keys ``(B, H, T, D_K)``, values ``(B, H, T, D_V)``, float64."""
+    return randn(B, H, T, D_K, seed=seed), randn(B, H, T, D_K, seed=seed + 1), randn(B, H, T, D_V, seed=seed + 2)
+
+
+def _delta_inputs(T: int, seed: int = 0, gated: bool = True):
+    """L2-normalised q, k (the stable regime), values, β ∈ (0, 1) and log-decays g ∈ (-1, 0) (or None)."""
+    q, k, v = _qkv(T, seed)
+    gen = torch.Generator().manual_seed(seed + 3)
+    beta = torch.rand(B, H, T, generator=gen, dtype=F64)
+    g = -torch.rand(B, H, T, generator=gen, dtype=F64) if gated else None
+    return la.l2_normalize(q), la.l2_normalize(k), v, beta, g
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("T, chunk_size", [(1, 4), (7, 3), (8, 4), (13, 4), (13, 1), (13, 64), (20, 7)])
+def test_delta_rule_three_forms_agree(gated, T, chunk_size):
+    q, k, v, beta, g = _delta_inputs(T, gated=gated)
+    recurrent, S_r = dr.delta_rule_recurrent(q, k, v, beta, g)
+    chunked, S_c = dr.delta_rule_chunked(q, k, v, beta, g, chunk_size=chunk_size)
+    parallel = dr.delta_rule_parallel(q, k, v, beta, g)
+    torch.testing.assert_close(chunked, recurrent, **TOL)
+    torch.testing.assert_close(parallel, recurrent, **TOL)
+    torch.testing.assert_close(S_c, S_r, **TOL)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_rule_matrix_is_recurrence_on_one_hot_values(gated):
+    T = 9
+    q, k, _, beta, g = _delta_inputs(T, gated=gated)
+    one_hot = torch.eye(T, dtype=F64).expand(B, H, T, T)  # value s is the s-th unit vector
+    want, _ = dr.delta_rule_recurrent(q, k, one_hot, beta, g)  # row t: the weight of each value in o_t
+    m = dr.delta_rule_matrix(q, k, beta, g)
+    torch.testing.assert_close(m, want, **TOL)
+    assert (m.triu(1) == 0).all()
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_delta_rule_continues_from_state(form):
+    q, k, v, beta, g = _delta_inputs(11)
+    run = getattr(dr, f"delta_rule_{form}")
+    kw = {"chunk_size": 4} if form == "chunked" else {}
+    full, S = run(q, k, v, beta, g, **kw)
+    first, S1 = run(q[:, :, :6], k[:, :, :6], v[:, :, :6], beta[:, :, :6], g[:, :, :6], **kw)
+    second, S2 = run(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], beta[:, :, 6:], g[:, :, 6:], initial_state=S1, **kw)
+    torch.testing.assert_close(torch.cat([first, second], dim=2), full, **TOL)
+    torch.testing.assert_close(S2, S, **TOL)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_delta_rule_beta_zero_leaves_state_unchanged(form):
+    q, k, v, _, _ = _delta_inputs(7)
+    S0 = randn(B, H, D_K, D_V, seed=9)
+    run = getattr(dr, f"delta_rule_{form}")
+    out, S = run(q, k, v, torch.zeros(B, H, 7, dtype=F64), initial_state=S0)
+    torch.testing.assert_close(S, S0, rtol=0, atol=1e-14)
+    torch.testing.assert_close(out, q @ S0 / D_K**0.5, rtol=0, atol=1e-14)  # the output only reads S0
+
+
+def test_delta_rule_beta_one_overwrites_what_the_key_recalls():
+    # Linear attention adds v to whatever k already recalled; the delta rule with β = 1 and |k| = 1
+    # replaces it: afterwards the state recalls exactly v for k.
+    q, k, v, _, _ = _delta_inputs(1)
+    k = k / k.norm(dim=-1, keepdim=True)  # exactly unit length (l2_normalize's eps shortens it by ~1e-6)
+    S0 = randn(B, H, D_K, D_V, seed=9)
+    _, S = dr.delta_rule_recurrent(q, k, v, torch.ones(B, H, 1, dtype=F64), initial_state=S0)
+    recalled = (k[:, :, 0, None, :] @ S).squeeze(-2)  # (B, H, D_V)
+    torch.testing.assert_close(recalled, v[:, :, 0], rtol=0, atol=1e-12)
+
+
+def test_delta_rule_decay_forgets():
+    q, k, v, beta, _ = _delta_inputs(5)
+    S0 = randn(B, H, D_K, D_V, seed=9)
+    g = torch.full((B, H, 5), -0.5, dtype=F64)
+    _, S = dr.delta_rule_recurrent(q, k, v, torch.zeros_like(beta), g, initial_state=S0)
+    torch.testing.assert_close(S, S0 * torch.exp(torch.tensor(-2.5, dtype=F64)), rtol=0, atol=1e-14)
