@@ -60,6 +60,31 @@ def local_imports(name: str, tree: ast.AST, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
+def executed_modules(build) -> set[str]:
+    """The attn_core modules whose functions run during one forward pass of ``build()``'s model."""
+    import torch
+
+    import attn_core
+
+    root = Path(attn_core.__file__).parent
+    model, idx = build()
+    seen: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            path = Path(frame.f_code.co_filename)
+            if root in path.parents:
+                seen.add(".".join(path.relative_to(root).with_suffix("").parts))
+
+    sys.setprofile(profile)
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
 def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "attn_core")
     mods = modules(root)
@@ -105,6 +130,18 @@ def main() -> None:
                 seen.add(m)
                 todo.append(m)
     print(f"modules reached from model.py's imports: {len(seen)} ({', '.join(sorted(seen))})")
+    if root.resolve() == Path(__import__("attn_core").__file__).parent.resolve():
+        import torch
+
+        from attn_core import DecoderConfig, DecoderLM
+
+        def tiny(config):
+            torch.manual_seed(0)
+            return DecoderLM(config), torch.randint(0, config.vocab_size, (1, 8))
+
+        gpt2 = DecoderConfig.gpt2_like(vocab_size=32, n_layers=2, d_model=16, n_heads=2)
+        plain = executed_modules(lambda: tiny(gpt2))
+        print(f"modules that run in a plain MHA forward (GPT-2-like): {len(plain)} ({', '.join(sorted(plain))})")
 
 
 if __name__ == "__main__":
