@@ -14,6 +14,7 @@ from attn_core import (
     parameter_breakdown,
     parameter_count,
 )
+from attn_core.config import LayerPattern, MoE, Positions
 from attn_core.mla import default_rope_dim
 from attn_core.mlp import make_mlp, mlp_hidden_dim
 from attn_core.rope_scaling import LinearScaling, LongRopeScaling, YarnScaling
@@ -25,7 +26,7 @@ def test_config_is_frozen_and_presets():
     c = DecoderConfig.gpt2_like()
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.d_model = 8  # type: ignore[misc]
-    assert (c.attention, c.positional, c.mlp, c.norm, c.norm_position, c.tie_weights) == (
+    assert (c.attention, c.positions.positional, c.mlp, c.norm, c.norm_position, c.tie_weights) == (
         "mha",
         "learned",
         "gelu",
@@ -118,7 +119,9 @@ def test_mla_rope_dim_has_one_default():
 
 
 def test_mla_in_the_model_uses_the_config_rope_base():
-    c = DecoderConfig.llama_like(n_kv_heads=None, attention="mla", d_latent=16, rope_base=500.0)
+    c = DecoderConfig.llama_like(
+        n_kv_heads=None, attention="mla", d_latent=16, positions=Positions(positional="rope", rope_base=500.0)
+    )
     assert decoder(c).blocks[0].attn.rope.base == 500.0
 
 
@@ -188,9 +191,11 @@ FIELD_BASES = {
     "sas": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas"),
     "sas-p": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, block="sas-p"),
     # A sliding and a full layer (window 2 < the probe's 6 tokens): sliding_rope_base acts here.
-    "mha-sliding": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("sliding", "full"), sliding_window=2),
+    "mha-sliding": DecoderConfig.llama_like(
+        **_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=2)
+    ),
     # A Gated DeltaNet layer and a full one (chapter 17): the linear_* sizes act here.
-    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("linear", "full")),
+    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
 }
 FIELD_CHANGES = {
     "vocab_size": dict(vocab_size=20),
@@ -325,7 +330,11 @@ def test_no_field_is_silently_dropped(kind, name):
 
 def test_fields_reach_the_modules():
     """The values themselves arrive where they act (not just 'something changed')."""
-    qwen = decoder(DecoderConfig.llama_like(**_SMALL, head_dim=16, qk_norm=True, norm_eps=1e-5, rope_base=500.0))
+    qwen = decoder(
+        DecoderConfig.llama_like(
+            **_SMALL, head_dim=16, qk_norm=True, norm_eps=1e-5, positions=Positions(positional="rope", rope_base=500.0)
+        )
+    )
     attn = qwen.blocks[0].attn
     assert (attn.head_dim, attn.q_proj.out_features, attn.q_norm.eps, attn.rope.base) == (16, 64, 1e-5, 500.0)
     assert qwen.blocks[0].attn_norm.eps == qwen.blocks[1].mlp_norm.eps == qwen.final_norm.eps == 1e-5
@@ -355,10 +364,18 @@ def test_parameter_count_equals_formula_new_fields(overrides):
 # --------------------------------------------------------------------------- layer pattern (chapter 15)
 def test_layer_pattern_fields_reach_each_layer():
     config = DecoderConfig.llama_like(
-        n_layers=4, layer_types=["sliding", "full", "sliding", "full"], sliding_window=3, attention_sinks=True,
-        kv_share=[0, 1, 0, 1],
-    )  # fmt: skip
-    assert config.layer_types == ("sliding", "full", "sliding", "full") and config.kv_share == (0, 1, 0, 1)
+        n_layers=4,
+        attention_sinks=True,
+        pattern=LayerPattern(
+            layer_types=["sliding", "full", "sliding", "full"], sliding_window=3, kv_share=[0, 1, 0, 1]
+        ),
+    )
+    assert config.pattern.layer_types == ("sliding", "full", "sliding", "full") and config.pattern.kv_share == (
+        0,
+        1,
+        0,
+        1,
+    )
     model = decoder(config)
     assert [b.attn.window for b in model.blocks] == [3, None, 3, None]
     assert all(b.attn.sinks is not None for b in model.blocks)
@@ -433,10 +450,23 @@ def test_moe_fields_reach_the_modules():
     from attn_core.moe import MixtureOfExperts
 
     config = DecoderConfig.llama_like(
-        n_layers=3, n_experts=8, experts_per_token=3, n_shared_experts=2, moe_d_ff=12, router_scoring="sigmoid",
-        router_normalize=True, router_scale=2.5, router_groups=4, router_topk_groups=2, router_bias=True,
-        capacity_factor=1.5, first_dense_layers=1, bias=True,
-    )  # fmt: skip
+        n_layers=3,
+        bias=True,
+        moe=MoE(
+            n_experts=8,
+            experts_per_token=3,
+            n_shared_experts=2,
+            moe_d_ff=12,
+            router_scoring="sigmoid",
+            router_normalize=True,
+            router_scale=2.5,
+            router_groups=4,
+            router_topk_groups=2,
+            router_bias=True,
+            capacity_factor=1.5,
+            first_dense_layers=1,
+        ),
+    )
     model = decoder(config)
     assert not isinstance(model.blocks[0].mlp, MixtureOfExperts)
     m = model.blocks[2].mlp
@@ -452,14 +482,23 @@ def test_moe_fields_reach_the_modules():
 def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
     from attn_core.mlp import ClampedSwiGLU
 
-    gpt_oss = DecoderConfig.llama_like(n_layers=2, n_experts=4, expert_swiglu_limit=7.0, bias=True, router_bias=True)
+    gpt_oss = DecoderConfig.llama_like(
+        n_layers=2, bias=True, moe=MoE(n_experts=4, expert_swiglu_limit=7.0, router_bias=True)
+    )
     model = decoder(gpt_oss)
     assert all(type(e) is ClampedSwiGLU and e.limit == 7.0 for b in model.blocks for e in b.mlp.experts)
     assert model.num_parameters() == parameter_count(gpt_oss)
     qwen3_next = DecoderConfig.llama_like(
-        n_layers=2, n_experts=4, moe_d_ff=8, n_shared_experts=1, shared_expert_d_ff=12, shared_expert_gate=True,
-        first_dense_layers=1,
-    )  # fmt: skip
+        n_layers=2,
+        moe=MoE(
+            n_experts=4,
+            moe_d_ff=8,
+            n_shared_experts=1,
+            shared_expert_d_ff=12,
+            shared_expert_gate=True,
+            first_dense_layers=1,
+        ),
+    )
     model = decoder(qwen3_next)
     m = model.blocks[1].mlp
     assert (m.shared.d_ff, m.shared_gate.weight.shape) == (12, (1, 64))

@@ -49,13 +49,9 @@ from transformers.models.mixtral import modeling_mixtral as hf_mixtral  # noqa: 
 from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_qwen3_moe  # noqa: E402
 
 from attn_core import DecoderLM, MixtureOfExperts, generate, parameter_count  # noqa: E402
-from attn_core.convert import (  # noqa: E402
-    NOT_CONVERTED,
-    SUPPORTED_MODEL_TYPES,
-    config_from_hf,
-    from_hf,
-    transformers_names,
-)
+from attn_core.convert import from_hf  # noqa: E402
+from attn_core.convert_config import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402
+from attn_core.reporting import transformers_names  # noqa: E402
 
 IDX = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
 SMALL = dict(
@@ -152,7 +148,7 @@ def test_gemma3_gives_the_same_logits(exact_gemma3, tied):
     assert (c.norm_position, c.mlp, c.scale_embeddings, c.qk_norm, c.tie_weights) == (
         "sandwich", "geglu_tanh", True, True, tied,
     )  # fmt: skip
-    assert (c.layer_types, c.sliding_window, c.rope_base, c.sliding_rope_base) == (
+    assert (c.pattern.layer_types, c.pattern.sliding_window, c.positions.rope_base, c.positions.sliding_rope_base) == (
         ("sliding", "full", "sliding"), 3, 1e6, 1e4,
     )  # fmt: skip
     assert [b.attn.rope.base for b in ours.blocks] == [1e4, 1e6, 1e4]
@@ -265,7 +261,7 @@ def test_gemma2_gives_the_same_logits(exact_gemma2, tied):
     assert (c.norm_position, c.mlp, c.scale_embeddings, c.qk_norm, c.tie_weights) == (
         "sandwich", "geglu_tanh", True, False, tied,
     )  # fmt: skip
-    assert (c.layer_types, c.sliding_window, c.rope_base, c.sliding_rope_base) == (
+    assert (c.pattern.layer_types, c.pattern.sliding_window, c.positions.rope_base, c.positions.sliding_rope_base) == (
         ("sliding", "full", "sliding"), 3, 1e4, None,
     )  # fmt: skip
     assert (c.attention_softcap, c.final_softcap) == (5.0, 3.0)
@@ -332,7 +328,7 @@ def test_sliding_windows_are_converted():
 
 def test_config_from_hf_fields():
     c = config_from_hf(qwen3().config)
-    assert (c.head_dim, c.qk_norm, c.norm_eps, c.rope_base, c.n_kv_heads) == (16, True, 1e-6, 1e6, 2)
+    assert (c.head_dim, c.qk_norm, c.norm_eps, c.positions.rope_base, c.n_kv_heads) == (16, True, 1e-6, 1e6, 2)
     d = config_from_hf(deepseek_config())
     assert (d.attention, d.d_latent, d.d_q_latent, d.head_dim, d.rope_dim, d.v_head_dim, d.rope_layout) == (
         "mla", 16, 12, 8, 4, 6, "interleaved",

@@ -16,6 +16,7 @@ from attn_core import (
     kv_cache_bytes,
     layer_pattern,
 )
+from attn_core.config import LayerPattern, LinearLayers
 
 # Three Gated DeltaNet layers per full attention layer (Qwen3-Next's full_attention_interval=4),
 # with two value heads per key head, as in Qwen3-Next.
@@ -25,10 +26,8 @@ HYBRID = DecoderConfig.llama_like(
     d_model=32,
     n_heads=4,
     max_len=160,
-    layer_types=layer_pattern(4, 4, other="linear"),
-    linear_n_value_heads=8,
-    linear_head_dim=6,
-    linear_value_head_dim=5,
+    pattern=LayerPattern(layer_types=layer_pattern(4, 4, other="linear")),
+    linear=LinearLayers(linear_n_value_heads=8, linear_head_dim=6, linear_value_head_dim=5),
 )
 
 
@@ -55,7 +54,9 @@ def test_linear_layers_are_gated_deltanet_with_the_configured_sizes():
 
 
 def test_linear_sizes_default_to_the_attention_sizes():
-    config = DecoderConfig.llama_like(vocab_size=20, n_layers=2, d_model=32, n_heads=4, layer_types=("linear", "full"))
+    config = DecoderConfig.llama_like(
+        vocab_size=20, n_layers=2, d_model=32, n_heads=4, pattern=LayerPattern(layer_types=("linear", "full"))
+    )
     gdn = DecoderLM(config).blocks[0].attn
     assert (gdn.n_heads, gdn.head_dim, gdn.n_value_heads, gdn.value_head_dim) == (4, 8, 4, 8)
 
@@ -98,7 +99,9 @@ def test_hybrid_weights_have_one_map_per_layer():
 
 
 def test_hybrid_gradcheck():
-    config = DecoderConfig.llama_like(vocab_size=7, n_layers=2, d_model=8, n_heads=2, layer_types=("linear", "full"))
+    config = DecoderConfig.llama_like(
+        vocab_size=7, n_layers=2, d_model=8, n_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))
+    )
     model = _model(config)
     x = torch.randn(1, 5, 8, dtype=torch.float64, requires_grad=True)
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
+from attn_core.config import LayerPattern, Positions
 from attn_core.masks import position_mask
 from attn_core.params import parameter_count
 from attn_core.positional import RotaryEmbedding, check_temperature, query_temperature
@@ -103,9 +104,14 @@ def test_chunked_decoder_with_static_caches_equals_the_whole_sequence():
     """Static caches are right-aligned (empty slots first): the chunk mask reads absolute positions."""
     torch.manual_seed(0)
     config = DecoderConfig.llama_like(
-        vocab_size=24, d_model=32, n_heads=4, n_layers=2, max_len=16, layer_types=("chunked", "full"),
-        attention_chunk_size=3, rope_layers=(True, False), nope_temperature=(2.0, 0.5),
-    )  # fmt: skip
+        vocab_size=24,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        max_len=16,
+        positions=Positions(positional="rope", rope_layers=(True, False), nope_temperature=(2.0, 0.5)),
+        pattern=LayerPattern(layer_types=("chunked", "full"), attention_chunk_size=3),
+    )
     model = DecoderLM(config).double().eval()
     assert model.blocks[0].attn.chunk == 3 and model.blocks[1].attn.chunk is None
     idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(3))

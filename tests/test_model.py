@@ -17,14 +17,21 @@ from attn_core import (
     causal_mask,
     parameter_count,
 )
+from attn_core.config import LayerPattern, Positions
 from conftest import PRESETS, decoder
 
 # The presets, and the positional kinds that no preset uses (chapter 8's experiment).
 CONFIGS = {
     **PRESETS,
-    "gpt2_sinusoidal": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, positional="sinusoidal"),
-    "gpt2_alibi": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, positional="alibi"),
-    "llama_alibi": DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, positional="alibi"),
+    "gpt2_sinusoidal": DecoderConfig.gpt2_like(
+        d_model=32, n_heads=4, vocab_size=24, positions=Positions(positional="sinusoidal")
+    ),
+    "gpt2_alibi": DecoderConfig.gpt2_like(
+        d_model=32, n_heads=4, vocab_size=24, positions=Positions(positional="alibi")
+    ),
+    "llama_alibi": DecoderConfig.llama_like(
+        d_model=32, n_heads=4, vocab_size=24, positions=Positions(positional="alibi")
+    ),
 }
 
 
@@ -145,9 +152,11 @@ def test_final_softcap_caps_the_logits_with_tanh():
 def test_sliding_rope_base_gives_the_sliding_layers_their_own_rope():
     """Gemma 3: local layers rotate with base 10000, global ones with rope_base (1e6)."""
     config = DecoderConfig.llama_like(
-        **_LLAMA_SMALL, n_layers=3, layer_types=("sliding", "full", "sliding"), sliding_window=3, rope_base=1e6,
-        sliding_rope_base=1e4,
-    )  # fmt: skip
+        **_LLAMA_SMALL,
+        n_layers=3,
+        positions=Positions(positional="rope", rope_base=1e6, sliding_rope_base=1e4),
+        pattern=LayerPattern(layer_types=("sliding", "full", "sliding"), sliding_window=3),
+    )
     model = decoder(config)
     assert [b.attn.rope.base for b in model.blocks] == [1e4, 1e6, 1e4]
     assert model.blocks[0].attn.rope is model.blocks[2].attn.rope is model.sliding_rope

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, parameter_breakdown, parameter_count
+from attn_core.config import Indexer
 from conftest import PRESETS
 
 
@@ -71,7 +72,10 @@ def test_indexer_counts():
     """DeepSeek-V3.2's lightning indexer: W_q (d_q_latent -> H_I·D_I), W_k (d -> D_I), LayerNorm (2·D_I), W_w."""
     mla = dict(vocab_size=24, d_model=32, n_heads=4, n_kv_heads=None, n_layers=2, attention="mla", d_latent=16,
                d_q_latent=12, rope_dim=4)  # fmt: skip
-    dense, sparse = DecoderConfig.llama_like(**mla), DecoderConfig.llama_like(**mla, index_n_heads=3, index_head_dim=8)
+    dense, sparse = (
+        DecoderConfig.llama_like(**mla),
+        DecoderConfig.llama_like(**mla, indexer=Indexer(index_n_heads=3, index_head_dim=8)),
+    )
     assert parameter_count(sparse) - parameter_count(dense) == 2 * (12 * 3 * 8 + 32 * 8 + 2 * 8 + 32 * 3)
     assert DecoderLM(sparse).num_parameters() == parameter_count(sparse)
 

@@ -32,6 +32,7 @@ from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: 
 from transformers.models.mistral import modeling_mistral as hf_mistral  # noqa: E402
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RollingKVCache, RotaryEmbedding, generate  # noqa: E402
+from attn_core.config import LayerPattern  # noqa: E402
 from attn_core.convert import copy_attention  # noqa: E402
 
 F64 = torch.float64
@@ -95,7 +96,7 @@ def gpt_oss_config() -> GptOssConfig:
 def gpt_oss_pair(layer_idx: int):
     config = gpt_oss_config()
     hf = seeded(hf_gpt_oss.GptOssAttention(config, layer_idx=layer_idx), seed=layer_idx)
-    window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
+    window = config.pattern.sliding_window if config.pattern.layer_types[layer_idx] == "sliding_attention" else None
     ours = MultiHeadAttention(
         32, 4, n_kv_heads=2, head_dim=8, bias=True, causal=True, rope=RotaryEmbedding(8, base=THETA),
         window=window, sinks=True,
@@ -148,10 +149,7 @@ def mistral_pair():
     )  # fmt: skip
     hf = seeded(MistralForCausalLM(config), seed=1)
     ours = DecoderLM(
-        DecoderConfig.llama_like(
-            vocab_size=41, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, max_len=64, norm_eps=1e-5,
-            sliding_window=WINDOW,
-        )
+        DecoderConfig.llama_like(vocab_size=41, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, max_len=64, norm_eps=1e-5, pattern=LayerPattern(sliding_window=WINDOW))
     ).to(F64).eval()  # fmt: skip
     with torch.no_grad():
         ours.tok_emb.weight.copy_(hf.model.embed_tokens.weight)

@@ -18,6 +18,7 @@ from attn_core import (
     receptive_field_width,
     windowed,
 )
+from attn_core.config import Positions
 from conftest import F64, randn
 
 
@@ -99,7 +100,7 @@ def test_published_attention_shapes():
 
 
 def test_windowed_imposes_and_restores():
-    config = DecoderConfig.llama_like(n_layers=2, positional="none")
+    config = DecoderConfig.llama_like(n_layers=2, positions=Positions(positional="none"))
     torch.manual_seed(0)
     model = DecoderLM(config).to(F64)
     idx = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
