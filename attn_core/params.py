@@ -137,7 +137,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
                 attention += L * H  # one sink logit per head and layer (gpt-oss)
             if c.qk_norm and not c.positions.nope_qk_norm:  # Llama 4: no QK-norm gains in the layers without RoPE
                 gains = (H + kv) * D if c.qk_norm == "all_heads" else 2 * D
-                attention -= sum(not c.layer_qk_norm(i) for i in range(L)) * gains
+                attention -= sum(not c.layer(i).qk_norm for i in range(L)) * gains
             if (
                 c.pattern.kv_share is not None
             ):  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)

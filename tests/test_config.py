@@ -46,24 +46,39 @@ def test_config_is_frozen_and_presets():
     [
         (dict(d_model=30, n_heads=4), "d_model=30 is not divisible by n_heads=4"),
         (dict(n_kv_heads=3), "n_heads=4 is not divisible by n_kv_heads=3"),
-        (dict(positional="xpos"), "positional='xpos'"),
+        (dict(positions={"positional": "xpos"}), "positional='xpos'"),
         (
-            dict(positional="sinusoidal", d_model=27, n_heads=3),
+            dict(d_model=27, n_heads=3, positions={"positional": "sinusoidal"}),
             "needs an even d_model (sine/cosine pairs), got d_model=27",
         ),
-        (dict(positional="alibi", attention="mla", d_latent=8), "got attention='mla', block='standard'"),
-        (dict(positional="alibi", block="sas"), "got attention='mha', block='sas'"),
-        (dict(positional="alibi", sliding_window=4), "positional='alibi' is not supported with sliding_window=4"),
-        (dict(positional="alibi", kv_share=(0, 0)), "positional='alibi' is not supported with kv_share=(0, 0)"),
+        (dict(attention="mla", d_latent=8, positions={"positional": "alibi"}), "got attention='mla', block='standard'"),
+        (dict(block="sas", positions={"positional": "alibi"}), "got attention='mha', block='sas'"),
+        (
+            dict(positions={"positional": "alibi"}, pattern={"sliding_window": 4}),
+            "positional='alibi' is not supported with sliding_window=4",
+        ),
+        (
+            dict(positions={"positional": "alibi"}, pattern={"kv_share": (0, 0)}),
+            "positional='alibi' is not supported with kv_share=(0, 0)",
+        ),
         (dict(mlp="relu"), "mlp='relu'"),
         (dict(norm="batchnorm"), "norm='batchnorm'"),
         (dict(norm_position="middle"), "norm_position='middle'"),
         (dict(block="sas", norm_position="sandwich"), "block='sas' is a pre-norm block; got norm_position='sandwich'"),
-        (dict(positional="sinusoidal", scale_embeddings=True), "scale_embeddings=True with positional='sinusoidal'"),
-        (dict(positional="rope", sliding_rope_base=500.0), "sliding_rope_base=500.0 but no layer is 'sliding'"),
-        (dict(sliding_window=4, sliding_rope_base=500.0), "sliding_rope_base=500.0 needs positional='rope'"),
         (
-            dict(positional="rope", sliding_window=4, sliding_rope_base=1.0),
+            dict(scale_embeddings=True, positions={"positional": "sinusoidal"}),
+            "scale_embeddings=True with positional='sinusoidal'",
+        ),
+        (
+            dict(positions={"positional": "rope", "sliding_rope_base": 500.0}),
+            "sliding_rope_base=500.0 is about the 'sliding' layers' RoPE, but no layer is 'sliding'",
+        ),
+        (
+            dict(pattern={"sliding_window": 4}, positions={"positional": "rope", "sliding_rope_base": 500.0}),
+            "sliding_rope_base=500.0 needs positional='rope'",
+        ),
+        (
+            dict(positions={"positional": "rope", "sliding_rope_base": 1.0}, pattern={"sliding_window": 4}),
             "sliding_rope_base must be a finite number > 1, got sliding_rope_base=1.0",
         ),
         (dict(final_softcap=0.0), "final_softcap must be a finite number > 0, got final_softcap=0.0"),
@@ -74,22 +89,28 @@ def test_config_is_frozen_and_presets():
         (dict(dropout=1.5), "dropout=1.5"),
         (dict(attention="mla"), "needs d_latent"),
         (dict(d_latent=8), "d_latent=8 is an MLA size"),
-        (dict(head_dim=7, positional="rope"), "needs an even head width, got head_dim=7"),
+        (dict(head_dim=7, positions={"positional": "rope"}), "needs an even head width, got head_dim=7"),
         (dict(v_head_dim=8), "v_head_dim=8 is an MLA size"),
-        (dict(rope_base=500.0), "rope_base=500.0 needs positional='rope'"),
-        (dict(rope_layout="interleaved"), "rope_layout='interleaved' needs positional='rope'"),
-        (dict(rope_layout="pairs", positional="rope"), "rope_layout='pairs'"),
+        (dict(positions={"positional": "rope", "rope_base": 500.0}), "rope_base=500.0 needs positional='rope'"),
+        (
+            dict(positions={"positional": "rope", "rope_layout": "interleaved"}),
+            "rope_layout='interleaved' needs positional='rope'",
+        ),
+        (dict(positions={"rope_layout": "pairs", "positional": "rope"}), "rope_layout='pairs'"),
         (dict(norm_eps=-1.0), "norm_eps=-1.0"),
         (dict(beta_ff=0.5), "beta_ff=0.5 is the simplified blocks' MLP gain"),
         (dict(block="sas", qk_norm=True), "block='sas' does not support qk_norm=True"),
         (dict(block="sas", norm_eps=1e-5), "block='sas' does not support norm_eps=1e-05"),
         (dict(block="sas-p", head_dim=8), "block='sas-p' does not support head_dim=8"),
         (dict(attention="mla", d_latent=8, qk_norm=True), "qk_norm=True is not supported with attention='mla'"),
-        (dict(attention="mla", d_latent=8, positional="rope", rope_dim=0), "rope_dim=0 with positional='rope'"),
+        (
+            dict(attention="mla", d_latent=8, rope_dim=0, positions={"positional": "rope"}),
+            "rope_dim=0 with positional='rope'",
+        ),
         (dict(block="sas", n_kv_heads=2), "n_kv_heads=2"),
         (dict(block="sas-p", norm_position="post"), "norm_position='post'"),
         (dict(attention="mla", d_latent=8, rope_dim=4), "rope_dim=4 needs positional='rope'"),
-        (dict(rope_base=1.0), "rope_base=1.0"),
+        (dict(positions={"positional": "rope", "rope_base": 1.0}), "rope_base=1.0"),
     ],
 )
 def test_config_errors_name_the_values(overrides, message):
@@ -205,7 +226,7 @@ FIELD_CHANGES = {
     "n_kv_heads": dict(n_kv_heads=1),
     "d_ff": dict(d_ff=40),
     "max_len": dict(max_len=20),
-    "positional": dict(positional="learned"),
+    "positional": dict(positions={"positional": "learned"}),
     "mlp": dict(mlp="gelu"),
     "norm": dict(norm="layernorm"),
     "norm_position": dict(norm_position="post"),
@@ -219,44 +240,49 @@ FIELD_CHANGES = {
     "beta_ff": dict(beta_ff=0.5),
     "dropout": dict(dropout=0.1),
     "bias": dict(bias=True),
-    "rope_base": dict(rope_base=500.0),
+    "rope_base": dict(positions={"positional": "rope", "rope_base": 500.0}),
     "norm_eps": dict(norm_eps=1e-2),
     "qk_norm": dict(qk_norm=True),
     "v_head_dim": dict(v_head_dim=12),
-    "rope_layout": dict(rope_layout="interleaved"),
-    "layer_types": [dict(layer_types=("sliding", "full"), sliding_window=2), dict(layer_types=("full", "sliding"))],
-    "sliding_window": [dict(sliding_window=2), dict(sliding_window=3)],
+    "rope_layout": dict(positions={"positional": "rope", "rope_layout": "interleaved"}),
+    "layer_types": [
+        dict(pattern={"layer_types": ("sliding", "full"), "sliding_window": 2}),
+        dict(pattern={"layer_types": ("full", "sliding")}),
+    ],
+    "sliding_window": [dict(pattern={"sliding_window": 2}), dict(pattern={"sliding_window": 3})],
     "attention_sinks": dict(attention_sinks=True),
-    "kv_share": dict(kv_share=(0, 0)),
+    "kv_share": dict(pattern={"kv_share": (0, 0)}),
     "attention_gate": dict(attention_gate="headwise"),
     "attention_softcap": dict(attention_softcap=1.0),
     "scale_embeddings": dict(scale_embeddings=True),
-    "sliding_rope_base": dict(sliding_rope_base=500.0),  # raises without sliding layers, acts with them
+    "sliding_rope_base": dict(
+        positions={"positional": "rope", "sliding_rope_base": 500.0}
+    ),  # raises without sliding layers, acts with them
     "final_softcap": dict(final_softcap=0.5),
     # Chapter 17's "linear" layers: each size raises without one, and acts with one.
-    "linear_n_heads": dict(linear_n_heads=2),
-    "linear_head_dim": dict(linear_head_dim=4),
-    "linear_n_value_heads": dict(linear_n_value_heads=8),
-    "linear_value_head_dim": dict(linear_value_head_dim=4),
-    "linear_conv_size": dict(linear_conv_size=2),
+    "linear_n_heads": dict(linear={"linear_n_heads": 2}),
+    "linear_head_dim": dict(linear={"linear_head_dim": 4}),
+    "linear_n_value_heads": dict(linear={"linear_n_value_heads": 8}),
+    "linear_value_head_dim": dict(linear={"linear_value_head_dim": 4}),
+    "linear_conv_size": dict(linear={"linear_conv_size": 2}),
     # Chapter 19's mixture of experts: n_experts builds it (or raises without SwiGLU); each other field
     # raises without n_experts.
-    "n_experts": dict(n_experts=4),
-    "experts_per_token": dict(experts_per_token=1),
-    "n_shared_experts": dict(n_shared_experts=1),
-    "moe_d_ff": dict(moe_d_ff=8),
-    "router_scoring": dict(router_scoring="sigmoid"),
-    "router_topk_first": dict(router_topk_first=True),
-    "router_normalize": dict(router_normalize=True),
-    "router_scale": dict(router_scale=2.5),
-    "router_groups": dict(router_groups=2),
-    "router_topk_groups": dict(router_topk_groups=2),
-    "router_bias": dict(router_bias=True),
-    "capacity_factor": dict(capacity_factor=1.0),
-    "expert_swiglu_limit": dict(expert_swiglu_limit=0.5),
-    "shared_expert_d_ff": dict(shared_expert_d_ff=8),
-    "shared_expert_gate": dict(shared_expert_gate=True),
-    "first_dense_layers": dict(first_dense_layers=1),
+    "n_experts": dict(moe={"n_experts": 4}),
+    "experts_per_token": dict(moe={"experts_per_token": 1}),
+    "n_shared_experts": dict(moe={"n_shared_experts": 1}),
+    "moe_d_ff": dict(moe={"moe_d_ff": 8}),
+    "router_scoring": dict(moe={"router_scoring": "sigmoid"}),
+    "router_topk_first": dict(moe={"router_topk_first": True}),
+    "router_normalize": dict(moe={"router_normalize": True}),
+    "router_scale": dict(moe={"router_scale": 2.5}),
+    "router_groups": dict(moe={"router_groups": 2}),
+    "router_topk_groups": dict(moe={"router_topk_groups": 2}),
+    "router_bias": dict(moe={"router_bias": True}),
+    "capacity_factor": dict(moe={"capacity_factor": 1.0}),
+    "expert_swiglu_limit": dict(moe={"expert_swiglu_limit": 0.5}),
+    "shared_expert_d_ff": dict(moe={"shared_expert_d_ff": 8}),
+    "shared_expert_gate": dict(moe={"shared_expert_gate": True}),
+    "first_dense_layers": dict(moe={"first_dense_layers": 1}),
     # Issue 29's options for converting Qwen2, Gemma 2 27B, Granite and Cohere 2.
     "qkv_bias": [dict(qkv_bias=True, bias=False), dict(qkv_bias=True)],
     "attention_scale": dict(attention_scale=0.3),
@@ -265,24 +291,27 @@ FIELD_CHANGES = {
     "logit_scale": dict(logit_scale=0.5),
     "parallel_block": dict(parallel_block=True),
     "rope_full_layers": [
-        dict(rope_full_layers=False, layer_types=("sliding", "full"), sliding_window=2),
-        dict(rope_full_layers=False),
+        dict(
+            positions={"positional": "rope", "rope_full_layers": False},
+            pattern={"layer_types": ("sliding", "full"), "sliding_window": 2},
+        ),
+        dict(positions={"positional": "rope", "rope_full_layers": False}),
     ],
     # DeepSeek-V3.2's lightning indexer: acts on the MLA base, raises elsewhere (and each size without heads).
-    "index_n_heads": dict(index_n_heads=2, index_head_dim=8),
-    "index_head_dim": dict(index_head_dim=8),
-    "index_topk": dict(index_topk=2),
-    "rotary_dim": dict(rotary_dim=4),  # of heads of 8 (16 / 2)
+    "index_n_heads": dict(indexer={"index_n_heads": 2, "index_head_dim": 8}),
+    "index_head_dim": dict(indexer={"index_head_dim": 8}),
+    "index_topk": dict(indexer={"index_topk": 2}),
+    "rotary_dim": dict(positions={"positional": "rope", "rotary_dim": 4}),  # of heads of 8 (16 / 2)
     # Issue 28: context extension and NoPE layers (layer 1 is a full-attention layer in every base).
-    "rope_scaling": dict(rope_scaling=LinearScaling(factor=2.0)),
-    "rope_layers": dict(rope_layers=(True, False)),
+    "rope_scaling": dict(positions={"positional": "rope", "rope_scaling": LinearScaling(factor=2.0)}),
+    "rope_layers": dict(positions={"positional": "rope", "rope_layers": (True, False)}),
     # Llama 4: each raises in these bases (no chunked layer, every layer rotates, no QK-norm, no experts);
     # tests/test_llama4_attention.py shows each acting.
-    "attention_chunk_size": dict(attention_chunk_size=2),
-    "nope_temperature": dict(nope_temperature=(2.0, 0.5)),
-    "nope_qk_norm": dict(nope_qk_norm=False),
-    "router_weight_inputs": dict(router_weight_inputs=True),
-    "moe_layer_step": dict(moe_layer_step=2),
+    "attention_chunk_size": dict(pattern={"attention_chunk_size": 2}),
+    "nope_temperature": dict(positions={"positional": "rope", "nope_temperature": (2.0, 0.5)}),
+    "nope_qk_norm": dict(positions={"positional": "rope", "nope_qk_norm": False}),
+    "router_weight_inputs": dict(moe={"router_weight_inputs": True}),
+    "moe_layer_step": dict(moe={"moe_layer_step": 2}),
 }
 
 
@@ -339,7 +368,13 @@ def test_fields_reach_the_modules():
     assert (attn.head_dim, attn.q_proj.out_features, attn.q_norm.eps, attn.rope.base) == (16, 64, 1e-5, 500.0)
     assert qwen.blocks[0].attn_norm.eps == qwen.blocks[1].mlp_norm.eps == qwen.final_norm.eps == 1e-5
     mla = decoder(
-        dataclasses.replace(FIELD_BASES["mla"], v_head_dim=12, bias=True, dropout=0.1, rope_layout="interleaved")
+        dataclasses.replace(
+            FIELD_BASES["mla"],
+            v_head_dim=12,
+            bias=True,
+            dropout=0.1,
+            positions=dataclasses.replace(FIELD_BASES["mla"].positions, rope_layout="interleaved"),
+        )
     )
     attn = mla.blocks[0].attn
     assert (attn.v_head_dim, attn.out_proj.in_features, attn.dropout, attn.rope.layout) == (12, 48, 0.1, "interleaved")
@@ -386,14 +421,26 @@ def test_layer_pattern_fields_reach_each_layer():
 @pytest.mark.parametrize(
     "kw,message",
     [
-        (dict(sliding_window=0), "sliding_window must be >= 1"),
-        (dict(layer_types=("sliding", "full")), "layer_types has 'sliding' layers but sliding_window=None"),
-        (dict(layer_types=("full", "full"), sliding_window=4), "sliding_window=4 but no layer of layer_types"),
-        (dict(layer_types=("full",)), r"one of \('full', 'sliding', 'linear', 'chunked'\) per layer \(2\)"),
-        (dict(layer_types=("full", "local")), "layer_types"),
-        (dict(kv_share=(1, 1)), r"kv_share\[0\]=1: a layer reuses an earlier"),
-        (dict(kv_share=(0, 0), layer_types=("full", "sliding"), sliding_window=2), "shares keys between a"),
-        (dict(sliding_window=4, attention="mla", d_latent=8, n_kv_heads=None), "need attention='mha'"),
+        (dict(pattern={"sliding_window": 0}), "sliding_window must be >= 1"),
+        (
+            dict(pattern={"layer_types": ("sliding", "full")}),
+            "layer_types has 'sliding' layers but sliding_window=None",
+        ),
+        (
+            dict(pattern={"layer_types": ("full", "full"), "sliding_window": 4}),
+            "sliding_window=4 but no layer of layer_types",
+        ),
+        (
+            dict(pattern={"layer_types": ("full",)}),
+            r"one of \('full', 'sliding', 'linear', 'chunked'\) per layer \(2\)",
+        ),
+        (dict(pattern={"layer_types": ("full", "local")}), "layer_types"),
+        (dict(pattern={"kv_share": (1, 1)}), r"kv_share\[0\]=1: a layer reuses an earlier"),
+        (
+            dict(pattern={"kv_share": (0, 0), "layer_types": ("full", "sliding"), "sliding_window": 2}),
+            "shares keys between a",
+        ),
+        (dict(attention="mla", d_latent=8, n_kv_heads=None, pattern={"sliding_window": 4}), "need attention='mha'"),
     ],
 )
 def test_layer_pattern_bad_input(kw, message):
@@ -510,19 +557,25 @@ def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
 @pytest.mark.parametrize(
     "kw,message",
     [
-        (dict(n_experts=4, shared_expert_gate=True), "shared_expert_gate=True configures the shared experts"),
-        (dict(n_experts=4, shared_expert_d_ff=8), "shared_expert_d_ff=8 configures the shared experts"),
-        (dict(n_experts=4, expert_swiglu_limit=0.0), "expert_swiglu_limit"),
-        (dict(expert_swiglu_limit=7.0), "expert_swiglu_limit configure mixture-of-experts layers"),
-        (dict(experts_per_token=3), "experts_per_token configure mixture-of-experts layers; set n_experts"),
-        (dict(n_experts=4, experts_per_token=0), r"k must be in 1..n_experts=4"),
-        (dict(n_experts=4, experts_per_token=5), r"k must be in 1..n_experts=4"),
-        (dict(n_experts=4, mlp="gelu"), "the experts are SwiGLUs"),
-        (dict(n_experts=4, first_dense_layers=2), "first_dense_layers=2 leaves no mixture-of-experts layer"),
-        (dict(n_experts=4, router_scoring="relu"), "scoring"),
-        (dict(n_experts=4, router_groups=3), "not divisible by n_groups=3"),
-        (dict(n_experts=4, capacity_factor=0.0), "capacity_factor"),
-        (dict(n_experts=4, n_shared_experts=-1), "n_shared_experts"),
+        (
+            dict(moe={"n_experts": 4, "shared_expert_gate": True}),
+            "shared_expert_gate=True configures the shared experts",
+        ),
+        (dict(moe={"n_experts": 4, "shared_expert_d_ff": 8}), "shared_expert_d_ff=8 configures the shared experts"),
+        (dict(moe={"n_experts": 4, "expert_swiglu_limit": 0.0}), "expert_swiglu_limit"),
+        (dict(moe={"expert_swiglu_limit": 7.0}), "expert_swiglu_limit configure mixture-of-experts layers"),
+        (dict(moe={"experts_per_token": 3}), "experts_per_token configure mixture-of-experts layers; set n_experts"),
+        (dict(moe={"n_experts": 4, "experts_per_token": 0}), r"k must be in 1..n_experts=4"),
+        (dict(moe={"n_experts": 4, "experts_per_token": 5}), r"k must be in 1..n_experts=4"),
+        (dict(mlp="gelu", moe={"n_experts": 4}), "the experts are SwiGLUs"),
+        (
+            dict(moe={"n_experts": 4, "first_dense_layers": 2}),
+            "first_dense_layers=2 leaves no mixture-of-experts layer",
+        ),
+        (dict(moe={"n_experts": 4, "router_scoring": "relu"}), "scoring"),
+        (dict(moe={"n_experts": 4, "router_groups": 3}), "not divisible by n_groups=3"),
+        (dict(moe={"n_experts": 4, "capacity_factor": 0.0}), "capacity_factor"),
+        (dict(moe={"n_experts": 4, "n_shared_experts": -1}), "n_shared_experts"),
     ],
 )
 def test_moe_bad_fields(kw, message):
@@ -534,43 +587,101 @@ def test_moe_bad_fields(kw, message):
 def test_rope_scaling_and_rope_layers_reach_the_layers():
     base = FIELD_BASES["mha"]
     yarn = YarnScaling(factor=4.0, original_max_position=8)
-    model = decoder(dataclasses.replace(base, rope_scaling=yarn, rope_layers=(False, True)))
+    model = decoder(
+        dataclasses.replace(
+            base, positions=dataclasses.replace(base.positions, rope_scaling=yarn, rope_layers=(False, True))
+        )
+    )
     assert model.rope.scaling is yarn
     assert model.blocks[0].attn.rope is None and model.blocks[1].attn.rope is model.rope
     assert [model.config.layer_has_rope(i) for i in range(2)] == [False, True]
     # Only the sliding layers' own base is left unscaled (Gemma 3's local layers).
-    sliding = decoder(dataclasses.replace(FIELD_BASES["mha-sliding"], sliding_rope_base=100.0, rope_scaling=yarn))
+    sliding = decoder(
+        dataclasses.replace(
+            FIELD_BASES["mha-sliding"],
+            positions=dataclasses.replace(
+                FIELD_BASES["mha-sliding"].positions, sliding_rope_base=100.0, rope_scaling=yarn
+            ),
+        )
+    )
     assert sliding.blocks[0].attn.rope.scaling is None and sliding.blocks[1].attn.rope.scaling is yarn
     # rope_full_layers=False and rope_layers both remove RoPE: a layer keeps it only where both allow it.
-    both = dataclasses.replace(FIELD_BASES["mha-sliding"], rope_full_layers=False, rope_layers=(False, True))
+    both = dataclasses.replace(
+        FIELD_BASES["mha-sliding"],
+        positions=dataclasses.replace(
+            FIELD_BASES["mha-sliding"].positions, rope_full_layers=False, rope_layers=(False, True)
+        ),
+    )
     assert [both.layer_has_rope(i) for i in range(2)] == [False, False]
     assert [b.attn.rope for b in decoder(both).blocks] == [None, None]
     # Defaults leave the repr (and so every existing config's printout) as it was.
     assert "rope_scaling" not in repr(base) and "rope_layers" not in repr(base)
     assert "rope_layers=(False, True)" in repr(model.config)
     # A list (read back from JSON) is stored as a tuple.
-    assert dataclasses.replace(base, rope_layers=[True, False]).rope_layers == (True, False)
+    assert dataclasses.replace(
+        base, positions=dataclasses.replace(base.positions, rope_layers=[True, False])
+    ).rope_layers == (True, False)
 
 
 @pytest.mark.parametrize(
     "change,error,message",
     [
-        (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), TypeError,
-         "rope_scaling must be an attn_core.RopeScaling or None, got dict"),
-        (dict(rope_scaling=LinearScaling(factor=2.0), positional="none", rope_base=10000.0), ValueError,
-         "rope_scaling changes the RoPE: it needs positional='rope'"),
-        (dict(rope_scaling=LongRopeScaling(short_factor=(1.0,) * 3, long_factor=(2.0,) * 3,
-                                           original_max_position=8, factor=4.0)), ValueError, "short_factor"),
-        (dict(rope_layers=(True,)), ValueError, r"rope_layers must give True \(RoPE\) or False"),
-        (dict(rope_layers=(True, 0)), TypeError, r"rope_layers\[1\]"),
-        (dict(rope_layers=(True, False), block="sas", n_kv_heads=None), ValueError,
-         "rope_layers needs block='standard'"),
-        (dict(rope_scaling=LinearScaling(factor=2.0), attention="mla", n_kv_heads=None, d_latent=16, index_n_heads=2,
-              index_head_dim=8), ValueError, "the indexer's RoPE is not scaled"),
-        (dict(rope_layers=(True, False), attention="mla", n_kv_heads=None, d_latent=16), ValueError,
-         "need positional='rope' and attention='mha'"),
+        (
+            dict(positions={"positional": "rope", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}),
+            TypeError,
+            "rope_scaling must be an attn_core.RopeScaling or None, got dict",
+        ),
+        (
+            dict(positions={"rope_scaling": LinearScaling(factor=2.0), "positional": "none", "rope_base": 10000.0}),
+            ValueError,
+            "rope_scaling changes the RoPE: it needs positional='rope'",
+        ),
+        (
+            dict(
+                positions={
+                    "positional": "rope",
+                    "rope_scaling": LongRopeScaling(
+                        short_factor=(1.0,) * 3, long_factor=(2.0,) * 3, original_max_position=8, factor=4.0
+                    ),
+                }
+            ),
+            ValueError,
+            "short_factor",
+        ),
+        (
+            dict(positions={"positional": "rope", "rope_layers": (True,)}),
+            ValueError,
+            r"rope_layers must give True \(RoPE\) or False",
+        ),
+        (dict(positions={"positional": "rope", "rope_layers": (True, 0)}), TypeError, r"rope_layers\[1\]"),
+        (
+            dict(block="sas", n_kv_heads=None, positions={"positional": "rope", "rope_layers": (True, False)}),
+            ValueError,
+            "rope_layers needs block='standard'",
+        ),
+        (
+            dict(
+                attention="mla",
+                n_kv_heads=None,
+                d_latent=16,
+                positions={"positional": "rope", "rope_scaling": LinearScaling(factor=2.0)},
+                indexer={"index_n_heads": 2, "index_head_dim": 8},
+            ),
+            ValueError,
+            "the indexer's RoPE is not scaled",
+        ),
+        (
+            dict(
+                attention="mla",
+                n_kv_heads=None,
+                d_latent=16,
+                positions={"positional": "rope", "rope_layers": (True, False)},
+            ),
+            ValueError,
+            "need positional='rope' and attention='mha'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_rope_scaling_and_rope_layers_bad_values(change, error, message):
     with pytest.raises(error, match=message):
         dataclasses.replace(FIELD_BASES["mha"], **change)

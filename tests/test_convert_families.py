@@ -374,9 +374,21 @@ def test_glm4_moe_gives_the_same_logits(exact_glm):
     hf = glm4_moe()
     ours = from_hf(hf)
     c = ours.config
-    assert (c.qkv_bias, c.qk_norm, c.positions.rotary_dim, c.moe.n_experts, c.moe.n_shared_experts, c.moe.first_dense_layers) == (
-        True, True, 4, 8, 1, 1,
-    )  # fmt: skip
+    assert (
+        c.qkv_bias,
+        c.qk_norm,
+        c.positions.rotary_dim,
+        c.moe.n_experts,
+        c.moe.n_shared_experts,
+        c.moe.first_dense_layers,
+    ) == (
+        True,
+        True,
+        4,
+        8,
+        1,
+        1,
+    )
     assert (c.moe.router_scoring, c.moe.router_groups, c.moe.router_topk_groups, c.moe.router_scale) == (
         "sigmoid",
         4,

@@ -38,7 +38,6 @@ VARIANTS = {
         **_SMALL, n_kv_heads=2, norm_position="sandwich", attention_softcap=20.0, final_softcap=30.0
     ),
     "moe": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, moe=MoE(n_experts=4, experts_per_token=2, moe_d_ff=16)),
-    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
     "dsa": DecoderConfig.llama_like(
         **_SMALL,
         n_kv_heads=None,
@@ -48,6 +47,7 @@ VARIANTS = {
         indexer=Indexer(index_n_heads=2, index_head_dim=8, index_topk=4),
     ),
     "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
+    "pattern": {"kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0)))},
 }
 
 #: Largest |half − float32| logit difference allowed, relative to the float32 logits' largest

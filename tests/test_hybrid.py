@@ -128,13 +128,22 @@ def test_kv_cache_bytes_counts_the_constant_linear_state():
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        (dict(linear_n_heads=2), r"linear_n_heads configure 'linear' layers, but layer_types=None"),
-        (dict(layer_types=("linear", "full"), linear_n_heads=3, linear_n_value_heads=4), "not a multiple of"),
-        (dict(layer_types=("linear", "full"), linear_conv_size=0), "linear_conv_size"),
-        (dict(layer_types=("linear", "full"), positional="alibi"), "positional='alibi'"),
-        (dict(layer_types=("linear", "linear"), kv_share=(0, 0)), r"kv_share\[1\]=0: layer 1 is 'linear'"),
-        (dict(layer_types=("linear", "full"), attention="mla", d_latent=8), "attention='mha'"),
-        (dict(layer_types=("linear", "dense")), "layer_types"),
+        (dict(linear={"linear_n_heads": 2}), r"linear_n_heads configure 'linear' layers, but layer_types=None"),
+        (
+            dict(pattern={"layer_types": ("linear", "full")}, linear={"linear_n_heads": 3, "linear_n_value_heads": 4}),
+            "not a multiple of",
+        ),
+        (dict(pattern={"layer_types": ("linear", "full")}, linear={"linear_conv_size": 0}), "linear_conv_size"),
+        (dict(pattern={"layer_types": ("linear", "full")}, positions={"positional": "alibi"}), "positional='alibi'"),
+        (
+            dict(pattern={"layer_types": ("linear", "linear"), "kv_share": (0, 0)}),
+            r"kv_share\[1\]=0: layer 1 is 'linear'",
+        ),
+        (
+            dict(attention="mla", d_latent=8, n_kv_heads=None, pattern={"layer_types": ("linear", "full")}),
+            "attention='mha'",
+        ),
+        (dict(pattern={"layer_types": ("linear", "dense")}), "layer_types"),
     ],
 )
 def test_hybrid_bad_config(kw, message):

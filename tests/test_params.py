@@ -22,7 +22,7 @@ def test_parameter_count_equals_formula(name):
     [
         dict(tie_weights=False),
         dict(bias=False),
-        dict(positional="rope"),
+        dict(positions={"positional": "rope"}),
         dict(mlp="swiglu", d_ff=40),
         dict(n_kv_heads=2, norm="rmsnorm"),
         dict(n_layers=3, block="sas", bias=True),
@@ -31,11 +31,11 @@ def test_parameter_count_equals_formula(name):
         dict(norm_position="sandwich", norm="rmsnorm", mlp="geglu_tanh", bias=False),
         dict(mlp="geglu_tanh", d_ff=40),
         # Issue 29's options: q/k/v biases (also with KV sharing), one norm per parallel block, partial RoPE.
-        dict(bias=False, qkv_bias=True, positional="rope", norm="rmsnorm", mlp="swiglu"),
-        dict(bias=False, qkv_bias=True, n_layers=3, kv_share=(0, 0, 2), positional="rope"),
+        dict(bias=False, qkv_bias=True, norm="rmsnorm", mlp="swiglu", positions={"positional": "rope"}),
+        dict(bias=False, qkv_bias=True, n_layers=3, pattern={"kv_share": (0, 0, 2)}, positions={"positional": "rope"}),
         dict(parallel_block=True),
         dict(bias=False, parallel_block=True, logit_scale=0.5, residual_multiplier=0.5, embedding_multiplier=2.0),
-        dict(positional="rope", rotary_dim=4, attention_scale=0.2),
+        dict(attention_scale=0.2, positions={"positional": "rope", "rotary_dim": 4}),
     ],
 )
 def test_parameter_count_equals_formula_variants(overrides):

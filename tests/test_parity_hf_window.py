@@ -148,9 +148,23 @@ def mistral_pair():
         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )  # fmt: skip
     hf = seeded(MistralForCausalLM(config), seed=1)
-    ours = DecoderLM(
-        DecoderConfig.llama_like(vocab_size=41, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, max_len=64, norm_eps=1e-5, pattern=LayerPattern(sliding_window=WINDOW))
-    ).to(F64).eval()  # fmt: skip
+    ours = (
+        DecoderLM(
+            DecoderConfig.llama_like(
+                vocab_size=41,
+                n_layers=2,
+                d_model=32,
+                n_heads=4,
+                n_kv_heads=2,
+                d_ff=48,
+                max_len=64,
+                norm_eps=1e-5,
+                pattern=LayerPattern(sliding_window=WINDOW),
+            )
+        )
+        .to(F64)
+        .eval()
+    )
     with torch.no_grad():
         ours.tok_emb.weight.copy_(hf.model.embed_tokens.weight)
         ours.lm_head.weight.copy_(hf.lm_head.weight)

@@ -16,7 +16,6 @@ _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
 CONFIGS = {
     "llama_gqa": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2),
     "gpt2_learned": DecoderConfig.gpt2_like(**_SMALL),
-    # window 3 < the 14 positions: the dynamic path uses a RollingKVCache, the static one masks inside its buffer
     "window_sinks": DecoderConfig.llama_like(
         **_SMALL,
         n_kv_heads=2,
@@ -25,8 +24,8 @@ CONFIGS = {
     ),
     "mla": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12),
     "alibi": DecoderConfig.llama_like(**_SMALL, positions=Positions(positional="alibi")),
-    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
     "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
+    "pattern": {"kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0)))},
 }
 
 

@@ -36,6 +36,7 @@ from .spec import LayerSpec
 __all__ = ["DecoderConfig"]
 
 ATTENTION_KINDS = ("mha", "mla")
+_PARTS = {"positions": Positions, "pattern": LayerPattern, "linear": LinearLayers, "moe": MoE, "indexer": Indexer}
 BLOCK_KINDS = ("standard", "sas", "sas-p")
 
 
@@ -87,7 +88,8 @@ class DecoderConfig:
         residual_multiplier: Multiplies each sub-layer's output before it joins the stream (Granite).
         logit_scale: Multiplies the final logits (Cohere; Granite's ``1 / logits_scaling``).
         final_softcap: The final-logit soft-cap ``cap · tanh(logits / cap)`` (Gemma 2: 30.0).
-        positions: The positional encoding and which layers use it (:class:`Positions`).
+        positions: The positional encoding and which layers use it (:class:`Positions`). Each
+            part may be given as a dict of its fields (as ``dataclasses.asdict`` writes it).
         pattern: Each layer's attention type, window, chunk, shared keys (:class:`LayerPattern`).
         linear: The ``"linear"`` (Gated DeltaNet) layers' sizes (:class:`LinearLayers`).
         moe: The mixture-of-experts MLPs (:class:`MoE`); ``None``: every MLP dense.
@@ -145,18 +147,10 @@ class DecoderConfig:
     deepseek_v3 = classmethod(presets.deepseek_v3)
     deepseek_v3_moe = classmethod(presets.deepseek_v3_moe)
 
-    @classmethod
-    def from_dict(cls, values: dict) -> DecoderConfig:
-        """A config from ``dataclasses.asdict(config)`` (e.g. read back from JSON): parts from their dicts."""
-        parts = {"positions": Positions, "pattern": LayerPattern, "linear": LinearLayers, "moe": MoE}
-        parts["indexer"] = Indexer
-        out = dict(values)
-        for name, part in parts.items():
-            if isinstance(out.get(name), dict):
-                out[name] = part(**out[name])
-        return cls(**out)
-
     def __post_init__(self) -> None:
+        for name, part in _PARTS.items():  # a part given as a dict (e.g. read back from JSON): store the part
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, part(**getattr(self, name)))
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):
             check_int(name, getattr(self, name))
         for name in ("n_kv_heads", "d_ff", "d_latent", "d_q_latent", "head_dim", "v_head_dim"):
