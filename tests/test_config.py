@@ -14,7 +14,7 @@ from attn_core import (
     parameter_breakdown,
     parameter_count,
 )
-from attn_core.config import LayerPattern, MoE, Positions
+from attn_core.config import Indexer, LayerPattern, LinearLayers, MoE, Positions
 from attn_core.mla import default_rope_dim
 from attn_core.mlp import make_mlp, mlp_hidden_dim
 from attn_core.rope_scaling import LinearScaling, LongRopeScaling, YarnScaling
@@ -35,7 +35,7 @@ def test_config_is_frozen_and_presets():
         True,
     )
     l = DecoderConfig.llama_like(n_layers=3)
-    assert (l.positional, l.mlp, l.norm, l.tie_weights, l.n_layers) == ("rope", "swiglu", "rmsnorm", False, 3)
+    assert (l.positions.positional, l.mlp, l.norm, l.tie_weights, l.n_layers) == ("rope", "swiglu", "rmsnorm", False, 3)
     assert l.resolved_n_kv_heads < l.n_heads  # GQA
     assert DecoderConfig.gpt2_like(d_model=48, n_heads=4).resolved_d_ff == 192
     assert dataclasses.replace(c, d_model=32).resolved_d_ff == 128  # recomputed, not stale
@@ -74,7 +74,7 @@ def test_config_is_frozen_and_presets():
             "sliding_rope_base=500.0 is about the 'sliding' layers' RoPE, but no layer is 'sliding'",
         ),
         (
-            dict(pattern={"sliding_window": 4}, positions={"positional": "rope", "sliding_rope_base": 500.0}),
+            dict(pattern={"sliding_window": 4}, positions={"sliding_rope_base": 500.0}),
             "sliding_rope_base=500.0 needs positional='rope'",
         ),
         (
@@ -91,9 +91,9 @@ def test_config_is_frozen_and_presets():
         (dict(d_latent=8), "d_latent=8 is an MLA size"),
         (dict(head_dim=7, positions={"positional": "rope"}), "needs an even head width, got head_dim=7"),
         (dict(v_head_dim=8), "v_head_dim=8 is an MLA size"),
-        (dict(positions={"positional": "rope", "rope_base": 500.0}), "rope_base=500.0 needs positional='rope'"),
+        (dict(positions={"rope_base": 500.0}), "rope_base=500.0 needs positional='rope'"),
         (
-            dict(positions={"positional": "rope", "rope_layout": "interleaved"}),
+            dict(positions={"rope_layout": "interleaved"}),
             "rope_layout='interleaved' needs positional='rope'",
         ),
         (dict(positions={"rope_layout": "pairs", "positional": "rope"}), "rope_layout='pairs'"),
@@ -194,11 +194,44 @@ def test_deepseek_v3_parts_and_the_published_671b():
     assert total + moe_layers * experts == 671_026_419_200  # DeepSeek-V3: "671B total parameters"
 
 
-def test_repr_shows_new_fields_only_when_set():
-    """Committed notebooks print configs: fields added later must not change the repr of old configs."""
-    assert "qk_norm" not in repr(DecoderConfig.llama_like())
-    assert repr(DecoderConfig.llama_like()).endswith("bias=False, rope_base=10000.0)")
+def test_repr_shows_the_parts():
+    """Every field prints; the parts print as their own dataclasses (``moe=None``: dense)."""
+    text = repr(DecoderConfig.llama_like())
+    assert "positions=Positions(positional='rope', rope_base=10000.0" in text and text.endswith("indexer=None)")
     assert "qk_norm=True" in repr(DecoderConfig.llama_like(qk_norm=True))
+
+
+def test_each_part_checks_itself():
+    """A part refuses a bad value when it is made, naming the value, before any config sees it."""
+    for make, message in [
+        (lambda: Positions("xpos"), "positional='xpos'"),
+        (lambda: Positions(rope_base=500.0), "rope_base=500.0 needs positional='rope'"),
+        (lambda: Positions("rope", rotary_dim=3), "rotary_dim must be even"),
+        (lambda: Positions("rope", rope_full_layers=False, sliding_rope_base=1e4), "leave sliding_rope_base=None"),
+        (lambda: LayerPattern(("sliding", "full")), "sliding_window=None: give the window"),
+        (lambda: LayerPattern(("chunked",)), "attention_chunk_size=None is the chunk of the 'chunked' layers"),
+        (lambda: LayerPattern(("full", "full"), kv_share=(1, 1)), r"kv_share\[0\]=1: a layer reuses an earlier"),
+        (lambda: LinearLayers(linear_conv_size=0), "linear_conv_size must be >= 1"),
+        (lambda: MoE(4, experts_per_token=5), "experts_per_token=5 must be in 1..n_experts=4"),
+        (lambda: MoE(4, router_groups=3), "n_experts=4 is not divisible by router_groups=3"),
+        (lambda: MoE(4, router_topk_first=True, router_normalize=True), "leave router_normalize=False"),
+        (lambda: MoE(4, shared_expert_gate=True), "shared_expert_gate=True configures the shared experts"),
+        (lambda: Indexer(4), "index_n_heads=4 needs index_head_dim"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            make()
+    with pytest.raises(TypeError, match="rope_full_layers must be a bool"):
+        Positions("rope", rope_full_layers=1)
+    with pytest.raises(TypeError, match="n_experts"):
+        MoE()  # type: ignore[call-arg]  # a mixture of experts has a number of experts
+
+
+def test_cross_part_rules_are_the_configs():
+    """What ties a part to the core is checked by the config, once: here MoE's SwiGLU experts."""
+    with pytest.raises(ValueError, match="n_experts=4: the experts are SwiGLUs in standard blocks; got mlp='gelu'"):
+        DecoderConfig.gpt2_like(moe=MoE(4))
+    with pytest.raises(ValueError, match="layer_types must give one entry per layer"):
+        DecoderConfig.gpt2_like(pattern=LayerPattern(("full",) * 3))
 
 
 # --------------------------------------------------------------------------- no field silently dropped
@@ -315,16 +348,30 @@ FIELD_CHANGES = {
 }
 
 
+def _is_part_change(base: DecoderConfig, name: str, value: object) -> bool:
+    return isinstance(value, dict) and getattr(base, name) is not None
+
+
+def _differs(old: object, new: object) -> bool:
+    """Whether ``new`` (a value, or a part's fields as a dict) differs from ``old``."""
+    if isinstance(new, dict) and old is not None:
+        return any(getattr(old, k) != v for k, v in new.items())
+    return old != new
+
+
 def _effect(base: DecoderConfig, changes: dict | list[dict]) -> str | None:
     """How a change shows in the model built from ``base``: 'raises', 'parameters', 'outputs', 'caches' or None.
 
     ``changes``: one change, or alternatives of which the first that differs from ``base`` is used.
     """
     changes = [changes] if isinstance(changes, dict) else changes
-    change = next(c for c in changes if any(getattr(base, k) != v for k, v in c.items()))
-    try:
-        config = dataclasses.replace(base, **change)
-    except ValueError:
+    change = next(c for c in changes if any(_differs(getattr(base, k), v) for k, v in c.items()))
+    try:  # a part's fields change the base's part (a MoE or an indexer without its sizes raises)
+        parts = {
+            k: dataclasses.replace(getattr(base, k), **v) for k, v in change.items() if _is_part_change(base, k, v)
+        }
+        config = dataclasses.replace(base, **{**change, **parts})
+    except (ValueError, TypeError):
         return "raises"
     a, b = decoder(base), decoder(config)  # the same seed
     sa, sb = a.state_dict(), b.state_dict()
@@ -345,7 +392,9 @@ def _effect(base: DecoderConfig, changes: dict | list[dict]) -> str | None:
 
 
 def test_every_field_has_a_change_in_the_probe():
-    missing = {f.name for f in dataclasses.fields(DecoderConfig)} - set(FIELD_CHANGES)
+    parts = (Positions, LayerPattern, LinearLayers, MoE, Indexer)
+    names = {f.name for f in dataclasses.fields(DecoderConfig)} - {"positions", "pattern", "linear", "moe", "indexer"}
+    missing = names.union(*({f.name for f in dataclasses.fields(p)} for p in parts)) - set(FIELD_CHANGES)
     assert not missing, f"add a change for {sorted(missing)} to FIELD_CHANGES: every field must reach the model"
 
 
@@ -432,7 +481,7 @@ def test_layer_pattern_fields_reach_each_layer():
         ),
         (
             dict(pattern={"layer_types": ("full",)}),
-            r"one of \('full', 'sliding', 'linear', 'chunked'\) per layer \(2\)",
+            r"layer_types must give one entry per layer \(2\), got \('full',\)",
         ),
         (dict(pattern={"layer_types": ("full", "local")}), "layer_types"),
         (dict(pattern={"kv_share": (1, 1)}), r"kv_share\[0\]=1: a layer reuses an earlier"),
@@ -523,7 +572,7 @@ def test_moe_fields_reach_the_modules():
     assert r.proj.bias is not None and m.experts[0].gate_proj.bias is not None
     assert model.num_parameters() == parameter_count(config)
     assert model(torch.randint(0, 64, (2, 5))).shape == (2, 5, 64)
-    assert "n_experts=8" in repr(config) and "n_experts" not in repr(DecoderConfig.llama_like())
+    assert "n_experts=8" in repr(config) and "moe=None" in repr(DecoderConfig.llama_like())
 
 
 def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
@@ -563,17 +612,15 @@ def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
         ),
         (dict(moe={"n_experts": 4, "shared_expert_d_ff": 8}), "shared_expert_d_ff=8 configures the shared experts"),
         (dict(moe={"n_experts": 4, "expert_swiglu_limit": 0.0}), "expert_swiglu_limit"),
-        (dict(moe={"expert_swiglu_limit": 7.0}), "expert_swiglu_limit configure mixture-of-experts layers"),
-        (dict(moe={"experts_per_token": 3}), "experts_per_token configure mixture-of-experts layers; set n_experts"),
-        (dict(moe={"n_experts": 4, "experts_per_token": 0}), r"k must be in 1..n_experts=4"),
-        (dict(moe={"n_experts": 4, "experts_per_token": 5}), r"k must be in 1..n_experts=4"),
+        (dict(moe={"n_experts": 4, "experts_per_token": 0}), r"experts_per_token must be >= 1"),
+        (dict(moe={"n_experts": 4, "experts_per_token": 5}), r"experts_per_token=5 must be in 1..n_experts=4"),
         (dict(mlp="gelu", moe={"n_experts": 4}), "the experts are SwiGLUs"),
         (
             dict(moe={"n_experts": 4, "first_dense_layers": 2}),
-            "first_dense_layers=2 leaves no mixture-of-experts layer",
+            "first_dense_layers=2, moe_layer_step=1 leave no mixture-of-experts layer",
         ),
         (dict(moe={"n_experts": 4, "router_scoring": "relu"}), "scoring"),
-        (dict(moe={"n_experts": 4, "router_groups": 3}), "not divisible by n_groups=3"),
+        (dict(moe={"n_experts": 4, "router_groups": 3}), "n_experts=4 is not divisible by router_groups=3"),
         (dict(moe={"n_experts": 4, "capacity_factor": 0.0}), "capacity_factor"),
         (dict(moe={"n_experts": 4, "n_shared_experts": -1}), "n_shared_experts"),
     ],
@@ -615,7 +662,7 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
     assert [both.layer_has_rope(i) for i in range(2)] == [False, False]
     assert [b.attn.rope for b in decoder(both).blocks] == [None, None]
     # Defaults leave the repr (and so every existing config's printout) as it was.
-    assert "rope_scaling" not in repr(base) and "rope_layers" not in repr(base)
+    assert "rope_scaling=None" in repr(base) and "rope_layers=None" in repr(base)
     assert "rope_layers=(False, True)" in repr(model.config)
     # A list (read back from JSON) is stored as a tuple.
     assert dataclasses.replace(
@@ -634,7 +681,7 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
         (
             dict(positions={"rope_scaling": LinearScaling(factor=2.0), "positional": "none", "rope_base": 10000.0}),
             ValueError,
-            "rope_scaling changes the RoPE: it needs positional='rope'",
+            r"rope_scaling=LinearScaling\(factor=2.0\) needs positional='rope'",
         ),
         (
             dict(
@@ -657,7 +704,7 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
         (
             dict(block="sas", n_kv_heads=None, positions={"positional": "rope", "rope_layers": (True, False)}),
             ValueError,
-            "rope_layers needs block='standard'",
+            r"rope_layers=\(True, False\): options of the standard blocks' multi-head attention",
         ),
         (
             dict(
@@ -678,7 +725,7 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
                 positions={"positional": "rope", "rope_layers": (True, False)},
             ),
             ValueError,
-            "need positional='rope' and attention='mha'",
+            "need attention='mha' and block='standard', got attention='mla'",
         ),
     ],
 )

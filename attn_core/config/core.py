@@ -181,9 +181,9 @@ class DecoderConfig:
         check_instance("indexer", self.indexer, Indexer, optional=True)
         self._check_heads()
         self._check_blocks()
+        check_pattern(self)  # first: the other rules read one pattern entry per layer
         check_standard_mha_options(self)
         check_positions(self)
-        check_pattern(self)
         check_moe_and_indexer(self)
 
     def _check_heads(self) -> None:
