@@ -188,8 +188,8 @@ def config_from_hf(hf_config) -> DecoderConfig:
     moe = _moe_fields(t, hf_config)
     if t in ("deepseek_v3", "deepseek_v32"):
         if t == "deepseek_v32":  # DeepSeek Sparse Attention: the lightning indexer and its top-k
-            moe.update(index_n_heads=hf_config.indexer.index_n_heads, index_head_dim=hf_config.indexer.index_head_dim)
-            moe.update(index_topk=hf_config.indexer.index_topk)
+            moe.update(index_n_heads=hf_config.index_n_heads, index_head_dim=hf_config.index_head_dim)
+            moe.update(index_topk=hf_config.index_topk)
         mla = dict(
             attention="mla",
             d_latent=hf_config.kv_lora_rank,

@@ -661,13 +661,13 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
     )
     assert [both.layer_has_rope(i) for i in range(2)] == [False, False]
     assert [b.attn.rope for b in decoder(both).blocks] == [None, None]
-    # Defaults leave the repr (and so every existing config's printout) as it was.
+    # Defaults print as such; the repr shows every part.
     assert "rope_scaling=None" in repr(base) and "rope_layers=None" in repr(base)
     assert "rope_layers=(False, True)" in repr(model.config)
     # A list (read back from JSON) is stored as a tuple.
     assert dataclasses.replace(
         base, positions=dataclasses.replace(base.positions, rope_layers=[True, False])
-    ).rope_layers == (True, False)
+    ).positions.rope_layers == (True, False)
 
 
 @pytest.mark.parametrize(

@@ -107,10 +107,11 @@ def attention_pair(layer_idx: int, **kw):
     with hf_in_float64(hf_llama4):
         hf = seeded(hf_llama4.Llama4TextAttention(config, layer_idx), seed=2)
     c = config_from_hf(config)
-    rope = RotaryEmbedding(8, base=c.positions.rope_base, layout="interleaved") if c.layer_has_rope(layer_idx) else None
+    spec = c.layer(layer_idx)
+    rope = RotaryEmbedding(8, base=c.positions.rope_base, layout="interleaved") if spec.rope else None
     ours = MultiHeadAttention(
-        16, 4, n_kv_heads=2, head_dim=8, causal=True, rope=rope, qk_norm=c.layer_qk_norm(layer_idx),
-        norm_eps=c.norm_eps, chunk=c.layer_chunk(layer_idx), temperature=c.layer_temperature(layer_idx),
+        16, 4, n_kv_heads=2, head_dim=8, causal=True, rope=rope, qk_norm=spec.qk_norm,
+        norm_eps=c.norm_eps, chunk=spec.chunk, temperature=spec.temperature,
     ).to(F64)  # fmt: skip
     copy_attention(ours, hf)
     return config, hf, ours

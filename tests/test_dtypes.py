@@ -47,7 +47,7 @@ VARIANTS = {
         indexer=Indexer(index_n_heads=2, index_head_dim=8, index_topk=4),
     ),
     "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
-    "pattern": {"kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0)))},
+    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
 }
 
 #: Largest |half − float32| logit difference allowed, relative to the float32 logits' largest
@@ -84,7 +84,7 @@ def test_variant_runs_in_dtype(name, dtype, device):
     # near-equal index scores, and the logits then differ by far more than rounding. Its
     # comparison is held where the selection cannot differ (queries with at most index_topk
     # keys, all selected); the other positions are held finite.
-    topk = reference.config.indexer.index_topk
+    topk = None if reference.config.indexer is None else reference.config.indexer.index_topk
     compared = slice(None) if topk is None else slice(0, topk)
     idx = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(3)).to(device)
     with torch.no_grad():

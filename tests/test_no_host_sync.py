@@ -23,11 +23,9 @@ NO_BREAK = {
     "gated_qk_norm_softcap": DecoderConfig.llama_like(
         **_SMALL, n_kv_heads=2, qk_norm=True, attention_gate="headwise", attention_softcap=30.0
     ),
-    "pattern": {
-        "sliding_window": DecoderConfig.llama_like(
-            **_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=3)
-        )
-    },
+    "sliding_window": DecoderConfig.llama_like(
+        **_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=3)
+    ),
 }
 
 

@@ -103,7 +103,7 @@ def deepseek_pair(seed: int = 0, **kw):
     _randomise(hf, seed)
     hf.gate.e_score_correction_bias.copy_(randn(config.n_routed_experts, seed=seed + 7) * 0.1)
     ours = MixtureOfExperts(
-        D_MODEL, config.n_routed_experts, config.num_experts_per_tok, d_ff=D_FF, n_shared=config.moe.n_shared_experts,
+        D_MODEL, config.n_routed_experts, config.num_experts_per_tok, d_ff=D_FF, n_shared=config.n_shared_experts,
         scoring="sigmoid", normalize=config.norm_topk_prob, scale=config.routed_scaling_factor,
         n_groups=config.n_group, topk_groups=config.topk_group,
     ).to(F64)  # fmt: skip

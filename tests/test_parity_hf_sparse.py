@@ -117,7 +117,7 @@ def pair(config: DeepseekV32Config, seed: int = 0):
         rope_layout="interleaved",
     )  # fmt: skip
     indexer = LightningIndexer(32, 8, 8, d_query=12, rope_dim=4, rope_base=THETA)
-    ours = SparseAttention(mla, indexer, topk=config.indexer.index_topk).to(F64).eval()
+    ours = SparseAttention(mla, indexer, topk=config.index_topk).to(F64).eval()
     copy_attention(ours.attn, hf)
     copy_indexer(ours.indexer, hf.indexer)
     return hf, ours

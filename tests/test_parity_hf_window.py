@@ -96,7 +96,7 @@ def gpt_oss_config() -> GptOssConfig:
 def gpt_oss_pair(layer_idx: int):
     config = gpt_oss_config()
     hf = seeded(hf_gpt_oss.GptOssAttention(config, layer_idx=layer_idx), seed=layer_idx)
-    window = config.pattern.sliding_window if config.pattern.layer_types[layer_idx] == "sliding_attention" else None
+    window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
     ours = MultiHeadAttention(
         32, 4, n_kv_heads=2, head_dim=8, bias=True, causal=True, rope=RotaryEmbedding(8, base=THETA),
         window=window, sinks=True,

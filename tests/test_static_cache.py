@@ -25,7 +25,7 @@ CONFIGS = {
     "mla": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12),
     "alibi": DecoderConfig.llama_like(**_SMALL, positions=Positions(positional="alibi")),
     "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
-    "pattern": {"kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0)))},
+    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
 }
 
 
