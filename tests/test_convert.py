@@ -321,16 +321,16 @@ def test_from_hf_float32_model_stays_float32():
 
 def test_sliding_windows_are_converted():
     mistral = config_from_hf(MODELS["mistral-window"]().config)
-    assert mistral.resolved_layer_types == ("sliding", "sliding") and mistral.sliding_window == 4
+    assert mistral.resolved_layer_types == ("sliding", "sliding") and mistral.pattern.sliding_window == 4
     qwen = config_from_hf(MODELS["qwen3-window"]().config)
-    assert qwen.layer_types == ("full", "sliding") and qwen.sliding_window == 3
+    assert qwen.pattern.layer_types == ("full", "sliding") and qwen.pattern.sliding_window == 3
 
 
 def test_config_from_hf_fields():
     c = config_from_hf(qwen3().config)
     assert (c.head_dim, c.qk_norm, c.norm_eps, c.positions.rope_base, c.n_kv_heads) == (16, True, 1e-6, 1e6, 2)
     d = config_from_hf(deepseek_config())
-    assert (d.attention, d.d_latent, d.d_q_latent, d.head_dim, d.rope_dim, d.v_head_dim, d.rope_layout) == (
+    assert (d.attention, d.d_latent, d.d_q_latent, d.head_dim, d.rope_dim, d.v_head_dim, d.positions.rope_layout) == (
         "mla", 16, 12, 8, 4, 6, "interleaved",
     )  # fmt: skip
 
@@ -400,24 +400,40 @@ def test_moe_greedy_generation_with_caches(exact_moe):
 
 def test_moe_config_fields():
     q = config_from_hf(MOE_MODELS["qwen3-moe-normalised"]().config)
-    assert (q.n_experts, q.experts_per_token, q.moe_d_ff, q.router_normalize, q.qk_norm) == (6, 2, 24, True, True)
+    assert (q.moe.n_experts, q.moe.experts_per_token, q.moe.moe_d_ff, q.moe.router_normalize, q.qk_norm) == (
+        6,
+        2,
+        24,
+        True,
+        True,
+    )
     m = config_from_hf(MOE_MODELS["mixtral-window-tied"]().config)
-    assert (m.n_experts, m.router_topk_first, m.resolved_moe_d_ff, m.sliding_window, m.tie_weights) == (
+    assert (m.moe.n_experts, m.moe.router_topk_first, m.resolved_moe_d_ff, m.pattern.sliding_window, m.tie_weights) == (
         6, True, 24, 4, True,
     )  # fmt: skip
     d = config_from_hf(MOE_MODELS["deepseek-v3-moe"]().config)
-    assert (d.n_experts, d.experts_per_token, d.n_shared_experts, d.moe_d_ff, d.router_scoring) == (
+    assert (d.moe.n_experts, d.moe.experts_per_token, d.moe.n_shared_experts, d.moe.moe_d_ff, d.moe.router_scoring) == (
         8,
         3,
         1,
         12,
         "sigmoid",
     )
-    assert (d.router_groups, d.router_topk_groups, d.router_scale, d.router_normalize, d.first_dense_layers) == (
-        4, 2, 2.5, True, 1,
-    )  # fmt: skip
+    assert (
+        d.moe.router_groups,
+        d.moe.router_topk_groups,
+        d.moe.router_scale,
+        d.moe.router_normalize,
+        d.moe.first_dense_layers,
+    ) == (
+        4,
+        2,
+        2.5,
+        True,
+        1,
+    )
     dense = config_from_hf(deepseek_config(first_k_dense_replace=2, n_routed_experts=4))
-    assert dense.n_experts is None  # every layer dense: no MoE fields
+    assert dense.moe is None  # every layer dense: no MoE fields
 
 
 # --------------------------------------------------------------------------- refusals

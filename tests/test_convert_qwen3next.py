@@ -96,7 +96,7 @@ def test_qwen3_next_moe_layers_are_read_and_dense_ones_after_them_refused():
         True,
         True,
     )
-    assert config_from_hf(qwen3_next_config(mlp_only_layers=[0, 1])).first_dense_layers == 2
+    assert config_from_hf(qwen3_next_config(mlp_only_layers=[0, 1])).moe.first_dense_layers == 2
     with pytest.raises(ValueError, match=r"mixture-of-experts layers \[1, 3\]: dense layers after MoE ones"):
         config_from_hf(qwen3_next_config(decoder_sparse_step=2))
     assert "qwen3_next" not in NOT_CONVERTED
@@ -145,7 +145,9 @@ def test_qwen3_next_gives_the_same_logits(case):
     print(f"{case}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT
     # RoPE on part of each head matters: rotating all of it gives other logits.
-    whole = DecoderLM(dataclasses.replace(c, rotary_dim=None)).to(F64).eval()
+    whole = (
+        DecoderLM(dataclasses.replace(c, positions=dataclasses.replace(c.positions, rotary_dim=None))).to(F64).eval()
+    )
     whole.load_state_dict(ours.state_dict())
     assert max_diff(whole(IDX), expected) > 1e-3
 

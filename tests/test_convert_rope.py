@@ -135,10 +135,10 @@ def test_scaling_values_are_read_from_rope_parameters():
         factor=8.0, original_max_position=8, low_freq_factor=1.0, high_freq_factor=4.0
     )
     assert c.positions.rope_base == 5e5
-    y = config_from_hf(qwen3(YARN).config).rope_scaling
+    y = config_from_hf(qwen3(YARN).config).positions.rope_scaling
     assert (y.factor, y.original_max_position) == (4.0, 8)
-    assert config_from_hf(qwen3({"rope_type": "default", "rope_theta": 1e4}).config).rope_scaling is None
-    assert config_from_hf(llama(DYNAMIC, max_position_embeddings=8).config).rope_scaling == DynamicNTKScaling(
+    assert config_from_hf(qwen3({"rope_type": "default", "rope_theta": 1e4}).config).positions.rope_scaling is None
+    assert config_from_hf(llama(DYNAMIC, max_position_embeddings=8).config).positions.rope_scaling == DynamicNTKScaling(
         factor=4.0, max_position=8
     )
 
@@ -176,7 +176,13 @@ def test_smollm3_gives_the_same_logits(kw):
     print(f"smollm3 {kw}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT
     # The NoPE layers matter: RoPE in every layer gives other logits.
-    every = DecoderLM(dataclasses.replace(ours.config, rope_layers=None)).to(torch.float64).eval()
+    every = (
+        DecoderLM(
+            dataclasses.replace(ours.config, positions=dataclasses.replace(ours.config.positions, rope_layers=None))
+        )
+        .to(torch.float64)
+        .eval()
+    )
     every.load_state_dict(ours.state_dict())
     assert max_diff(every(IDX), expected) > 1e-3
 
