@@ -255,9 +255,7 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
         model(ids): ids ``(B, T)`` -> logits ``(B, T, 49152)``
     """
     dtype = _check_dtype(dtype)
-    folder = cache_dir()
-    if not (folder / _WEIGHTS).is_file():
-        convert()
+    folder = convert()  # a no-op when the cache is there and current
     from transformers import AutoTokenizer
 
     config = _config(folder / _CONFIG)
