@@ -65,7 +65,7 @@ NOT_CONVERTED = {
 
 
 def _rope_scaling(t: str, hf, kind: str) -> dict:
-    """``rope_scaling`` of the DecoderConfig (issue 28): Hugging Face's ``rope_parameters`` (``rope_scaling`` in 4.x)
+    """``rope_scaling`` of the DecoderConfig: Hugging Face's ``rope_parameters`` (``rope_scaling`` in 4.x)
     read by :func:`~attn_core.rope_scaling.scaling_from_hf`; {} for plain RoPE."""
     if kind == "default":
         return {}
@@ -156,7 +156,7 @@ def config_from_hf(hf_config) -> DecoderConfig:
         windows, style = _windows(t, hf_config), dict(mlp="swiglu")  # OLMo's norms: olmo_fields
     else:
         base, kind = _rope(hf_config)
-        scaling = _rope_scaling(t, hf_config, kind)  # PI, dynamic NTK, YaRN, Llama 3.1, LongRoPE (issue 28)
+        scaling = _rope_scaling(t, hf_config, kind)  # PI, dynamic NTK, YaRN, Llama 3.1, LongRoPE
         rope, windows, style = (
             dict(rope_base=base, **scaling),
             _windows(t, hf_config),
@@ -210,7 +210,7 @@ def config_from_hf(hf_config) -> DecoderConfig:
 
 
 def _moe_fields(t: str, hf) -> dict:
-    """The mixture-of-experts fields of the DecoderConfig (chapter 19): Mixtral, Qwen3-MoE, DeepSeek-V3; {} if dense."""
+    """The mixture-of-experts fields of the DecoderConfig: Mixtral, Qwen3-MoE, DeepSeek-V3; {} if dense."""
     if t == "gpt_oss":  # clamped SwiGLU experts with biases, top-k logits then softmax, a router bias
         if hf.swiglu_alpha != 1.702:
             refuse(t, f"swiglu_alpha={hf.swiglu_alpha} (DecoderConfig's clamped experts have alpha 1.702)")

@@ -1,4 +1,4 @@
-"""The config fields of the families :func:`~attn_core.convert.from_hf` converts beyond LLaMA's (issue 29).
+"""The config fields of the families :func:`~attn_core.convert.from_hf` converts beyond LLaMA's.
 
 Each function reads a Hugging Face config and returns the :class:`~attn_core.DecoderConfig`
 fields that family sets on top of the LLaMA-like ones :func:`~attn_core.convert_config.config_from_hf`

@@ -117,7 +117,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
     check_instance("config", config, DecoderConfig)
     c = config
     d, L, V = c.d_model, c.n_layers, c.vocab_size
-    mlp = sum(_layer_mlp_params(c, i) for i in range(L))  # dense, or a mixture of experts (chapter 19)
+    mlp = sum(_layer_mlp_params(c, i) for i in range(L))  # dense, or a mixture of experts
     if c.block == "standard":
         if c.attention == "mha":
             H, kv, D = c.n_heads, c.resolved_n_kv_heads, c.resolved_head_dim
