@@ -95,6 +95,8 @@ class TransformerBlock(nn.Module):
         residual_scale: Multiplies each sub-layer's output before the residual addition,
             ``x + m·f(norm(x))`` (Granite's ``residual_multiplier``): ``resid_dropout`` is then a
             :class:`ScaledDropout`.
+        mlp_module: The MLP sub-layer as a module (e.g. a :class:`~attn_core.MixtureOfExperts`);
+            ``None``: the ``mlp`` kind of width ``d_ff``.
 
     Raises:
         ValueError: ``norm_position="sandwich"``/``"post_sublayer"`` or ``parallel=True`` given
@@ -133,6 +135,7 @@ class TransformerBlock(nn.Module):
         scale: float | None = None,
         parallel: bool = False,
         residual_scale: float = 1.0,
+        mlp_module: nn.Module | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model)
@@ -197,7 +200,7 @@ class TransformerBlock(nn.Module):
             self.attn_post_norm = make_norm(norm, d_model, norm_eps)
         if not parallel:  # a parallel block's MLP reads attn_norm's output
             self.mlp_norm = pre_norm or make_norm(norm, d_model, norm_eps)
-        self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
+        self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias) if mlp_module is None else mlp_module
         if sandwich:
             self.mlp_post_norm = make_norm(norm, d_model, norm_eps)
         # A plain Dropout unless the branches are scaled (then the modules print as they always did).

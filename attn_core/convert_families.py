@@ -1,7 +1,7 @@
-"""The config fields of the families :func:`~attn_core.convert.from_hf` converts beyond LLaMA's (issue 29).
+"""The config fields of the families :func:`~attn_core.convert.from_hf` converts beyond LLaMA's.
 
 Each function reads a Hugging Face config and returns the :class:`~attn_core.DecoderConfig`
-fields that family sets on top of the LLaMA-like ones :func:`~attn_core.convert.config_from_hf`
+fields that family sets on top of the LLaMA-like ones :func:`~attn_core.convert_config.config_from_hf`
 builds (plain RoPE, SwiGLU, pre-norm RMSNorm); :data:`FAMILY_FIELDS` is the table. What a
 family computes is an option of the module that owns it; this module only names which:
 
@@ -172,7 +172,7 @@ def olmo_fields(hf) -> dict:
     return dict(norm_position="post_sublayer", qk_norm="all_heads")
 
 
-#: The families :func:`~attn_core.convert.config_from_hf` builds as LLaMA plus these fields.
+#: The families :func:`~attn_core.convert_config.config_from_hf` builds as LLaMA plus these fields.
 FAMILY_FIELDS = {
     "qwen2": qwen2_fields, "granite": granite_fields, "phi3": phi3_fields, "cohere2": cohere2_fields,
     "glm4_moe": glm4_moe_fields, "smollm3": smollm3_fields, "olmo2": olmo_fields, "olmo3": olmo_fields,

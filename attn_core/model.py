@@ -19,15 +19,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .blocks import make_block
 from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
-from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache
-from .kv_sharing import borrows_kv
-from .mla import MultiHeadLatentAttention
-from .moe import MixtureOfExperts
-from .multihead import MultiHeadAttention
+from .gated_deltanet import GatedDeltaNetCache
+from .layers import make_layer
 from .norms import make_norm
 from .padding import (
     absolute_encodings,
@@ -39,8 +35,6 @@ from .padding import (
 )
 from .positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .rope import RotaryEmbedding
-from .simplified import SimplifiedBlock
-from .sparse_attention import LightningIndexer, SparseAttention
 from .static_cache import is_static, make_static_caches, static_mask
 
 __all__ = ["DecoderLM", "ScaledLinear"]
@@ -67,9 +61,9 @@ class DecoderLM(nn.Module):
             encodings have entries of size 1, the embeddings start at 0.02) or with
             ``config.scale_embeddings`` (Gemma), else 1.
         rope: The :class:`~attn_core.RotaryEmbedding` shared by all layers (scaled by
-            ``config.rope_scaling`` if set), or None.
+            ``config.positions.rope_scaling`` if set), or None.
         sliding_rope: The one shared by the ``"sliding"`` layers when
-            ``config.sliding_rope_base`` gives them a base of their own (Gemma 3), else None.
+            ``config.positions.sliding_rope_base`` gives them a base of their own (Gemma 3), else None.
         alibi: The :class:`~attn_core.ALiBi` whose bias every layer adds to its scores, or None.
         blocks: ``nn.ModuleList`` of :class:`TransformerBlock` or
             :class:`~attn_core.SimplifiedBlock`.
@@ -95,27 +89,28 @@ class DecoderLM(nn.Module):
         # N(0, 1) entries would start them at a scale of √d_model.
         nn.init.normal_(self.tok_emb.weight, std=0.02)
         self.pos_emb = None
-        if c.positional == "learned":
+        if c.positions.positional == "learned":
             self.pos_emb = LearnedPositionalEmbedding(c.max_len, c.d_model)
-        elif c.positional == "sinusoidal":
+        elif c.positions.positional == "sinusoidal":
             self.pos_emb = SinusoidalPositionalEncoding(c.d_model)
         # The Transformer's recipe with fixed sinusoids: scale the embeddings up by √d_model,
         # or the ±1 encodings drown the 0.02-scale token vectors (the same matrix makes the logits).
         # Gemma scales its embeddings the same way (scale_embeddings), with no positions added.
-        self.embed_scale = c.d_model**0.5 if c.positional == "sinusoidal" or c.scale_embeddings else 1.0
+        self.embed_scale = c.d_model**0.5 if c.positions.positional == "sinusoidal" or c.scale_embeddings else 1.0
         if c.embedding_multiplier != 1.0:  # Granite multiplies its embeddings by a constant
             self.embed_scale = self.embed_scale * c.embedding_multiplier
-        self.alibi = ALiBi(c.n_heads) if c.positional == "alibi" else None
+        self.alibi = ALiBi(c.n_heads) if c.positions.positional == "alibi" else None
         self.rope = None
-        partial = {} if c.rotary_dim is None else {"rotary_dim": c.rotary_dim}  # GLM, Phi-4-mini: part of each head
-        if c.positional == "rope" and c.attention == "mha":  # context extension (YaRN, Llama 3.1, ...) if any
+        p = c.positions
+        partial = {} if p.rotary_dim is None else {"rotary_dim": p.rotary_dim}  # GLM, Phi-4-mini: part of each head
+        if p.positional == "rope" and c.attention == "mha":  # context extension (YaRN, Llama 3.1, ...) if any
             self.rope = RotaryEmbedding(
-                c.resolved_head_dim, base=c.rope_base, layout=c.rope_layout, scaling=c.rope_scaling, **partial
+                c.resolved_head_dim, base=p.rope_base, layout=p.rope_layout, scaling=p.rope_scaling, **partial
             )
         self.sliding_rope = None
-        if c.sliding_rope_base is not None:  # the config checked: RoPE, MHA, some sliding layers
+        if p.sliding_rope_base is not None:  # the config checked: RoPE, MHA, some sliding layers
             self.sliding_rope = RotaryEmbedding(
-                c.resolved_head_dim, base=c.sliding_rope_base, layout=c.rope_layout, **partial
+                c.resolved_head_dim, base=p.sliding_rope_base, layout=p.rope_layout, **partial
             )
         self.drop = nn.Dropout(c.dropout)
         # Post-norm blocks feed the raw stream to their first attention: normalise the
@@ -125,10 +120,11 @@ class DecoderLM(nn.Module):
         post = c.norm_position == "post"
         self.embed_norm = make_norm(c.norm, c.d_model, c.norm_eps) if post else nn.Identity()
         self.blocks = nn.ModuleList()
+        ropes = {"rope": self.rope, "sliding_rope": self.sliding_rope, None: None}
         for i in range(c.n_layers):  # one at a time: a layer that shares K/V needs its source built
-            self.blocks.append(self._make_block(i))
-            if c.is_moe_layer(i):  # a mixture of experts in the MLP's place (chapter 19)
-                self.blocks[i].mlp = self._make_moe()
+            spec = c.layer(i)
+            source = None if spec.kv_source is None else self.blocks[spec.kv_source].attn
+            self.blocks.append(make_layer(c, i, rope=ropes[spec.rope], kv_source=source))
         self.final_norm = nn.Identity() if post else make_norm(c.norm, c.d_model, c.norm_eps)
         if c.logit_scale != 1.0:  # Cohere, Granite: the logits times a constant
             self.lm_head = ScaledLinear(c.d_model, c.vocab_size, scale=c.logit_scale)
@@ -137,130 +133,6 @@ class DecoderLM(nn.Module):
         if c.tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one Parameter, two uses
 
-    def _make_moe(self) -> MixtureOfExperts:
-        """The mixture-of-experts MLP of ``config`` (chapter 19): its router, experts and capacity."""
-        c = self.config
-        return MixtureOfExperts(
-            c.d_model, c.n_experts, c.experts_per_token, d_ff=c.resolved_moe_d_ff, n_shared=c.n_shared_experts,
-            capacity_factor=c.capacity_factor, bias=c.bias, router_bias=c.router_bias, scoring=c.router_scoring,
-            topk_first=c.router_topk_first, normalize=c.router_normalize, scale=c.router_scale,
-            n_groups=c.router_groups, topk_groups=c.router_topk_groups, swiglu_limit=c.expert_swiglu_limit,
-            shared_d_ff=c.shared_expert_d_ff, shared_gate=c.shared_expert_gate, weight_inputs=c.router_weight_inputs,
-        )  # fmt: skip
-
-    def _layer_rope(self, i: int) -> nn.Module | None:
-        """The RoPE of layer ``i``: the sliding layers' own when ``config.sliding_rope_base`` is set, none in the
-        full layers when ``config.rope_full_layers`` is False, none where ``config.rope_layers[i]`` is False."""
-        kind = self.config.resolved_layer_types[i]
-        if self.config.rope_layers is not None and not self.config.rope_layers[i]:  # SmolLM3's NoPE layers
-            return None
-        if self.sliding_rope is not None and kind == "sliding":
-            return self.sliding_rope
-        if kind == "full" and not self.config.rope_full_layers:  # Cohere 2: position-free global layers
-            return None
-        return self.rope
-
-    def _make_block(self, i: int) -> nn.Module:
-        c = self.config
-        if c.block != "standard":
-            return SimplifiedBlock(
-                c.d_model,
-                c.n_heads,
-                parallel=(c.block == "sas-p"),
-                d_ff=c.d_ff,
-                mlp=c.mlp,
-                norm=c.norm,
-                rope=self.rope,
-                value_proj=(i == 0),
-                beta_ff=c.beta_ff,
-                bias=c.bias,
-                dropout=c.dropout,
-            )
-        attention = None
-        shared = dict(
-            d_ff=c.d_ff,
-            mlp=c.mlp,
-            norm=c.norm,
-            norm_position=c.norm_position,
-            dropout=c.dropout,
-            bias=c.bias,
-            norm_eps=c.norm_eps,
-            **({} if c.residual_multiplier == 1.0 else {"residual_scale": c.residual_multiplier}),
-            **({"parallel": True} if c.parallel_block else {}),
-        )
-        mha = dict(qkv_bias=c.qkv_bias, scale=c.attention_scale)  # MHA options (the config refuses them elsewhere)
-        if c.attention == "mla":
-            attention = MultiHeadLatentAttention(
-                c.d_model,
-                c.n_heads,
-                d_latent=c.d_latent,
-                d_q_latent=c.d_q_latent,
-                head_dim=c.head_dim,
-                rope_dim=c.resolved_rope_dim,
-                causal=True,
-                rope_base=c.rope_base,
-                rope_layout=c.rope_layout,
-                rope_scaling=c.rope_scaling,
-                v_head_dim=c.v_head_dim,
-                bias=c.bias,
-                dropout=c.dropout,
-            )
-            if c.index_n_heads is not None:  # DeepSeek-V3.2: the indexer picks the keys MLA attends to
-                indexer = LightningIndexer(
-                    c.d_model, c.index_n_heads, c.index_head_dim, d_query=c.d_q_latent, rope_dim=c.resolved_rope_dim,
-                    rope_base=c.rope_base,
-                )  # fmt: skip
-                attention = SparseAttention(attention, indexer, c.index_topk)
-            return make_block(c.d_model, c.n_heads, attention=attention, **shared)
-        if c.resolved_layer_types[i] == "linear":  # Gated DeltaNet in the attention's place (chapter 17)
-            attention = GatedDeltaNet(
-                c.d_model,
-                c.resolved_linear_n_heads,
-                c.resolved_linear_head_dim,
-                n_value_heads=c.resolved_linear_n_value_heads,
-                value_head_dim=c.resolved_linear_value_head_dim,
-                conv_size=c.linear_conv_size,
-                **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
-            )
-            return make_block(c.d_model, attention.n_heads, attention=attention, **shared)
-        llama4 = dict(chunk=c.layer_chunk(i), temperature=c.layer_temperature(i))  # options only MHA takes
-        shares = c.kv_share is not None and c.kv_share[i] != i
-        if shares or llama4 != dict(chunk=None, temperature=None):  # cross-layer KV sharing (chapter 15), Llama 4
-            attention = MultiHeadAttention(
-                c.d_model,
-                c.n_heads,
-                n_kv_heads=c.resolved_n_kv_heads,
-                causal=True,
-                bias=c.bias,
-                dropout=c.dropout,
-                rope=self._layer_rope(i),
-                head_dim=c.head_dim,
-                qk_norm=c.layer_qk_norm(i),
-                **({} if c.norm_eps is None else {"norm_eps": c.norm_eps}),
-                window=c.layer_window(i),
-                sinks=c.attention_sinks,
-                kv_source=self.blocks[c.kv_share[i]].attn if shares else None,
-                **llama4,
-                gate=c.attention_gate,
-                softcap=c.attention_softcap,
-                **mha,
-            )
-            return make_block(c.d_model, c.n_heads, attention=attention, **shared)
-        return make_block(
-            c.d_model,
-            c.n_heads,
-            n_kv_heads=c.resolved_n_kv_heads,
-            rope=self._layer_rope(i),
-            head_dim=c.head_dim,
-            qk_norm=c.layer_qk_norm(i),
-            window=c.layer_window(i),
-            sinks=c.attention_sinks or None,
-            gate=c.attention_gate,
-            softcap=c.attention_softcap,
-            **mha,
-            **shared,
-        )
-
     def make_caches(
         self, batch_size: int, max_len: int | None = None, *, static: bool = False
     ) -> list[KVCache | LatentKVCache]:
@@ -268,7 +140,7 @@ class DecoderLM(nn.Module):
 
         A sliding-window layer gets a constant-memory :class:`~attn_core.RollingKVCache`, a
         ``"linear"`` layer its constant-size :class:`~attn_core.GatedDeltaNetCache`; a
-        layer that reuses another's keys and values (``config.kv_share``) gets ``None``.
+        layer that reuses another's keys and values (``config.pattern.kv_share``) gets ``None``.
 
         Args:
             batch_size: ``B``.
@@ -327,15 +199,15 @@ class DecoderLM(nn.Module):
             if not isinstance(caches, (list, tuple)) or len(caches) != c.n_layers:
                 got = len(caches) if isinstance(caches, (list, tuple)) else type(caches).__name__
                 raise ValueError(f"caches must be a list of n_layers={c.n_layers} caches (make_caches), got {got}")
-            for i, (block, cache) in enumerate(zip(self.blocks, caches)):
-                # Only a layer that reads another's keys and values (config.kv_share) has no cache.
-                if cache is None and not borrows_kv(block.attn):
+            for i, cache in enumerate(caches):
+                # Only a layer that reads another's keys and values (config.pattern.kv_share) has no cache.
+                if cache is None and (c.pattern.kv_share is None or c.pattern.kv_share[i] == i):
                     raise ValueError(
                         f"caches[{i}] is None, but layer {i} keeps its own keys and values: "
                         f"pass caches=model.make_caches(batch_size)"
                     )
             offset = next((cache.size for cache in caches if cache is not None), 0)
-        if c.positional == "learned" and offset + idx.shape[1] > c.max_len:
+        if c.positions.positional == "learned" and offset + idx.shape[1] > c.max_len:
             raise ValueError(
                 f"positions {offset}..{offset + idx.shape[1] - 1} exceed max_len={c.max_len} "
                 f"(cached={offset}, T={idx.shape[1]})"
@@ -401,7 +273,7 @@ class DecoderLM(nn.Module):
             else:
                 x = x + absolute_encodings(self.pos_emb, position_ids, offset + T, x)
         elif position_ids is not None:
-            check_relative_positions(position_ids, offset, pad, self.config.positional)
+            check_relative_positions(position_ids, offset, pad, self.config.positions.positional)
         x = self.drop(self.embed_norm(x))
         bias = None
         if static:
@@ -412,11 +284,11 @@ class DecoderLM(nn.Module):
             keys = padding_keys_mask(pad, T)  # (B, T, past + T): padding keys hidden
             bias = keys if bias is None else bias.masked_fill(~keys[:, None], float("-inf"))  # (B, H, T, past + T)
         all_weights = []
-        kv_share = self.config.kv_share
+        kv_share = self.config.pattern.kv_share
         for i, block in enumerate(self.blocks):
             cache = None if caches is None else caches[i]
             # A recurrent layer (Gated DeltaNet) has no key slots to mask; a layer that reads
-            # another's keys (config.kv_share) attends with the mask its source layer was given.
+            # another's keys (config.pattern.kv_share) attends with the mask its source layer was given.
             reader = kv_share is not None and kv_share[i] != i
             layer_mask = None if reader or isinstance(cache, GatedDeltaNetCache) else bias
             if return_weights:
@@ -436,7 +308,9 @@ class DecoderLM(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return f"block={c.block!r}, attention={c.attention!r}, positional={c.positional!r}, tied={c.tie_weights}"
+        return (
+            f"block={c.block!r}, attention={c.attention!r}, positional={c.positions.positional!r}, tied={c.tie_weights}"
+        )
 
 
 class ScaledLinear(nn.Linear):

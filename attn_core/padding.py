@@ -91,11 +91,11 @@ def check_padding_support(config, static: bool = False) -> None:
         reasons.append(f"block={config.block!r} averages over every key (its causal uniform term), padding included")
     if "linear" in config.resolved_layer_types:
         reasons.append("a 'linear' layer (Gated DeltaNet) runs its recurrence through the padding")
-    if "sliding" in config.resolved_layer_types or config.sliding_window is not None:
+    if "sliding" in config.resolved_layer_types or config.pattern.sliding_window is not None:
         reasons.append("a sliding window's rolling cache takes no mask")
-    if config.index_n_heads is not None:
+    if config.indexer is not None:
         reasons.append("DeepSeek Sparse Attention's indexer is not tested with padding")
-    if "chunked" in config.resolved_layer_types or config.nope_temperature is not None:  # Llama 4
+    if "chunked" in config.resolved_layer_types or config.positions.nope_temperature is not None:  # Llama 4
         reasons.append("chunks and the NoPE temperature count positions from the first slot, not each row's")
     if static:
         reasons.append("static caches build their own mask")

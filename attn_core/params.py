@@ -39,17 +39,19 @@ def _expert_params(c: DecoderConfig) -> int:
 
 def _router_params(c: DecoderConfig) -> int:
     """The router's ``d -> E`` projection (+ its bias, gpt-oss); the selection bias is a buffer, not counted."""
-    return c.d_model * c.n_experts + (c.n_experts if c.router_bias else 0)
+    return c.d_model * c.moe.n_experts + (c.moe.n_experts if c.moe.router_bias else 0)
 
 
 def _layer_mlp_params(c: DecoderConfig, i: int) -> int:
     """Layer ``i``'s MLP: dense, or ``E`` experts, the shared ones (one SwiGLU ``n_shared · f`` wide) and the router."""
     if not c.is_moe_layer(i):
         return _mlp_params(c.mlp, c.d_model, c.resolved_d_ff, c.bias)
-    width = c.n_shared_experts * c.resolved_moe_d_ff if c.shared_expert_d_ff is None else c.shared_expert_d_ff
-    shared = _mlp_params("swiglu", c.d_model, width, c.bias) if c.n_shared_experts else 0
-    gate = c.d_model if c.shared_expert_gate else 0  # Qwen3-Next's shared-expert gate, d -> 1 without bias
-    return c.n_experts * _expert_params(c) + shared + gate + _router_params(c)
+    width = (
+        c.moe.n_shared_experts * c.resolved_moe_d_ff if c.moe.shared_expert_d_ff is None else c.moe.shared_expert_d_ff
+    )
+    shared = _mlp_params("swiglu", c.d_model, width, c.bias) if c.moe.n_shared_experts else 0
+    gate = c.d_model if c.moe.shared_expert_gate else 0  # Qwen3-Next's shared-expert gate, d -> 1 without bias
+    return c.moe.n_experts * _expert_params(c) + shared + gate + _router_params(c)
 
 
 def active_parameter_count(config: DecoderConfig, *, count_embedding: bool = True) -> int:
@@ -67,8 +69,10 @@ def active_parameter_count(config: DecoderConfig, *, count_embedding: bool = Tru
     check_instance("config", config, DecoderConfig)
     c = config
     total = parameter_count(c)
-    idle = sum(c.is_moe_layer(i) for i in range(c.n_layers)) * (c.n_experts - c.experts_per_token) if c.n_experts else 0
-    active = total - idle * _expert_params(c) if c.n_experts else total
+    idle = (
+        sum(c.is_moe_layer(i) for i in range(c.n_layers)) * (c.moe.n_experts - c.moe.experts_per_token) if c.moe else 0
+    )
+    active = total - idle * _expert_params(c) if c.moe else total
     if not count_embedding and not c.tie_weights:
         active -= c.vocab_size * c.d_model
     return active
@@ -91,9 +95,9 @@ def _mla_attention_params(c: DecoderConfig) -> int:
 
 def _indexer_params(c: DecoderConfig) -> int:
     """DeepSeek-V3.2's indexer: W_q (query latent -> H_I·D_I), W_k (d -> D_I), its LayerNorm, W_w (d -> H_I)."""
-    if c.index_n_heads is None:
+    if c.indexer is None:
         return 0
-    H_I, D_I, d = c.index_n_heads, c.index_head_dim, c.d_model
+    H_I, D_I, d = c.indexer.index_n_heads, c.indexer.index_head_dim, c.d_model
     return (c.d_q_latent or d) * H_I * D_I + d * D_I + 2 * D_I + d * H_I
 
 
@@ -113,7 +117,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
     check_instance("config", config, DecoderConfig)
     c = config
     d, L, V = c.d_model, c.n_layers, c.vocab_size
-    mlp = sum(_layer_mlp_params(c, i) for i in range(L))  # dense, or a mixture of experts (chapter 19)
+    mlp = sum(_layer_mlp_params(c, i) for i in range(L))  # dense, or a mixture of experts
     if c.block == "standard":
         if c.attention == "mha":
             H, kv, D = c.n_heads, c.resolved_n_kv_heads, c.resolved_head_dim
@@ -131,11 +135,13 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
             attention = L * per_layer
             if c.attention_sinks:
                 attention += L * H  # one sink logit per head and layer (gpt-oss)
-            if c.qk_norm and not c.nope_qk_norm:  # Llama 4: no QK-norm gains in the layers without RoPE
+            if c.qk_norm and not c.positions.nope_qk_norm:  # Llama 4: no QK-norm gains in the layers without RoPE
                 gains = (H + kv) * D if c.qk_norm == "all_heads" else 2 * D
-                attention -= sum(not c.layer_qk_norm(i) for i in range(L)) * gains
-            if c.kv_share is not None:  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
-                readers = sum(j != i for i, j in enumerate(c.kv_share))
+                attention -= sum(not c.layer(i).qk_norm for i in range(L)) * gains
+            if (
+                c.pattern.kv_share is not None
+            ):  # a layer that reuses another's K/V has no W_K, W_V (nor their biases, k-norm)
+                readers = sum(j != i for i, j in enumerate(c.pattern.kv_share))
                 kv_bias = 2 * kv * D if c.bias or c.qkv_bias else 0
                 k_norm = (kv * D if c.qk_norm == "all_heads" else D) if c.qk_norm else 0
                 attention -= readers * (2 * d * kv * D + kv_bias + k_norm)
@@ -152,7 +158,7 @@ def parameter_breakdown(config: DecoderConfig) -> dict[str, int]:
     extra_norm = 1
     return {
         "embedding": V * d,
-        "positions": c.max_len * d if c.positional == "learned" else 0,
+        "positions": c.max_len * d if c.positions.positional == "learned" else 0,
         "attention": attention,
         "mlp": mlp,
         "norms": (L * norms_per_layer + extra_norm) * _norm_params(c.norm, d),

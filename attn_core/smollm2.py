@@ -169,7 +169,7 @@ def convert(*, force: bool = False) -> Path:
         FileNotFoundError: The GGUF file has not been fetched (the message says how).
     """
     out = cache_dir()
-    if (out / _WEIGHTS).is_file() and not force:
+    if (out / _WEIGHTS).is_file() and not force and _is_current(out / _CONFIG):
         return out
     hf, tokenizer = load_hf_gguf(torch.float32)
     ours = from_hf(hf)
@@ -191,10 +191,22 @@ def convert(*, force: bool = False) -> Path:
     return out
 
 
+def _is_current(path: Path) -> bool:
+    """Whether the cached config has only the fields DecoderConfig has now (else the cache is rebuilt)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return set(record.get("config", {})) <= {f.name for f in fields(DecoderConfig)}
+
+
 def _config(path: Path) -> DecoderConfig:
     record = json.loads(path.read_text(encoding="utf-8"))
     known = {f.name for f in fields(DecoderConfig)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in record["config"].items() if k in known}
+    unknown = sorted(set(record["config"]) - known)
+    if unknown:  # a cache written before the config had parts: its fields would be lost
+        raise ValueError(f"{path} has fields DecoderConfig does not know: {unknown}; fetch again with force=True")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in record["config"].items()}
     return DecoderConfig(**values)
 
 
@@ -243,9 +255,7 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
         model(ids): ids ``(B, T)`` -> logits ``(B, T, 49152)``
     """
     dtype = _check_dtype(dtype)
-    folder = cache_dir()
-    if not (folder / _WEIGHTS).is_file():
-        convert()
+    folder = convert()  # a no-op when the cache is there and current
     from transformers import AutoTokenizer
 
     config = _config(folder / _CONFIG)

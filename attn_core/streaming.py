@@ -193,9 +193,10 @@ class StreamingKVCache(RollingKVCache):
 
 def _streamable_layers(model: DecoderLM) -> list[MultiHeadAttention]:
     check_instance("model", model, DecoderLM)
-    if model.config.positional != "rope":
+    if model.config.positions.positional != "rope":
         raise ValueError(
-            f"positions inside the cache are RoPE positions; this model has positional={model.config.positional!r}"
+            "positions inside the cache are RoPE positions; this model has "
+            f"positional={model.config.positions.positional!r}"
         )
     layers = []
     for i, block in enumerate(model.blocks):

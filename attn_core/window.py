@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from .checks import check_instance, check_int, check_tensor
-from .config import DecoderConfig
+from .config import DecoderConfig, LayerPattern, Positions
 from .masks import check_window
 from .multihead import MultiHeadAttention
 
@@ -129,7 +129,7 @@ def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, 
     Per layer that computes its own keys and values: ``2 · B · H_kv · D · n`` elements,
     with ``n = context`` for a full layer and ``n = min(context, sliding_window)`` for a
     sliding one (its rolling cache forgets older positions). A layer that reuses another
-    layer's keys and values (``config.kv_share``) stores nothing. A ``"linear"`` (Gated
+    layer's keys and values (``config.pattern.kv_share``) stores nothing. A ``"linear"`` (Gated
     DeltaNet) layer stores its :class:`~attn_core.GatedDeltaNetCache` whatever the context:
     ``B · (C_conv · (K - 1) + H_v · D_k · D_v)`` elements, the convolution's last ``K - 1``
     inputs and the delta rule's state.
@@ -151,22 +151,21 @@ def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, 
     per_position = 2 * batch_size * config.resolved_n_kv_heads * config.resolved_head_dim * bytes_per_element
     total = 0
     for i in range(config.n_layers):
-        if config.kv_share is not None and config.kv_share[i] != i:
+        if config.pattern.kv_share is not None and config.pattern.kv_share[i] != i:
             continue  # reads another layer's cache
         if config.resolved_layer_types[i] == "linear":  # a constant-size state, not one entry per position
             total += batch_size * _linear_state_elements(config) * bytes_per_element
             continue
-        window = config.layer_window(i)
+        window = config.layer(i).window
         total += per_position * (context if window is None else min(context, window))
     return total
 
 
 def _linear_state_elements(config: DecoderConfig) -> int:
     """Elements of one ``"linear"`` layer's cache per sequence: convolution history and state."""
-    h_k, d_k = config.resolved_linear_n_heads, config.resolved_linear_head_dim
-    h_v, d_v = config.resolved_linear_n_value_heads, config.resolved_linear_value_head_dim
+    h_k, d_k, h_v, d_v = config.resolved_linear_sizes
     conv_channels = 2 * h_k * d_k + h_v * d_v  # q, k and v go through the short convolution
-    return conv_channels * (config.linear_conv_size - 1) + h_v * d_k * d_v
+    return conv_channels * (config.linear.linear_conv_size - 1) + h_v * d_k * d_v
 
 
 def published_attention() -> dict[str, DecoderConfig]:
@@ -184,7 +183,7 @@ def published_attention() -> dict[str, DecoderConfig]:
     * gpt-oss-20b / gpt-oss-120b: 24 / 36 layers, 64 query / 8 key-value heads of 64,
       window 128, sliding and full layers alternating, a learned sink per head.
     """
-    llama = dict(positional="rope", mlp="swiglu", norm="rmsnorm", tie_weights=False, max_len=131072)
+    llama = dict(positions=Positions("rope"), mlp="swiglu", norm="rmsnorm", tie_weights=False, max_len=131072)
     gpt_oss = dict(vocab_size=201088, d_model=2880, n_heads=64, n_kv_heads=8, head_dim=64, d_ff=2880)
     return {
         "Mistral 7B": DecoderConfig(
@@ -194,7 +193,7 @@ def published_attention() -> dict[str, DecoderConfig]:
             n_heads=32,
             n_kv_heads=8,
             d_ff=14336,
-            sliding_window=4096,
+            pattern=LayerPattern(sliding_window=4096),
             **{**llama, "max_len": 32768},
         ),  # fmt: skip
         "Gemma 3 27B": DecoderConfig(
@@ -205,15 +204,13 @@ def published_attention() -> dict[str, DecoderConfig]:
             n_kv_heads=16,
             head_dim=128,
             d_ff=21504,
-            layer_types=layer_pattern(62, 6),
-            sliding_window=1024,
+            pattern=LayerPattern(layer_pattern(62, 6), sliding_window=1024),
             qk_norm=True,
             **llama,
         ),  # fmt: skip
         "gpt-oss-20b": DecoderConfig(
             n_layers=24,
-            layer_types=layer_pattern(24, 2),
-            sliding_window=128,
+            pattern=LayerPattern(layer_pattern(24, 2), sliding_window=128),
             attention_sinks=True,
             bias=True,
             **gpt_oss,
@@ -221,8 +218,7 @@ def published_attention() -> dict[str, DecoderConfig]:
         ),  # fmt: skip
         "gpt-oss-120b": DecoderConfig(
             n_layers=36,
-            layer_types=layer_pattern(36, 2),
-            sliding_window=128,
+            pattern=LayerPattern(layer_pattern(36, 2), sliding_window=128),
             attention_sinks=True,
             bias=True,
             **gpt_oss,

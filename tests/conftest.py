@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from attn_core import DecoderConfig, DecoderLM, ShapedAttention
+from attn_core.config import Positions
 
 F64 = torch.float64
 
@@ -17,7 +18,9 @@ PRESETS = {
     "gpt2_like": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, max_len=16),
     "gpt2_post": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, max_len=16, norm_position="post"),
     "llama_like": DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, max_len=16),
-    "mqa_nopos": DecoderConfig.llama_like(d_model=32, n_heads=4, n_kv_heads=1, vocab_size=24, positional="none"),
+    "mqa_nopos": DecoderConfig.llama_like(
+        d_model=32, n_heads=4, n_kv_heads=1, vocab_size=24, positions=Positions(positional="none")
+    ),
     "mla": DecoderConfig.llama_like(
         d_model=32, n_heads=4, n_kv_heads=None, vocab_size=24, attention="mla", d_latent=16, d_q_latent=12
     ),

@@ -12,6 +12,7 @@ from attn_core.padding import positions_from_mask
 
 transformers = pytest.importorskip("transformers", minversion="5.0")
 
+from attn_core.config import LayerPattern  # noqa: E402
 from attn_core.convert import from_hf  # noqa: E402
 
 exact_hf = test_parity_hf.exact_hf  # the fixture that lifts HF's float32 round trips
@@ -117,7 +118,10 @@ def test_padding_bad_input():
         generate(model, idx, 2, attention_mask=mask, static=True)
     sliding = DecoderLM(
         DecoderConfig.llama_like(
-            vocab_size=24, d_model=32, n_heads=4, layer_types=("sliding", "full"), sliding_window=3
+            vocab_size=24,
+            d_model=32,
+            n_heads=4,
+            pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=3),
         )
     )
     with pytest.raises(ValueError, match="a sliding window's rolling cache takes no mask"):

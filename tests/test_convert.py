@@ -49,13 +49,9 @@ from transformers.models.mixtral import modeling_mixtral as hf_mixtral  # noqa: 
 from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_qwen3_moe  # noqa: E402
 
 from attn_core import DecoderLM, MixtureOfExperts, generate, parameter_count  # noqa: E402
-from attn_core.convert import (  # noqa: E402
-    NOT_CONVERTED,
-    SUPPORTED_MODEL_TYPES,
-    config_from_hf,
-    from_hf,
-    transformers_names,
-)
+from attn_core.convert import from_hf  # noqa: E402
+from attn_core.convert_config import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402
+from attn_core.reporting import transformers_names  # noqa: E402
 
 IDX = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
 SMALL = dict(
@@ -152,7 +148,7 @@ def test_gemma3_gives_the_same_logits(exact_gemma3, tied):
     assert (c.norm_position, c.mlp, c.scale_embeddings, c.qk_norm, c.tie_weights) == (
         "sandwich", "geglu_tanh", True, True, tied,
     )  # fmt: skip
-    assert (c.layer_types, c.sliding_window, c.rope_base, c.sliding_rope_base) == (
+    assert (c.pattern.layer_types, c.pattern.sliding_window, c.positions.rope_base, c.positions.sliding_rope_base) == (
         ("sliding", "full", "sliding"), 3, 1e6, 1e4,
     )  # fmt: skip
     assert [b.attn.rope.base for b in ours.blocks] == [1e4, 1e6, 1e4]
@@ -265,7 +261,7 @@ def test_gemma2_gives_the_same_logits(exact_gemma2, tied):
     assert (c.norm_position, c.mlp, c.scale_embeddings, c.qk_norm, c.tie_weights) == (
         "sandwich", "geglu_tanh", True, False, tied,
     )  # fmt: skip
-    assert (c.layer_types, c.sliding_window, c.rope_base, c.sliding_rope_base) == (
+    assert (c.pattern.layer_types, c.pattern.sliding_window, c.positions.rope_base, c.positions.sliding_rope_base) == (
         ("sliding", "full", "sliding"), 3, 1e4, None,
     )  # fmt: skip
     assert (c.attention_softcap, c.final_softcap) == (5.0, 3.0)
@@ -325,16 +321,16 @@ def test_from_hf_float32_model_stays_float32():
 
 def test_sliding_windows_are_converted():
     mistral = config_from_hf(MODELS["mistral-window"]().config)
-    assert mistral.resolved_layer_types == ("sliding", "sliding") and mistral.sliding_window == 4
+    assert mistral.resolved_layer_types == ("sliding", "sliding") and mistral.pattern.sliding_window == 4
     qwen = config_from_hf(MODELS["qwen3-window"]().config)
-    assert qwen.layer_types == ("full", "sliding") and qwen.sliding_window == 3
+    assert qwen.pattern.layer_types == ("full", "sliding") and qwen.pattern.sliding_window == 3
 
 
 def test_config_from_hf_fields():
     c = config_from_hf(qwen3().config)
-    assert (c.head_dim, c.qk_norm, c.norm_eps, c.rope_base, c.n_kv_heads) == (16, True, 1e-6, 1e6, 2)
+    assert (c.head_dim, c.qk_norm, c.norm_eps, c.positions.rope_base, c.n_kv_heads) == (16, True, 1e-6, 1e6, 2)
     d = config_from_hf(deepseek_config())
-    assert (d.attention, d.d_latent, d.d_q_latent, d.head_dim, d.rope_dim, d.v_head_dim, d.rope_layout) == (
+    assert (d.attention, d.d_latent, d.d_q_latent, d.head_dim, d.rope_dim, d.v_head_dim, d.positions.rope_layout) == (
         "mla", 16, 12, 8, 4, 6, "interleaved",
     )  # fmt: skip
 
@@ -404,24 +400,40 @@ def test_moe_greedy_generation_with_caches(exact_moe):
 
 def test_moe_config_fields():
     q = config_from_hf(MOE_MODELS["qwen3-moe-normalised"]().config)
-    assert (q.n_experts, q.experts_per_token, q.moe_d_ff, q.router_normalize, q.qk_norm) == (6, 2, 24, True, True)
+    assert (q.moe.n_experts, q.moe.experts_per_token, q.moe.moe_d_ff, q.moe.router_normalize, q.qk_norm) == (
+        6,
+        2,
+        24,
+        True,
+        True,
+    )
     m = config_from_hf(MOE_MODELS["mixtral-window-tied"]().config)
-    assert (m.n_experts, m.router_topk_first, m.resolved_moe_d_ff, m.sliding_window, m.tie_weights) == (
+    assert (m.moe.n_experts, m.moe.router_topk_first, m.resolved_moe_d_ff, m.pattern.sliding_window, m.tie_weights) == (
         6, True, 24, 4, True,
     )  # fmt: skip
     d = config_from_hf(MOE_MODELS["deepseek-v3-moe"]().config)
-    assert (d.n_experts, d.experts_per_token, d.n_shared_experts, d.moe_d_ff, d.router_scoring) == (
+    assert (d.moe.n_experts, d.moe.experts_per_token, d.moe.n_shared_experts, d.moe.moe_d_ff, d.moe.router_scoring) == (
         8,
         3,
         1,
         12,
         "sigmoid",
     )
-    assert (d.router_groups, d.router_topk_groups, d.router_scale, d.router_normalize, d.first_dense_layers) == (
-        4, 2, 2.5, True, 1,
-    )  # fmt: skip
+    assert (
+        d.moe.router_groups,
+        d.moe.router_topk_groups,
+        d.moe.router_scale,
+        d.moe.router_normalize,
+        d.moe.first_dense_layers,
+    ) == (
+        4,
+        2,
+        2.5,
+        True,
+        1,
+    )
     dense = config_from_hf(deepseek_config(first_k_dense_replace=2, n_routed_experts=4))
-    assert dense.n_experts is None  # every layer dense: no MoE fields
+    assert dense.moe is None  # every layer dense: no MoE fields
 
 
 # --------------------------------------------------------------------------- refusals

@@ -24,7 +24,8 @@ from transformers import DeepseekV3ForCausalLM, DynamicCache  # noqa: E402
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_deepseek  # noqa: E402
 
 from attn_core import MultiHeadLatentAttention  # noqa: E402
-from attn_core.convert import config_from_hf, copy_attention, from_hf  # noqa: E402
+from attn_core.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.convert_config import config_from_hf  # noqa: E402
 from attn_core.rope_freqs import yarn_mscale  # noqa: E402
 from attn_core.rope_scaling import (  # noqa: E402
     LinearScaling,
@@ -133,8 +134,8 @@ def test_deepseek_v3_with_yarn_gives_the_same_logits(case):
         hf = tiny_deepseek(**MODELS[case])
         ours = from_hf(hf)
         expected = hf(IDX).logits
-    assert isinstance(ours.config.rope_scaling, YarnScaling)
-    assert all(b.attn.rope.scaling is ours.config.rope_scaling for b in ours.blocks)
+    assert isinstance(ours.config.positions.rope_scaling, YarnScaling)
+    assert all(b.attn.rope.scaling is ours.config.positions.rope_scaling for b in ours.blocks)
     diff = max_diff(ours(IDX), expected)
     print(f"deepseek-v3 {case}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT

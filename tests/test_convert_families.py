@@ -47,7 +47,8 @@ from transformers.models.phi3 import modeling_phi3 as hf_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2 as hf_qwen2  # noqa: E402
 
 from attn_core import parameter_count  # noqa: E402
-from attn_core.convert import SUPPORTED_MODEL_TYPES, config_from_hf, from_hf  # noqa: E402
+from attn_core.convert import from_hf  # noqa: E402
+from attn_core.convert_config import SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402
 from attn_core.sparse_attention import SparseAttention  # noqa: E402
 
 HF_MODULES = [hf_qwen2, hf_granite, hf_phi3, hf_glm4_moe]
@@ -103,7 +104,7 @@ def test_qwen2_sliding_layers(exact_families):
     """Qwen2's ``use_sliding_window`` above ``max_window_layers``: the window in those layers only."""
     hf = qwen2(num_hidden_layers=3, use_sliding_window=True, sliding_window=3, max_window_layers=1)
     c = from_hf(hf).config
-    assert (c.layer_types, c.sliding_window) == (("full", "sliding", "sliding"), 3)
+    assert (c.pattern.layer_types, c.pattern.sliding_window) == (("full", "sliding", "sliding"), 3)
     check_exact(hf)
 
 
@@ -190,7 +191,7 @@ def test_phi3_gives_the_same_logits(exact_families, window):
     """The fused qkv_proj (H·D query rows, then H_kv·D key, then value rows) and gate_up_proj (gate rows first)."""
     hf = phi3(sliding_window=window)
     ours = from_hf(hf)
-    assert ours.config.sliding_window == window
+    assert ours.config.pattern.sliding_window == window
     layer, block = hf.model.layers[1], ours.blocks[1]
     q_rows = 4 * 8
     torch.testing.assert_close(block.attn.k_proj.weight, layer.self_attn.qkv_proj.weight[q_rows : q_rows + 16])
@@ -246,7 +247,7 @@ def test_cohere2_gives_the_same_logits(exact_cohere2, tied):
     hf = cohere2(tie_word_embeddings=tied)
     ours = from_hf(hf)
     c = ours.config
-    assert (c.parallel_block, c.norm, c.rope_layout, c.rope_full_layers, c.logit_scale) == (
+    assert (c.parallel_block, c.norm, c.positions.rope_layout, c.positions.rope_full_layers, c.logit_scale) == (
         True, "layernorm", "interleaved", False, 0.5,
     )  # fmt: skip
     assert [b.attn.rope is not None for b in ours.blocks] == [True, True, False]
@@ -258,7 +259,7 @@ def test_cohere2_gives_the_same_logits(exact_cohere2, tied):
 
 def test_cohere2_without_sliding_layers_has_no_positions(exact_cohere2):
     hf = cohere2(layer_types=["full_attention"] * 3)
-    assert from_hf(hf).config.positional == "none"
+    assert from_hf(hf).config.positions.positional == "none"
     check_exact(hf)
 
 
@@ -314,7 +315,13 @@ def test_deepseek_v32_gives_the_same_logits(exact_v32):
     hf = deepseek_v32()
     ours = from_hf(hf)
     c = ours.config
-    assert (c.attention, c.index_n_heads, c.index_head_dim, c.index_topk, c.first_dense_layers) == ("mla", 8, 8, 4, 1)
+    assert (
+        c.attention,
+        c.indexer.index_n_heads,
+        c.indexer.index_head_dim,
+        c.indexer.index_topk,
+        c.moe.first_dense_layers,
+    ) == ("mla", 8, 8, 4, 1)
     assert all(isinstance(b.attn, SparseAttention) and b.attn.topk == 4 for b in ours.blocks)
     check_exact(hf)
     assert ours.num_parameters() == hf_parameters(hf) == parameter_count(c)
@@ -337,7 +344,7 @@ def test_phi3_partial_rotary(exact_families):
     """partial_rotary_factor 0.75 (Phi-4-mini): RoPE on the first 6 of each head's 8 dimensions."""
     hf = phi3(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.75})
     ours = from_hf(hf)
-    assert ours.config.rotary_dim == 6 and ours.blocks[0].attn.rope.rotary_dim == 6
+    assert ours.config.positions.rotary_dim == 6 and ours.blocks[0].attn.rope.rotary_dim == 6
     check_exact(hf)
 
 
@@ -367,10 +374,27 @@ def test_glm4_moe_gives_the_same_logits(exact_glm):
     hf = glm4_moe()
     ours = from_hf(hf)
     c = ours.config
-    assert (c.qkv_bias, c.qk_norm, c.rotary_dim, c.n_experts, c.n_shared_experts, c.first_dense_layers) == (
-        True, True, 4, 8, 1, 1,
-    )  # fmt: skip
-    assert (c.router_scoring, c.router_groups, c.router_topk_groups, c.router_scale) == ("sigmoid", 4, 2, 2.5)
+    assert (
+        c.qkv_bias,
+        c.qk_norm,
+        c.positions.rotary_dim,
+        c.moe.n_experts,
+        c.moe.n_shared_experts,
+        c.moe.first_dense_layers,
+    ) == (
+        True,
+        True,
+        4,
+        8,
+        1,
+        1,
+    )
+    assert (c.moe.router_scoring, c.moe.router_groups, c.moe.router_topk_groups, c.moe.router_scale) == (
+        "sigmoid",
+        4,
+        2,
+        2.5,
+    )
     check_exact(hf)
     assert ours.num_parameters() == hf_parameters(hf) == parameter_count(c)
 
@@ -383,7 +407,8 @@ def test_glm4_moe_greedy_generation_with_caches(exact_glm):
 def test_copy_attention_splits_phi3_and_checks_the_scale(exact_families):
     """copy_attention takes a Phi3Attention (fused rows split) and refuses a layer with another score scale."""
     from attn_core import MultiHeadAttention, RotaryEmbedding
-    from attn_core.convert import copy_attention, copy_indexer
+    from attn_core.convert import copy_attention
+    from attn_core.convert_modules import copy_indexer
 
     hf = phi3()
     hf_attn = hf.model.layers[0].self_attn

@@ -1,7 +1,7 @@
 """gpt-oss's mixture of experts (issue 28): clamped SwiGLU experts with biases, a router with a bias.
 
 Hugging Face's ``GptOssMLP`` (``GptOssTopKRouter`` + ``GptOssExperts``) is the reference in
-float64, its weights copied by :func:`~attn_core.convert.copy_moe` (interleaved gate/up
+float64, its weights copied by :func:`~attn_core.convert_modules.copy_moe` (interleaved gate/up
 columns, transposed storage, expert biases). Its attention (window, sinks) is held equal in
 ``tests/test_parity_hf_window.py``; whole tiny models (YaRN, sinks, a window of 3 on alternate
 layers, clamped experts) convert with :func:`~attn_core.convert.from_hf`: logits and greedy
@@ -22,7 +22,9 @@ from transformers import GptOssConfig, GptOssForCausalLM  # noqa: E402
 from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: E402
 
 from attn_core import SwiGLU  # noqa: E402
-from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_moe, from_hf  # noqa: E402
+from attn_core.convert import from_hf  # noqa: E402
+from attn_core.convert_config import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.convert_modules import copy_moe  # noqa: E402
 from attn_core.mlp import ClampedSwiGLU  # noqa: E402
 from attn_core.moe import MixtureOfExperts  # noqa: E402
 from attn_core.rope_scaling import YarnScaling  # noqa: E402
@@ -129,8 +131,13 @@ def test_gpt_oss_gives_the_same_logits(case):
         ours = from_hf(hf)
         expected = hf(IDX).logits
     c = ours.config
-    assert c.attention_sinks and c.router_bias and c.router_topk_first and isinstance(c.rope_scaling, YarnScaling)
-    assert c.expert_swiglu_limit == hf.config.swiglu_limit and c.layer_types[:2] == ("sliding", "full")
+    assert (
+        c.attention_sinks
+        and c.moe.router_bias
+        and c.moe.router_topk_first
+        and isinstance(c.positions.rope_scaling, YarnScaling)
+    )
+    assert c.moe.expert_swiglu_limit == hf.config.swiglu_limit and c.pattern.layer_types[:2] == ("sliding", "full")
     diff = max_diff(ours(IDX), expected)
     print(f"{case}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT

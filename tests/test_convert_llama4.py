@@ -3,7 +3,7 @@
 Its mixture of experts (``Llama4TextMoe``: top-1 by logit, the token scaled by the sigmoid of its
 logit *before* the expert, a shared expert beside) is ``MixtureOfExperts(scoring="sigmoid",
 n_shared=1, weight_inputs=True)``, held equal to Hugging Face's block in float64 (copied by
-:func:`~attn_core.convert.copy_moe`). Its QK-norm (an L2 norm without a gain, after RoPE) equals a
+:func:`~attn_core.convert_modules.copy_moe`). Its QK-norm (an L2 norm without a gain, after RoPE) equals a
 unit-gain per-head RMSNorm before RoPE: a rotation keeps a vector's length. Its chunked attention
 (``MultiHeadAttention(chunk=)``) and the NoPE layers' temperature (``temperature=``) are held to
 Hugging Face's attention layer here and to their definitions in ``tests/test_llama4_attention.py``;
@@ -27,7 +27,9 @@ from transformers import Llama4ForCausalLM, Llama4TextConfig  # noqa: E402
 from transformers.models.llama4 import modeling_llama4 as hf_llama4  # noqa: E402
 
 from attn_core import MultiHeadAttention, RMSNorm, RotaryEmbedding  # noqa: E402
-from attn_core.convert import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf, copy_attention, copy_moe, from_hf  # noqa: E402,E501
+from attn_core.convert import copy_attention, from_hf  # noqa: E402,E501
+from attn_core.convert_config import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402,E501
+from attn_core.convert_modules import copy_moe  # noqa: E402,E501
 from attn_core.moe import MixtureOfExperts  # noqa: E402
 from attn_core.params import parameter_count  # noqa: E402
 from attn_core.rope_scaling import Llama3Scaling  # noqa: E402
@@ -105,10 +107,11 @@ def attention_pair(layer_idx: int, **kw):
     with hf_in_float64(hf_llama4):
         hf = seeded(hf_llama4.Llama4TextAttention(config, layer_idx), seed=2)
     c = config_from_hf(config)
-    rope = RotaryEmbedding(8, base=c.rope_base, layout="interleaved") if c.layer_has_rope(layer_idx) else None
+    spec = c.layer(layer_idx)
+    rope = RotaryEmbedding(8, base=c.positions.rope_base, layout="interleaved") if spec.rope else None
     ours = MultiHeadAttention(
-        16, 4, n_kv_heads=2, head_dim=8, causal=True, rope=rope, qk_norm=c.layer_qk_norm(layer_idx),
-        norm_eps=c.norm_eps, chunk=c.layer_chunk(layer_idx), temperature=c.layer_temperature(layer_idx),
+        16, 4, n_kv_heads=2, head_dim=8, causal=True, rope=rope, qk_norm=spec.qk_norm,
+        norm_eps=c.norm_eps, chunk=spec.chunk, temperature=spec.temperature,
     ).to(F64)  # fmt: skip
     copy_attention(ours, hf)
     return config, hf, ours
@@ -202,11 +205,16 @@ def test_llama4_gives_the_same_logits(case):
         ours = from_hf(hf)
         expected = hf(IDX).logits
     c = ours.config
-    assert c.layer_types == ("chunked", "full", "chunked", "full") and c.attention_chunk_size == 4
-    assert c.rope_layers == (True, False, True, False) and c.nope_temperature == (3.0, 0.5)
-    assert c.rope_layout == "interleaved" and c.router_weight_inputs and c.d_ff == 40 and c.moe_d_ff == 24
+    assert c.pattern.layer_types == ("chunked", "full", "chunked", "full") and c.pattern.attention_chunk_size == 4
+    assert c.positions.rope_layers == (True, False, True, False) and c.positions.nope_temperature == (3.0, 0.5)
+    assert (
+        c.positions.rope_layout == "interleaved"
+        and c.moe.router_weight_inputs
+        and c.d_ff == 40
+        and c.moe.moe_d_ff == 24
+    )
     assert [c.is_moe_layer(i) for i in range(4)] == [hf.config.interleave_moe_layer_step == 1, True] * 2
-    assert isinstance(c.rope_scaling, Llama3Scaling) == ("rope_parameters" in CASES[case])
+    assert isinstance(c.positions.rope_scaling, Llama3Scaling) == ("rope_parameters" in CASES[case])
     # Hugging Face's count, plus the unit QK-norm gains attn_core keeps in the RoPE layers (2 · head_dim each).
     gains = 2 * 8 * 2 if hf.config.use_qk_norm else 0
     assert ours.num_parameters() == parameter_count(c) == sum(p.numel() for p in hf.parameters()) + gains
@@ -232,4 +240,4 @@ def test_llama4_converts_and_refuses_what_attn_core_does_not_compute():
         config_from_hf(llama4_config(attention_chunk_size=None))
     # Without NoPE layers the temperature has nowhere to act and is not set; no QK-norm without use_qk_norm.
     c = config_from_hf(llama4_config(no_rope_layers=[1, 1, 1, 1], use_qk_norm=False))
-    assert c.nope_temperature is None and c.rope_layers is None and not c.qk_norm
+    assert c.positions.nope_temperature is None and c.positions.rope_layers is None and not c.qk_norm

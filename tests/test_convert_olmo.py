@@ -24,7 +24,8 @@ from transformers.models.olmo3 import modeling_olmo3  # noqa: E402
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding  # noqa: E402
 from attn_core.blocks import SandwichBlock  # noqa: E402
-from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_attention, from_hf  # noqa: E402
+from attn_core.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.convert_config import NOT_CONVERTED, config_from_hf  # noqa: E402
 from attn_core.norms import HeadsRMSNorm, RMSNorm  # noqa: E402
 from attn_core.rope_scaling import YarnScaling  # noqa: E402
 
@@ -81,11 +82,14 @@ def test_olmo_gives_the_same_logits(case):
 
 def test_olmo3_reads_windows_and_yarn_per_layer_type():
     c = config_from_hf(olmo3_yarn().config)
-    assert c.layer_types == ("sliding", "sliding", "sliding", "full") and c.sliding_window == 3
-    assert isinstance(c.rope_scaling, YarnScaling) and (c.rope_scaling.factor, c.rope_base) == (4.0, 5e5)
-    assert c.sliding_rope_base == 5e5  # the sliding layers' own, unscaled RoPE
+    assert c.pattern.layer_types == ("sliding", "sliding", "sliding", "full") and c.pattern.sliding_window == 3
+    assert isinstance(c.positions.rope_scaling, YarnScaling) and (
+        c.positions.rope_scaling.factor,
+        c.positions.rope_base,
+    ) == (4.0, 5e5)
+    assert c.positions.sliding_rope_base == 5e5  # the sliding layers' own, unscaled RoPE
     ours = DecoderLM(c)
-    assert ours.blocks[3].attn.rope.scaling is c.rope_scaling and ours.blocks[0].attn.rope.scaling is None
+    assert ours.blocks[3].attn.rope.scaling is c.positions.rope_scaling and ours.blocks[0].attn.rope.scaling is None
     assert [b.attn.window for b in ours.blocks] == [3, 3, 3, None]
 
 

@@ -1,7 +1,7 @@
 """Qwen3-Next's mixture of experts (issue 28): a shared expert scaled by a learned sigmoid gate per token.
 
 Hugging Face's ``Qwen3NextSparseMoeBlock`` is the reference in float64, copied by
-:func:`~attn_core.convert.copy_moe` (``shared_expert``, ``shared_expert_gate``). Its other layers
+:func:`~attn_core.convert_modules.copy_moe` (``shared_expert``, ``shared_expert_gate``). Its other layers
 convert one by one (gated attention: ``tests/test_parity_hf_*``; Gated DeltaNet:
 ``copy_gated_deltanet``). :func:`~attn_core.convert.from_hf` still refuses the whole model:
 DecoderLM does not build its mixtures of experts with the shared gate yet.
@@ -23,7 +23,9 @@ from transformers import Qwen3NextConfig, Qwen3NextForCausalLM  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next as hf_qwen3_next  # noqa: E402
 
 from attn_core import DecoderLM, GatedDeltaNet  # noqa: E402
-from attn_core.convert import NOT_CONVERTED, config_from_hf, copy_moe, from_hf  # noqa: E402
+from attn_core.convert import from_hf  # noqa: E402
+from attn_core.convert_config import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.convert_modules import copy_moe  # noqa: E402
 from attn_core.moe import MixtureOfExperts  # noqa: E402
 
 F64 = torch.float64
@@ -87,9 +89,14 @@ def test_copy_moe_refuses_a_missing_gate():
 
 def test_qwen3_next_moe_layers_are_read_and_dense_ones_after_them_refused():
     c = config_from_hf(qwen3_next_config())
-    assert (c.n_experts, c.experts_per_token, c.moe_d_ff, c.first_dense_layers) == (6, 2, 8, 0)
-    assert (c.n_shared_experts, c.shared_expert_d_ff, c.shared_expert_gate, c.router_normalize) == (1, 12, True, True)
-    assert config_from_hf(qwen3_next_config(mlp_only_layers=[0, 1])).first_dense_layers == 2
+    assert (c.moe.n_experts, c.moe.experts_per_token, c.moe.moe_d_ff, c.moe.first_dense_layers) == (6, 2, 8, 0)
+    assert (c.moe.n_shared_experts, c.moe.shared_expert_d_ff, c.moe.shared_expert_gate, c.moe.router_normalize) == (
+        1,
+        12,
+        True,
+        True,
+    )
+    assert config_from_hf(qwen3_next_config(mlp_only_layers=[0, 1])).moe.first_dense_layers == 2
     with pytest.raises(ValueError, match=r"mixture-of-experts layers \[1, 3\]: dense layers after MoE ones"):
         config_from_hf(qwen3_next_config(decoder_sparse_step=2))
     assert "qwen3_next" not in NOT_CONVERTED
@@ -131,14 +138,16 @@ def test_qwen3_next_gives_the_same_logits(case):
         expected = hf(IDX).logits
     c = ours.config
     assert c.resolved_layer_types.count("linear") == (2 if "layer_types" in CASES[case] else 3)
-    assert [isinstance(b.attn, GatedDeltaNet) for b in ours.blocks] == [k == "linear" for k in c.layer_types]
-    assert c.attention_gate == "elementwise" and c.rotary_dim == (8 if case == "half-rotary" else 4)
-    assert (c.n_experts is not None) == ("num_experts" in CASES[case])
+    assert [isinstance(b.attn, GatedDeltaNet) for b in ours.blocks] == [k == "linear" for k in c.pattern.layer_types]
+    assert c.attention_gate == "elementwise" and c.positions.rotary_dim == (8 if case == "half-rotary" else 4)
+    assert (c.moe is not None) == ("num_experts" in CASES[case])
     diff = max_diff(ours(IDX), expected)
     print(f"{case}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT
     # RoPE on part of each head matters: rotating all of it gives other logits.
-    whole = DecoderLM(dataclasses.replace(c, rotary_dim=None)).to(F64).eval()
+    whole = (
+        DecoderLM(dataclasses.replace(c, positions=dataclasses.replace(c.positions, rotary_dim=None))).to(F64).eval()
+    )
     whole.load_state_dict(ours.state_dict())
     assert max_diff(whole(IDX), expected) > 1e-3
 

@@ -32,7 +32,8 @@ from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
 
 from attn_core import DecoderLM, generate  # noqa: E402
-from attn_core.convert import config_from_hf, from_hf  # noqa: E402
+from attn_core.convert import from_hf  # noqa: E402
+from attn_core.convert_config import config_from_hf  # noqa: E402
 from attn_core.rope_scaling import (  # noqa: E402
     DynamicNTKScaling,
     LinearScaling,
@@ -80,7 +81,10 @@ def test_scaled_rope_gives_the_same_logits(case):
     with hf_in_float64(*MODULES):
         hf = make(3)
         ours = from_hf(hf)
-        assert isinstance(ours.config.rope_scaling, kind) and ours.rope.scaling is ours.config.rope_scaling
+        assert (
+            isinstance(ours.config.positions.rope_scaling, kind)
+            and ours.rope.scaling is ours.config.positions.rope_scaling
+        )
         expected = hf(IDX).logits
     diff = max_diff(ours(IDX), expected)
     print(f"{case}: max |logit difference| = {diff:.2e}")
@@ -127,14 +131,14 @@ def test_dynamic_ntk_greedy_generation_with_caches():
 
 def test_scaling_values_are_read_from_rope_parameters():
     c = config_from_hf(llama(LLAMA3).config)
-    assert c.rope_scaling == Llama3Scaling(
+    assert c.positions.rope_scaling == Llama3Scaling(
         factor=8.0, original_max_position=8, low_freq_factor=1.0, high_freq_factor=4.0
     )
-    assert c.rope_base == 5e5
-    y = config_from_hf(qwen3(YARN).config).rope_scaling
+    assert c.positions.rope_base == 5e5
+    y = config_from_hf(qwen3(YARN).config).positions.rope_scaling
     assert (y.factor, y.original_max_position) == (4.0, 8)
-    assert config_from_hf(qwen3({"rope_type": "default", "rope_theta": 1e4}).config).rope_scaling is None
-    assert config_from_hf(llama(DYNAMIC, max_position_embeddings=8).config).rope_scaling == DynamicNTKScaling(
+    assert config_from_hf(qwen3({"rope_type": "default", "rope_theta": 1e4}).config).positions.rope_scaling is None
+    assert config_from_hf(llama(DYNAMIC, max_position_embeddings=8).config).positions.rope_scaling == DynamicNTKScaling(
         factor=4.0, max_position=8
     )
 
@@ -166,13 +170,19 @@ def test_smollm3_gives_the_same_logits(kw):
         ours = from_hf(hf)
         expected = hf(IDX).logits
     flags = tuple(bool(v) for v in hf.config.no_rope_layers)
-    assert ours.config.rope_layers == flags and not all(flags)
+    assert ours.config.positions.rope_layers == flags and not all(flags)
     assert [b.attn.rope is not None for b in ours.blocks] == list(flags)
     diff = max_diff(ours(IDX), expected)
     print(f"smollm3 {kw}: max |logit difference| = {diff:.2e}")
     assert diff < EXACT
     # The NoPE layers matter: RoPE in every layer gives other logits.
-    every = DecoderLM(dataclasses.replace(ours.config, rope_layers=None)).to(torch.float64).eval()
+    every = (
+        DecoderLM(
+            dataclasses.replace(ours.config, positions=dataclasses.replace(ours.config.positions, rope_layers=None))
+        )
+        .to(torch.float64)
+        .eval()
+    )
     every.load_state_dict(ours.state_dict())
     assert max_diff(every(IDX), expected) > 1e-3
 
@@ -192,7 +202,7 @@ def test_smollm3_sliding_nope_layers():
         ours = from_hf(hf)
         expected = hf(IDX).logits
     c = ours.config
-    assert (c.layer_types, c.sliding_window) == (("full", "full", "full", "sliding"), 3)
+    assert (c.pattern.layer_types, c.pattern.sliding_window) == (("full", "full", "full", "sliding"), 3)
     assert max_diff(ours(IDX), expected) < EXACT
     bad = smollm3().config
     bad.layer_types = ["full_attention"] * 3 + ["sliding_attention"]
@@ -220,7 +230,10 @@ def test_gemma3_linear_scaling_in_the_full_layers():
         ours = from_hf(hf)
         expected = hf(IDX).logits
     c = ours.config
-    assert c.rope_scaling == LinearScaling(factor=8.0) and (c.rope_base, c.sliding_rope_base) == (1e6, 1e4)
+    assert c.positions.rope_scaling == LinearScaling(factor=8.0) and (
+        c.positions.rope_base,
+        c.positions.sliding_rope_base,
+    ) == (1e6, 1e4)
     assert [b.attn.rope.scaling for b in ours.blocks] == [None, LinearScaling(factor=8.0), None]
     diff = max_diff(ours(IDX), expected)
     print(f"gemma3 linear x8: max |logit difference| = {diff:.2e}")
@@ -254,7 +267,10 @@ def test_phi3_longrope_short_and_long_factors():
         hf = phi3_longrope()
         ours = from_hf(hf)
         long, short = hf(IDX).logits, hf(IDX[:, :5]).logits
-    assert isinstance(ours.config.rope_scaling, LongRopeScaling) and ours.config.rope_scaling.factor == 4.0
+    assert (
+        isinstance(ours.config.positions.rope_scaling, LongRopeScaling)
+        and ours.config.positions.rope_scaling.factor == 4.0
+    )
     diffs = max_diff(ours(IDX), long), max_diff(ours(IDX[:, :5]), short)
     print(f"phi3 longrope: max |logit difference| = {diffs[0]:.2e} (long), {diffs[1]:.2e} (short)")
     assert max(diffs) < EXACT

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig
+from attn_core.config import Indexer, LayerPattern, MoE, Positions
 from attn_core.delta_rule import delta_rule_chunked, delta_rule_recurrent, solve_unit_lower
 from attn_core.generation import generate
 from conftest import PRESETS, decoder
@@ -21,33 +22,32 @@ _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
 #: Every kind of model the tests build (the presets, and the Part V options on top).
 VARIANTS = {
     **{name: PRESETS[name] for name in ("gpt2_like", "llama_like", "mla", "sas", "sas-p")},
-    "alibi": DecoderConfig.llama_like(**_SMALL, positional="alibi"),
-    "sinusoidal_post": DecoderConfig.gpt2_like(**_SMALL, positional="sinusoidal", norm_position="post"),
+    "alibi": DecoderConfig.llama_like(**_SMALL, positions=Positions(positional="alibi")),
+    "sinusoidal_post": DecoderConfig.gpt2_like(
+        **_SMALL, norm_position="post", positions=Positions(positional="sinusoidal")
+    ),
     "sliding_sinks_gate_qknorm": DecoderConfig.llama_like(
         **_SMALL,
         n_kv_heads=2,
-        layer_types=("sliding", "full"),
-        sliding_window=4,
         attention_sinks=True,
         attention_gate="elementwise",
         qk_norm=True,
-    ),  # fmt: skip
+        pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=4),
+    ),
     "softcap_sandwich": DecoderConfig.llama_like(
         **_SMALL, n_kv_heads=2, norm_position="sandwich", attention_softcap=20.0, final_softcap=30.0
     ),
-    "moe": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, n_experts=4, experts_per_token=2, moe_d_ff=16),
-    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, kv_share=(0, 0)),
+    "moe": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, moe=MoE(n_experts=4, experts_per_token=2, moe_d_ff=16)),
     "dsa": DecoderConfig.llama_like(
         **_SMALL,
         n_kv_heads=None,
         attention="mla",
         d_latent=16,
         d_q_latent=12,
-        index_n_heads=2,
-        index_head_dim=8,
-        index_topk=4,
-    ),  # fmt: skip
-    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("linear", "full")),
+        indexer=Indexer(index_n_heads=2, index_head_dim=8, index_topk=4),
+    ),
+    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
+    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
 }
 
 #: Largest |half − float32| logit difference allowed, relative to the float32 logits' largest
@@ -84,7 +84,7 @@ def test_variant_runs_in_dtype(name, dtype, device):
     # near-equal index scores, and the logits then differ by far more than rounding. Its
     # comparison is held where the selection cannot differ (queries with at most index_topk
     # keys, all selected); the other positions are held finite.
-    topk = reference.config.index_topk
+    topk = None if reference.config.indexer is None else reference.config.indexer.index_topk
     compared = slice(None) if topk is None else slice(0, topk)
     idx = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(3)).to(device)
     with torch.no_grad():

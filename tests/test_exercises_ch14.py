@@ -19,11 +19,11 @@ def _kv_per_token(cfg, factor=2):  # keys and values of one attention layer, flo
 
 
 def _linear_state(cfg, conv=True):  # one Gated DeltaNet layer's state, float32
-    h = cfg.linear_n_heads or cfg.n_heads
-    d_k = cfg.linear_head_dim or cfg.resolved_head_dim
-    h_v = cfg.linear_n_value_heads or h
-    d_v = cfg.linear_value_head_dim or d_k
-    conv_elems = (2 * h * d_k + h_v * d_v) * (cfg.linear_conv_size - 1) if conv else 0
+    h = cfg.linear.linear_n_heads or cfg.n_heads
+    d_k = cfg.linear.linear_head_dim or cfg.resolved_head_dim
+    h_v = cfg.linear.linear_n_value_heads or h
+    d_v = cfg.linear.linear_value_head_dim or d_k
+    conv_elems = (2 * h * d_k + h_v * d_v) * (cfg.linear.linear_conv_size - 1) if conv else 0
     return (conv_elems + h_v * d_k * d_v) * 4
 
 
@@ -33,7 +33,7 @@ def _right(cfg, context):
         if kind == "full":
             total += context * _kv_per_token(cfg)
         elif kind == "sliding":
-            total += min(context, cfg.sliding_window) * _kv_per_token(cfg)
+            total += min(context, cfg.pattern.sliding_window) * _kv_per_token(cfg)
         else:
             total += _linear_state(cfg)
     return total
@@ -47,7 +47,7 @@ def _window_always_full(cfg, context):  # the window's W slots even when fewer t
     return sum(
         context * _kv_per_token(cfg)
         if k == "full"
-        else cfg.sliding_window * _kv_per_token(cfg)
+        else cfg.pattern.sliding_window * _kv_per_token(cfg)
         if k == "sliding"
         else _linear_state(cfg)
         for k in cfg.resolved_layer_types
@@ -56,7 +56,9 @@ def _window_always_full(cfg, context):  # the window's W slots even when fewer t
 
 def _state_grows(cfg, context):  # a linear layer counted like attention
     return sum(
-        min(context, cfg.sliding_window) * _kv_per_token(cfg) if k == "sliding" else context * _kv_per_token(cfg)
+        min(context, cfg.pattern.sliding_window) * _kv_per_token(cfg)
+        if k == "sliding"
+        else context * _kv_per_token(cfg)
         for k in cfg.resolved_layer_types
     )
 
@@ -65,7 +67,7 @@ def _no_conv(cfg, context):  # the matrix state only: the short convolution forg
     return sum(
         context * _kv_per_token(cfg)
         if k == "full"
-        else min(context, cfg.sliding_window) * _kv_per_token(cfg)
+        else min(context, cfg.pattern.sliding_window) * _kv_per_token(cfg)
         if k == "sliding"
         else _linear_state(cfg, conv=False)
         for k in cfg.resolved_layer_types
@@ -74,7 +76,7 @@ def _no_conv(cfg, context):  # the matrix state only: the short convolution forg
 
 def _keys_only(cfg, context):  # forgets the values of the attention layers
     return _right(cfg, context) - sum(
-        (context if k == "full" else min(context, cfg.sliding_window)) * _kv_per_token(cfg, 1)
+        (context if k == "full" else min(context, cfg.pattern.sliding_window)) * _kv_per_token(cfg, 1)
         for k in cfg.resolved_layer_types
         if k != "linear"
     )

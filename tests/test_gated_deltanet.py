@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_core import GatedDeltaNet
-from attn_core.convert import copy_gated_deltanet
+from attn_core.convert_modules import copy_gated_deltanet
 from conftest import F64, randn
 
 

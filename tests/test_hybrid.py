@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, GatedDeltaNet, KVCache, MultiHeadAttention, generate
+from attn_core.config import LayerPattern, LinearLayers
 from attn_core.gated_deltanet import GatedDeltaNetCache
 from attn_core.window import kv_cache_bytes, layer_pattern
 
@@ -17,10 +18,8 @@ HYBRID = DecoderConfig.llama_like(
     d_model=32,
     n_heads=4,
     max_len=160,
-    layer_types=layer_pattern(4, 4, other="linear"),
-    linear_n_value_heads=8,
-    linear_head_dim=6,
-    linear_value_head_dim=5,
+    pattern=LayerPattern(layer_types=layer_pattern(4, 4, other="linear")),
+    linear=LinearLayers(linear_n_value_heads=8, linear_head_dim=6, linear_value_head_dim=5),
 )
 
 
@@ -47,7 +46,9 @@ def test_linear_layers_are_gated_deltanet_with_the_configured_sizes():
 
 
 def test_linear_sizes_default_to_the_attention_sizes():
-    config = DecoderConfig.llama_like(vocab_size=20, n_layers=2, d_model=32, n_heads=4, layer_types=("linear", "full"))
+    config = DecoderConfig.llama_like(
+        vocab_size=20, n_layers=2, d_model=32, n_heads=4, pattern=LayerPattern(layer_types=("linear", "full"))
+    )
     gdn = DecoderLM(config).blocks[0].attn
     assert (gdn.n_heads, gdn.head_dim, gdn.n_value_heads, gdn.value_head_dim) == (4, 8, 4, 8)
 
@@ -90,7 +91,9 @@ def test_hybrid_weights_have_one_map_per_layer():
 
 
 def test_hybrid_gradcheck():
-    config = DecoderConfig.llama_like(vocab_size=7, n_layers=2, d_model=8, n_heads=2, layer_types=("linear", "full"))
+    config = DecoderConfig.llama_like(
+        vocab_size=7, n_layers=2, d_model=8, n_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))
+    )
     model = _model(config)
     x = torch.randn(1, 5, 8, dtype=torch.float64, requires_grad=True)
 
@@ -117,13 +120,22 @@ def test_kv_cache_bytes_counts_the_constant_linear_state():
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        (dict(linear_n_heads=2), r"linear_n_heads configure 'linear' layers, but layer_types=None"),
-        (dict(layer_types=("linear", "full"), linear_n_heads=3, linear_n_value_heads=4), "not a multiple of"),
-        (dict(layer_types=("linear", "full"), linear_conv_size=0), "linear_conv_size"),
-        (dict(layer_types=("linear", "full"), positional="alibi"), "positional='alibi'"),
-        (dict(layer_types=("linear", "linear"), kv_share=(0, 0)), r"kv_share\[1\]=0: layer 1 is 'linear'"),
-        (dict(layer_types=("linear", "full"), attention="mla", d_latent=8), "attention='mha'"),
-        (dict(layer_types=("linear", "dense")), "layer_types"),
+        (dict(linear={"linear_n_heads": 2}), r"linear_n_heads configure 'linear' layers, but layer_types=None"),
+        (
+            dict(pattern={"layer_types": ("linear", "full")}, linear={"linear_n_heads": 3, "linear_n_value_heads": 4}),
+            "not a multiple of",
+        ),
+        (dict(pattern={"layer_types": ("linear", "full")}, linear={"linear_conv_size": 0}), "linear_conv_size"),
+        (dict(pattern={"layer_types": ("linear", "full")}, positions={"positional": "alibi"}), "positional='alibi'"),
+        (
+            dict(pattern={"layer_types": ("linear", "linear"), "kv_share": (0, 0)}),
+            r"kv_share\[1\]=0: layer 1 is 'linear'",
+        ),
+        (
+            dict(attention="mla", d_latent=8, n_kv_heads=None, pattern={"layer_types": ("linear", "full")}),
+            "attention='mha'",
+        ),
+        (dict(pattern={"layer_types": ("linear", "dense")}), "layer_types"),
     ],
 )
 def test_hybrid_bad_config(kw, message):

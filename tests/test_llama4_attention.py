@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
+from attn_core.config import LayerPattern, Positions
 from attn_core.masks import position_mask
 from attn_core.params import parameter_count
 from attn_core.positional import check_temperature, query_temperature
@@ -105,9 +106,14 @@ def test_chunked_decoder_with_static_caches_equals_the_whole_sequence():
     """Static caches are right-aligned (empty slots first): the chunk mask reads absolute positions."""
     torch.manual_seed(0)
     config = DecoderConfig.llama_like(
-        vocab_size=24, d_model=32, n_heads=4, n_layers=2, max_len=16, layer_types=("chunked", "full"),
-        attention_chunk_size=3, rope_layers=(True, False), nope_temperature=(2.0, 0.5),
-    )  # fmt: skip
+        vocab_size=24,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        max_len=16,
+        positions=Positions(positional="rope", rope_layers=(True, False), nope_temperature=(2.0, 0.5)),
+        pattern=LayerPattern(layer_types=("chunked", "full"), attention_chunk_size=3),
+    )
     model = DecoderLM(config).double().eval()
     assert model.blocks[0].attn.chunk == 3 and model.blocks[1].attn.chunk is None
     idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(3))
@@ -176,11 +182,28 @@ def test_temperature_layer_scales_each_query_and_decodes_the_same():
 
 # --------------------------------------------------------------------------- the config's Llama 4 fields
 LLAMA4 = dict(
-    vocab_size=24, d_model=32, n_heads=4, n_layers=4, max_len=16, layer_types=("chunked", "full") * 2,
-    attention_chunk_size=3, rope_layers=(True, False) * 2, nope_temperature=(2.0, 0.5), qk_norm=True,
-    nope_qk_norm=False, n_experts=4, experts_per_token=1, n_shared_experts=1, router_scoring="sigmoid",
-    router_weight_inputs=True, moe_layer_step=2,
-)  # fmt: skip
+    vocab_size=24,
+    d_model=32,
+    n_heads=4,
+    n_layers=4,
+    max_len=16,
+    qk_norm=True,
+    pattern={"layer_types": ("chunked", "full") * 2, "attention_chunk_size": 3},
+    positions={
+        "positional": "rope",
+        "rope_layers": (True, False) * 2,
+        "nope_temperature": (2.0, 0.5),
+        "nope_qk_norm": False,
+    },
+    moe={
+        "n_experts": 4,
+        "experts_per_token": 1,
+        "n_shared_experts": 1,
+        "router_scoring": "sigmoid",
+        "router_weight_inputs": True,
+        "moe_layer_step": 2,
+    },
+)
 
 
 def test_llama4_fields_reach_each_layer():
@@ -197,23 +220,34 @@ def test_llama4_fields_reach_each_layer():
     assert parameter_count(config) == model.num_parameters()  # no QK-norm gains in the NoPE layers
 
 
+def _merged(base: dict, kw: dict) -> dict:
+    """``base`` with ``kw``'s values, a part's fields given as a dict merged into the base's part."""
+    return {**base, **{k: {**base[k], **v} if isinstance(base.get(k), dict) else v for k, v in kw.items()}}
+
+
 @pytest.mark.parametrize(
     "kw,message",
     [
-        (dict(attention_chunk_size=None), "attention_chunk_size=None is the chunk of the 'chunked' layers"),
-        (dict(layer_types=None), "attention_chunk_size=3 is the chunk of the 'chunked' layers"),
-        (dict(attention_chunk_size=0), "attention_chunk_size must be >= 1"),
-        (dict(rope_layers=None), r"nope_temperature=\(2.0, 0.5\) is for the attention layers without RoPE"),
-        (dict(nope_temperature=(0.0, 0.5)), "temperature floor_scale"),
+        (
+            dict(pattern={"attention_chunk_size": None}),
+            "attention_chunk_size=None is the chunk of the 'chunked' layers",
+        ),
+        (dict(pattern={"layer_types": None}), "attention_chunk_size=3 is the chunk of the 'chunked' layers"),
+        (dict(pattern={"attention_chunk_size": 0}), "attention_chunk_size must be >= 1"),
+        (
+            dict(positions={"positional": "rope", "rope_layers": None}),
+            r"nope_temperature=\(2.0, 0.5\) is for the attention layers without RoPE",
+        ),
+        (dict(positions={"positional": "rope", "nope_temperature": (0.0, 0.5)}), "temperature floor_scale"),
         (dict(qk_norm=False), "nope_qk_norm=False leaves out the NoPE layers' QK-norm, but qk_norm=False"),
-        (dict(moe_layer_step=0), "moe_layer_step must be >= 1"),
-        (dict(moe_layer_step=5), "moe_layer_step=5 leave no mixture-of-experts layer"),
-        (dict(router_weight_inputs=1), "router_weight_inputs"),
+        (dict(moe={"moe_layer_step": 0}), "moe_layer_step must be >= 1"),
+        (dict(moe={"moe_layer_step": 5}), "moe_layer_step=5 leave no mixture-of-experts layer"),
+        (dict(moe={"router_weight_inputs": 1}), "router_weight_inputs"),
     ],
 )
 def test_llama4_fields_bad_values(kw, message):
     with pytest.raises((ValueError, TypeError), match=message):
-        DecoderConfig.llama_like(**{**LLAMA4, **kw})
+        DecoderConfig.llama_like(**_merged(LLAMA4, kw))
 
 
 def test_padded_batches_are_refused():

@@ -17,14 +17,21 @@ from attn_core import (
     causal_mask,
     parameter_count,
 )
+from attn_core.config import LayerPattern, Positions
 from conftest import PRESETS, decoder
 
 # The presets, and the positional kinds that no preset uses (chapter 8's experiment).
 CONFIGS = {
     **PRESETS,
-    "gpt2_sinusoidal": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, positional="sinusoidal"),
-    "gpt2_alibi": DecoderConfig.gpt2_like(d_model=32, n_heads=4, vocab_size=24, positional="alibi"),
-    "llama_alibi": DecoderConfig.llama_like(d_model=32, n_heads=4, vocab_size=24, positional="alibi"),
+    "gpt2_sinusoidal": DecoderConfig.gpt2_like(
+        d_model=32, n_heads=4, vocab_size=24, positions=Positions(positional="sinusoidal")
+    ),
+    "gpt2_alibi": DecoderConfig.gpt2_like(
+        d_model=32, n_heads=4, vocab_size=24, positions=Positions(positional="alibi")
+    ),
+    "llama_alibi": DecoderConfig.llama_like(
+        d_model=32, n_heads=4, vocab_size=24, positions=Positions(positional="alibi")
+    ),
 }
 
 
@@ -83,7 +90,11 @@ def test_learned_positions_offset_by_cache():
 
 def _without_positions(config: DecoderConfig) -> DecoderLM:
     """The same weights (same seed) with ``positional="none"``: positions added by hand below."""
-    return decoder(dataclasses.replace(config, positional="none")).double().eval()
+    return (
+        decoder(dataclasses.replace(config, positions=dataclasses.replace(config.positions, positional="none")))
+        .double()
+        .eval()
+    )
 
 
 def test_sinusoidal_positions_are_the_table_added_to_the_embeddings():
@@ -102,7 +113,9 @@ def test_sinusoidal_positions_are_the_table_added_to_the_embeddings():
     long_config = dataclasses.replace(config, max_len=8)
     assert decoder(long_config)(idx[:, :20]).shape == (2, 20, 24)
     with pytest.raises(ValueError, match="exceed max_len=8"):
-        decoder(dataclasses.replace(long_config, positional="learned"))(idx[:, :20])
+        decoder(
+            dataclasses.replace(long_config, positions=dataclasses.replace(long_config.positions, positional="learned"))
+        )(idx[:, :20])
 
 
 _LLAMA_SMALL = dict(d_model=32, n_heads=4, vocab_size=24)
@@ -145,16 +158,18 @@ def test_final_softcap_caps_the_logits_with_tanh():
 def test_sliding_rope_base_gives_the_sliding_layers_their_own_rope():
     """Gemma 3: local layers rotate with base 10000, global ones with rope_base (1e6)."""
     config = DecoderConfig.llama_like(
-        **_LLAMA_SMALL, n_layers=3, layer_types=("sliding", "full", "sliding"), sliding_window=3, rope_base=1e6,
-        sliding_rope_base=1e4,
-    )  # fmt: skip
+        **_LLAMA_SMALL,
+        n_layers=3,
+        positions=Positions(positional="rope", rope_base=1e6, sliding_rope_base=1e4),
+        pattern=LayerPattern(layer_types=("sliding", "full", "sliding"), sliding_window=3),
+    )
     model = decoder(config)
     assert [b.attn.rope.base for b in model.blocks] == [1e4, 1e6, 1e4]
     assert model.blocks[0].attn.rope is model.blocks[2].attn.rope is model.sliding_rope
     assert model.blocks[1].attn.rope is model.rope and model.rope.base == 1e6
     assert model.num_parameters() == parameter_count(config)
     # Without it every layer has rope_base; the outputs differ, and decoding with caches still equals the full run.
-    same = decoder(dataclasses.replace(config, sliding_rope_base=None))
+    same = decoder(dataclasses.replace(config, positions=dataclasses.replace(config.positions, sliding_rope_base=None)))
     assert same.sliding_rope is None and all(b.attn.rope is same.rope for b in same.blocks)
     idx = torch.randint(0, 24, (2, 9), generator=torch.Generator().manual_seed(6))
     model, same = model.double().eval(), same.double().eval()
@@ -167,13 +182,28 @@ def test_sliding_rope_base_gives_the_sliding_layers_their_own_rope():
 @pytest.mark.parametrize(
     "kw,message",
     [
-        (dict(sliding_rope_base=1e4), "sliding_rope_base=10000.0 but no layer is 'sliding'"),
-        (dict(sliding_rope_base=1e4, sliding_window=3, positional="none"), "needs positional='rope'"),
         (
-            dict(sliding_rope_base=1e4, sliding_window=3, attention="mla", d_latent=8, n_kv_heads=None),
+            dict(positions={"positional": "rope", "sliding_rope_base": 1e4}),
+            "sliding_rope_base=10000.0 is about the 'sliding' layers' RoPE, but no layer is 'sliding'",
+        ),
+        (
+            dict(positions={"sliding_rope_base": 1e4, "positional": "none"}, pattern={"sliding_window": 3}),
+            "needs positional='rope'",
+        ),
+        (
+            dict(
+                attention="mla",
+                d_latent=8,
+                n_kv_heads=None,
+                positions={"positional": "rope", "sliding_rope_base": 1e4},
+                pattern={"sliding_window": 3},
+            ),
             "need attention='mha'",
         ),
-        (dict(sliding_rope_base=0.5, sliding_window=3), "sliding_rope_base=0.5"),
+        (
+            dict(positions={"positional": "rope", "sliding_rope_base": 0.5}, pattern={"sliding_window": 3}),
+            "sliding_rope_base=0.5",
+        ),
     ],
 )
 def test_sliding_rope_base_bad_combinations(kw, message):
@@ -266,7 +296,15 @@ def test_norm_placement_in_the_model():
 # --------------------------------------------------------------------------- the shapes of real models, tiny
 REAL_SHAPES = {
     # Qwen3: heads wider than d_model / n_heads, QK-norm, ε = 1e-6, a large RoPE base.
-    "qwen3_tiny": dict(d_model=32, n_heads=4, n_kv_heads=2, head_dim=16, qk_norm=True, norm_eps=1e-6, rope_base=1e6),
+    "qwen3_tiny": dict(
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        qk_norm=True,
+        norm_eps=1e-6,
+        positions={"positional": "rope", "rope_base": 1e6},
+    ),
     # DeepSeek-V3: q-LoRA, values narrower than keys, interleaved RoPE pairs.
     "deepseek_v3_tiny": dict(
         d_model=32,
@@ -278,11 +316,16 @@ REAL_SHAPES = {
         head_dim=8,
         rope_dim=4,
         v_head_dim=6,
-        rope_layout="interleaved",
-        rope_base=5e4,
+        positions={"positional": "rope", "rope_layout": "interleaved", "rope_base": 5e4},
     ),  # fmt: skip
     # Meta's LLaMA layout with ε = 1e-5.
-    "llama_meta_layout": dict(d_model=32, n_heads=4, n_kv_heads=2, rope_layout="interleaved", norm_eps=1e-5),
+    "llama_meta_layout": dict(
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        norm_eps=1e-5,
+        positions={"positional": "rope", "rope_layout": "interleaved"},
+    ),
 }
 
 

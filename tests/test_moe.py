@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, SwiGLU
+from attn_core.config import MoE
 from attn_core.moe import (
     MixtureOfExperts,
     load_imbalance,
@@ -141,7 +142,7 @@ def test_bad_arguments_and_inputs():
 
 
 def test_model_helpers_and_loss_fn():
-    config = DecoderConfig.llama_like(n_experts=4, experts_per_token=2, d_ff=16)
+    config = DecoderConfig.llama_like(d_ff=16, moe=MoE(n_experts=4, experts_per_token=2))
     torch.manual_seed(0)
     model = DecoderLM(config)
     layers = moe_layers(model)
@@ -159,8 +160,9 @@ def test_model_helpers_and_loss_fn():
 
 def test_moe_decoder_caches_and_causality():
     """A MoE layer is per token: prefill + one token at a time equals the full pass, and the future cannot leak."""
-    config = DecoderConfig.llama_like(n_layers=3, n_experts=4, experts_per_token=2, n_shared_experts=1, d_ff=16,
-                                      first_dense_layers=1)  # fmt: skip
+    config = DecoderConfig.llama_like(
+        n_layers=3, d_ff=16, moe=MoE(n_experts=4, experts_per_token=2, n_shared_experts=1, first_dense_layers=1)
+    )
     torch.manual_seed(1)
     model = DecoderLM(config).double().eval()
     idx = torch.randint(0, 64, (2, 10))

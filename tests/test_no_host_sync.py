@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM
+from attn_core.config import LayerPattern
 
 _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
 
@@ -19,12 +20,11 @@ _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
 NO_BREAK = {
     "llama_gqa": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2),
     "gpt2_learned": DecoderConfig.gpt2_like(**_SMALL),
-    # window 3 < the 6 cached positions: the rolling cache has wrapped (it once read its slots back with nonzero())
-    "sliding_window": DecoderConfig.llama_like(
-        **_SMALL, n_kv_heads=2, layer_types=("sliding", "full"), sliding_window=3
-    ),
     "gated_qk_norm_softcap": DecoderConfig.llama_like(
         **_SMALL, n_kv_heads=2, qk_norm=True, attention_gate="headwise", attention_softcap=30.0
+    ),
+    "sliding_window": DecoderConfig.llama_like(
+        **_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=3)
     ),
 }
 

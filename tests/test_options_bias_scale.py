@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding, TransformerBlock
 from attn_core.blocks import ParallelBlock, ScaledDropout
+from attn_core.config import Indexer, LayerPattern, Positions
 from attn_core.model import ScaledLinear
 from attn_core.shapes import split_heads
 from attn_core.sparse_attention import SparseAttention, SparseCache
@@ -245,7 +246,10 @@ def test_logit_scale_and_embedding_multiplier(tied):
 def test_rope_full_layers_false_leaves_the_full_layers_without_positions():
     """Cohere 2: the sliding layers rotate, the full ones are position-free (and then permutation-invariant
     over the keys they see)."""
-    m = model(layer_types=("sliding", "full"), sliding_window=3, rope_full_layers=False)
+    m = model(
+        pattern=LayerPattern(("sliding", "full"), sliding_window=3),
+        positions=Positions("rope", rope_full_layers=False),
+    )
     assert m.blocks[0].attn.rope is not None and m.blocks[1].attn.rope is None
     full = m(IDX)
     caches = m.make_caches(2)
@@ -254,14 +258,14 @@ def test_rope_full_layers_false_leaves_the_full_layers_without_positions():
 
 
 def test_rotary_dim_reaches_the_rope():
-    m = model(rotary_dim=4, head_dim=16)
+    m = model(positions=Positions("rope", rotary_dim=4), head_dim=16)
     assert m.rope.rotary_dim == 4 and m.blocks[0].attn.rope is m.rope
 
 
 def test_indexer_fields_build_sparse_attention_and_its_caches():
     m = model(
-        n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12, rope_dim=4, index_n_heads=4,
-        index_head_dim=8, index_topk=3,
+        n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12, rope_dim=4,
+        indexer=Indexer(index_n_heads=4, index_head_dim=8, index_topk=3),
     )  # fmt: skip
     attn = m.blocks[0].attn
     assert isinstance(attn, SparseAttention) and attn.topk == 3
@@ -271,7 +275,11 @@ def test_indexer_fields_build_sparse_attention_and_its_caches():
     full = m(IDX)
     steps = torch.cat([m(IDX[:, t : t + 1], caches=caches) for t in range(IDX.shape[1])], dim=1)
     torch.testing.assert_close(steps, full, rtol=0, atol=1e-12)
-    dense = DecoderLM(dataclasses.replace(m.config, index_topk=None)).to(F64).eval()
+    dense = (
+        DecoderLM(dataclasses.replace(m.config, indexer=dataclasses.replace(m.config.indexer, index_topk=None)))
+        .to(F64)
+        .eval()
+    )
     dense.load_state_dict(m.state_dict())
     assert (dense(IDX) - full).abs().max() > 1e-3  # 3 of up to 7 tokens is not all of them
 
@@ -286,25 +294,35 @@ def test_indexer_fields_build_sparse_attention_and_its_caches():
         (dict(embedding_multiplier=0.0), "embedding_multiplier"),
         (dict(residual_multiplier=0.0), "residual_multiplier"),
         (dict(parallel_block=True, norm_position="post"), "parallel_block=True reads one pre-norm"),
-        (dict(rope_full_layers=False), "rope_full_layers=False leaves RoPE to the 'sliding' layers"),
-        (dict(rotary_dim=3), "rotary_dim must be even"),
-        (dict(rotary_dim=16), "at most head_dim=8"),
-        (dict(rotary_dim=4, positional="none"), "rotary_dim=4 is the rotated part"),
-        (dict(index_topk=4), "configures the lightning indexer; set index_n_heads"),
-        (dict(index_n_heads=4), "needs index_head_dim"),
-        (dict(index_n_heads=4, index_head_dim=8), "reads MLA's query latent"),
-        (dict(index_n_heads=4, index_head_dim=2, attention="mla", d_latent=8, n_kv_heads=None, rope_dim=4),
-         "index_head_dim must be at least rope_dim"),
+        (
+            dict(positions={"positional": "rope", "rope_full_layers": False}),
+            "rope_full_layers=False is about the 'sliding' layers' RoPE",
+        ),
+        (dict(positions={"positional": "rope", "rotary_dim": 3}), "rotary_dim must be even"),
+        (dict(positions={"positional": "rope", "rotary_dim": 16}), "at most head_dim=8"),
+        (dict(positions={"rotary_dim": 4, "positional": "none"}), "rotary_dim=4 needs positional='rope'"),
+        (dict(indexer={"index_n_heads": 4}), "needs index_head_dim"),
+        (dict(indexer={"index_n_heads": 4, "index_head_dim": 8}), "reads MLA's query latent"),
+        (
+            dict(
+                attention="mla",
+                d_latent=8,
+                n_kv_heads=None,
+                rope_dim=4,
+                indexer={"index_n_heads": 4, "index_head_dim": 2},
+            ),
+            "index_head_dim must be at least rope_dim",
+        ),
     ],
-)  # fmt: skip
+)
 def test_config_options_bad_input(kw, message):
     with pytest.raises(ValueError, match=message):
         DecoderConfig.llama_like(**{**SMALL, **kw})
 
 
-def test_defaults_keep_the_repr():
-    """The new fields are repr=False: a config that does not use them prints as it always did."""
+def test_the_repr_shows_the_parts():
+    """Every field prints, the parts as their own dataclasses."""
     text = repr(DecoderConfig.llama_like(**SMALL))
-    for name in ("qkv_bias", "attention_scale", "logit_scale", "parallel_block", "rotary_dim", "index_n_heads"):
-        assert name not in text
+    for part in ("positions=Positions(positional='rope'", "pattern=LayerPattern(", "moe=None", "indexer=None"):
+        assert part in text
     assert "logit_scale=0.5" in repr(DecoderConfig.llama_like(**SMALL, logit_scale=0.5))

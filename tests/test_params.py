@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, parameter_count
+from attn_core.config import Indexer
 from attn_core.params import parameter_breakdown
 from conftest import PRESETS
 
@@ -22,7 +23,7 @@ def test_parameter_count_equals_formula(name):
     [
         dict(tie_weights=False),
         dict(bias=False),
-        dict(positional="rope"),
+        dict(positions={"positional": "rope"}),
         dict(mlp="swiglu", d_ff=40),
         dict(n_kv_heads=2, norm="rmsnorm"),
         dict(n_layers=3, block="sas", bias=True),
@@ -31,11 +32,11 @@ def test_parameter_count_equals_formula(name):
         dict(norm_position="sandwich", norm="rmsnorm", mlp="geglu_tanh", bias=False),
         dict(mlp="geglu_tanh", d_ff=40),
         # Issue 29's options: q/k/v biases (also with KV sharing), one norm per parallel block, partial RoPE.
-        dict(bias=False, qkv_bias=True, positional="rope", norm="rmsnorm", mlp="swiglu"),
-        dict(bias=False, qkv_bias=True, n_layers=3, kv_share=(0, 0, 2), positional="rope"),
+        dict(bias=False, qkv_bias=True, norm="rmsnorm", mlp="swiglu", positions={"positional": "rope"}),
+        dict(bias=False, qkv_bias=True, n_layers=3, pattern={"kv_share": (0, 0, 2)}, positions={"positional": "rope"}),
         dict(parallel_block=True),
         dict(bias=False, parallel_block=True, logit_scale=0.5, residual_multiplier=0.5, embedding_multiplier=2.0),
-        dict(positional="rope", rotary_dim=4, attention_scale=0.2),
+        dict(attention_scale=0.2, positions={"positional": "rope", "rotary_dim": 4}),
     ],
 )
 def test_parameter_count_equals_formula_variants(overrides):
@@ -72,7 +73,10 @@ def test_indexer_counts():
     """DeepSeek-V3.2's lightning indexer: W_q (d_q_latent -> H_I·D_I), W_k (d -> D_I), LayerNorm (2·D_I), W_w."""
     mla = dict(vocab_size=24, d_model=32, n_heads=4, n_kv_heads=None, n_layers=2, attention="mla", d_latent=16,
                d_q_latent=12, rope_dim=4)  # fmt: skip
-    dense, sparse = DecoderConfig.llama_like(**mla), DecoderConfig.llama_like(**mla, index_n_heads=3, index_head_dim=8)
+    dense, sparse = (
+        DecoderConfig.llama_like(**mla),
+        DecoderConfig.llama_like(**mla, indexer=Indexer(index_n_heads=3, index_head_dim=8)),
+    )
     assert parameter_count(sparse) - parameter_count(dense) == 2 * (12 * 3 * 8 + 32 * 8 + 2 * 8 + 32 * 3)
     assert DecoderLM(sparse).num_parameters() == parameter_count(sparse)
 

@@ -161,7 +161,7 @@ def tiny_llama():
 def test_llama_for_causal_lm_logits(exact_hf, tiny_llama):
     idx = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
     ours = from_hf(tiny_llama)
-    assert ours.config.norm_eps == 1e-5 and ours.config.rope_base == 500000.0
+    assert ours.config.norm_eps == 1e-5 and ours.config.positions.rope_base == 500000.0
     assert max_diff(ours(idx), tiny_llama(idx).logits) < EXACT
 
 
@@ -260,7 +260,7 @@ def test_deepseek_v3_for_causal_lm_logits_non_default_rope_theta(exact_hf):
     hf = seeded(DeepseekV3ForCausalLM(deepseek_config()), seed=2)  # dense layers only: first_k_dense_replace = 2
     idx = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
     ours = from_hf(hf)
-    assert ours.config.rope_base == 50000.0 and ours.config.rope_layout == "interleaved"
+    assert ours.config.positions.rope_base == 50000.0 and ours.config.positions.rope_layout == "interleaved"
     assert max_diff(ours(idx), hf(idx).logits) < EXACT
     tokens = generate(ours, idx[:, :4], 6, temperature=0.0)
     assert torch.equal(tokens, hf.generate(idx[:, :4], max_new_tokens=6, do_sample=False))

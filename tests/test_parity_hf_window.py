@@ -32,6 +32,7 @@ from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: 
 from transformers.models.mistral import modeling_mistral as hf_mistral  # noqa: E402
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RollingKVCache, RotaryEmbedding, generate  # noqa: E402
+from attn_core.config import LayerPattern  # noqa: E402
 from attn_core.convert import copy_attention  # noqa: E402
 
 F64 = torch.float64
@@ -147,12 +148,23 @@ def mistral_pair():
         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )  # fmt: skip
     hf = seeded(MistralForCausalLM(config), seed=1)
-    ours = DecoderLM(
-        DecoderConfig.llama_like(
-            vocab_size=41, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, max_len=64, norm_eps=1e-5,
-            sliding_window=WINDOW,
+    ours = (
+        DecoderLM(
+            DecoderConfig.llama_like(
+                vocab_size=41,
+                n_layers=2,
+                d_model=32,
+                n_heads=4,
+                n_kv_heads=2,
+                d_ff=48,
+                max_len=64,
+                norm_eps=1e-5,
+                pattern=LayerPattern(sliding_window=WINDOW),
+            )
         )
-    ).to(F64).eval()  # fmt: skip
+        .to(F64)
+        .eval()
+    )
     with torch.no_grad():
         ours.tok_emb.weight.copy_(hf.model.embed_tokens.weight)
         ours.lm_head.weight.copy_(hf.lm_head.weight)
@@ -172,7 +184,9 @@ def test_mistral_sliding_window_logits(exact_hf):
     expected = hf(idx).logits
     assert (ours(idx) - expected).abs().max() < EXACT
     # The window matters here: the same model without it computes something else.
-    full = DecoderLM(dataclasses.replace(ours.config, sliding_window=None)).to(F64)
+    full = DecoderLM(
+        dataclasses.replace(ours.config, pattern=dataclasses.replace(ours.config.pattern, sliding_window=None))
+    ).to(F64)
     full.load_state_dict(ours.state_dict())
     assert (full(idx) - expected).abs().max() > 1e-3
 

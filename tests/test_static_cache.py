@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, KVCache
+from attn_core.config import Indexer, LayerPattern, Positions
 from attn_core.generation import generate
 from attn_core.static_cache import StaticKVCache, StaticLatentKVCache, filled_mask, is_static, make_static_caches
 
@@ -15,14 +16,16 @@ _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
 CONFIGS = {
     "llama_gqa": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2),
     "gpt2_learned": DecoderConfig.gpt2_like(**_SMALL),
-    # window 3 < the 14 positions: the dynamic path uses a RollingKVCache, the static one masks inside its buffer
     "window_sinks": DecoderConfig.llama_like(
-        **_SMALL, n_kv_heads=2, layer_types=("sliding", "full"), sliding_window=3, attention_sinks=True
+        **_SMALL,
+        n_kv_heads=2,
+        attention_sinks=True,
+        pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=3),
     ),
     "mla": DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12),
-    "alibi": DecoderConfig.llama_like(**_SMALL, positional="alibi"),
-    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, kv_share=(0, 0)),
-    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, layer_types=("linear", "full")),
+    "alibi": DecoderConfig.llama_like(**_SMALL, positions=Positions(positional="alibi")),
+    "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
+    "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
 }
 
 
@@ -95,7 +98,11 @@ def test_unsupported_models_refuse_static_caches():
         sas.make_caches(1, 8, static=True)
     dsa = DecoderLM(
         DecoderConfig.llama_like(
-            **_SMALL, n_kv_heads=None, attention="mla", d_latent=16, index_n_heads=2, index_head_dim=8, index_topk=4
+            **_SMALL,
+            n_kv_heads=None,
+            attention="mla",
+            d_latent=16,
+            indexer=Indexer(index_n_heads=2, index_head_dim=8, index_topk=4),
         )
     )
     with pytest.raises(ValueError, match="layer 0's cache is a SparseCache"):

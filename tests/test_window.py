@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
+from attn_core.config import Positions
 from attn_core.window import (
     kv_cache_bytes,
     layer_pattern,
@@ -58,10 +59,12 @@ def test_layer_pattern_follows_gemma3_and_gpt_oss():
 
 CONFIGS = {
     "full": dict(),
-    "sliding": dict(sliding_window=4),
-    "mixed": dict(layer_types=("sliding", "full", "sliding"), sliding_window=4),
-    "shared": dict(kv_share=(0, 0, 2)),
-    "mixed+shared": dict(layer_types=("sliding", "sliding", "full"), sliding_window=4, kv_share=(0, 0, 2)),
+    "sliding": dict(pattern={"sliding_window": 4}),
+    "mixed": dict(pattern={"layer_types": ("sliding", "full", "sliding"), "sliding_window": 4}),
+    "shared": dict(pattern={"kv_share": (0, 0, 2)}),
+    "mixed+shared": dict(
+        pattern={"layer_types": ("sliding", "sliding", "full"), "sliding_window": 4, "kv_share": (0, 0, 2)}
+    ),
 }
 
 
@@ -76,7 +79,7 @@ def test_kv_cache_bytes_equals_what_the_model_allocates(kw, context):
 
 def test_kv_cache_bytes_grows_with_context_only_in_full_layers():
     full = DecoderConfig.llama_like(n_layers=4)
-    sliding = dataclasses.replace(full, sliding_window=8)
+    sliding = dataclasses.replace(full, pattern=dataclasses.replace(full.pattern, sliding_window=8))
     assert kv_cache_bytes(sliding, 1000) == kv_cache_bytes(sliding, 8) < kv_cache_bytes(full, 1000)
     assert kv_cache_bytes(full, 1000) == 125 * kv_cache_bytes(full, 8)
     with pytest.raises(ValueError, match="context must be >= 1, got context=0"):
@@ -88,16 +91,16 @@ def test_kv_cache_bytes_grows_with_context_only_in_full_layers():
 def test_published_attention_shapes():
     shapes = published_attention()
     mistral, gemma, oss20, oss120 = (shapes[k] for k in ("Mistral 7B", "Gemma 3 27B", "gpt-oss-20b", "gpt-oss-120b"))
-    assert mistral.resolved_layer_types == ("sliding",) * 32 and mistral.sliding_window == 4096
-    assert gemma.resolved_layer_types.count("full") == 10 and gemma.sliding_window == 1024
-    assert oss20.n_layers == 24 and oss120.n_layers == 36 and oss120.layer_types[:2] == ("sliding", "full")
+    assert mistral.resolved_layer_types == ("sliding",) * 32 and mistral.pattern.sliding_window == 4096
+    assert gemma.resolved_layer_types.count("full") == 10 and gemma.pattern.sliding_window == 1024
+    assert oss20.n_layers == 24 and oss120.n_layers == 36 and oss120.pattern.layer_types[:2] == ("sliding", "full")
     # Per token and layer, bfloat16: 2 (K, V) x H_kv x D x 2 bytes.
     assert kv_cache_bytes(mistral, 1) == 32 * 2 * 8 * 128 * 2
     assert kv_cache_bytes(oss120, 131072) == 18 * 2 * 8 * 64 * 2 * (131072 + 128)
 
 
 def test_windowed_imposes_and_restores():
-    config = DecoderConfig.llama_like(n_layers=2, positional="none")
+    config = DecoderConfig.llama_like(n_layers=2, positions=Positions(positional="none"))
     torch.manual_seed(0)
     model = DecoderLM(config).to(F64)
     idx = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))

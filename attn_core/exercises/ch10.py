@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from ..config import DecoderConfig
+from ..config import DecoderConfig, Positions
 from ..params import parameter_count
 from ._common import report
 
@@ -24,7 +24,7 @@ def check_parameter_formula(fn: Callable[[DecoderConfig], int]) -> bool:
         DecoderConfig.llama_like(),
         DecoderConfig.gpt2_like(vocab_size=50257, n_layers=12, d_model=768, n_heads=12, max_len=1024),
         DecoderConfig.llama_like(n_layers=3, d_model=96, n_heads=6, n_kv_heads=3, d_ff=200, tie_weights=True),
-        DecoderConfig.gpt2_like(norm_position="post", bias=False, positional="rope"),
+        DecoderConfig.gpt2_like(norm_position="post", bias=False, positions=Positions(positional="rope")),
     ]
     for c in configs:
         try:

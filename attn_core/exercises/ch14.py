@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from ..cache_size import kv_cache_elements_per_token
-from ..config import DecoderConfig
+from ..config import DecoderConfig, LayerPattern, LinearLayers
 from ..mla import MultiHeadLatentAttention
 from ..model import DecoderLM
 from ..multihead import MultiHeadAttention
@@ -113,18 +113,20 @@ def stack_cache_configs() -> list[DecoderConfig]:
     llama = DecoderConfig.llama_like
     return [
         llama(**base, n_layers=2, n_kv_heads=2),
-        llama(**base, n_layers=4, n_kv_heads=3, layer_types=("linear", "linear", "linear", "full")),
-        llama(**base, n_layers=3, n_kv_heads=1, layer_types=("sliding", "sliding", "full"), sliding_window=5),
+        llama(**base, n_layers=4, n_kv_heads=3, pattern=LayerPattern(("linear", "linear", "linear", "full"))),
+        llama(**base, n_layers=3, n_kv_heads=1, pattern=LayerPattern(("sliding", "sliding", "full"), sliding_window=5)),
         llama(
             **base,
             n_layers=2,
             n_kv_heads=2,
-            layer_types=("linear", "full"),
-            linear_n_heads=2,
-            linear_head_dim=12,
-            linear_n_value_heads=4,
-            linear_value_head_dim=6,
-            linear_conv_size=3,
+            pattern=LayerPattern(("linear", "full")),
+            linear=LinearLayers(
+                linear_n_heads=2,
+                linear_head_dim=12,
+                linear_n_value_heads=4,
+                linear_value_head_dim=6,
+                linear_conv_size=3,
+            ),
         ),
     ]
 

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 
 from ..cache import RollingKVCache
-from ..config import DecoderConfig
+from ..config import DecoderConfig, LayerPattern
 from ..core import attention
 from ..window import kv_cache_bytes, layer_pattern
 from ._common import compare, report
@@ -89,9 +89,12 @@ def check_mixed_cache_bytes(fn: Callable[..., int]) -> bool:
     for n_layers, full_every, window, context, n_kv_heads, head_dim in cases:
         types = layer_pattern(n_layers, full_every)
         config = DecoderConfig(
-            vocab_size=2, n_layers=n_layers, d_model=n_kv_heads * head_dim, n_heads=n_kv_heads, layer_types=types,
-            sliding_window=window if "sliding" in types else None,
-        )  # fmt: skip
+            vocab_size=2,
+            n_layers=n_layers,
+            d_model=n_kv_heads * head_dim,
+            n_heads=n_kv_heads,
+            pattern=LayerPattern(layer_types=types, sliding_window=window if "sliding" in types else None),
+        )
         want = kv_cache_bytes(config, context)
         try:
             got = fn(n_layers, full_every, window, context, n_kv_heads, head_dim)

@@ -1,0 +1,15 @@
+"""The decoder's configuration: :class:`DecoderConfig`, its parts and its presets.
+
+* :mod:`~attn_core.config.core`: :class:`DecoderConfig`, the core sizes and choices, with
+  the rules that tie its parts together.
+* :mod:`~attn_core.config.parts`: :class:`Positions`, :class:`LayerPattern`,
+  :class:`LinearLayers`, :class:`MoE` and :class:`Indexer`, each checking itself.
+* :mod:`~attn_core.config.spec`: :class:`LayerSpec`, what one layer is.
+* :mod:`~attn_core.config.presets`: toy and real-model presets (``DecoderConfig.llama_like``).
+"""
+
+from .core import DecoderConfig
+from .parts import Indexer, LayerPattern, LinearLayers, MoE, Positions
+from .spec import LayerSpec
+
+__all__ = ["DecoderConfig", "Indexer", "LayerPattern", "LayerSpec", "LinearLayers", "MoE", "Positions"]
