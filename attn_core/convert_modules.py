@@ -49,8 +49,6 @@ def copy_norm(dst: nn.Module, src: nn.Module, offset: float) -> None:
     copy_weights(dst, src.weight + offset if offset else src.weight)
 
 
-#: Model types whose RMSNorm multiplies by ``(1 + weight)`` (the weight starts at 0): their
-#: stored gains are one less than attn_core's.
 def copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:
     """A gated MLP: ``gate_proj``, ``up_proj``, ``down_proj`` (Phi-3's fused ``gate_up_proj`` seen split)."""
     hf_mlp = unfused_mlp(hf_mlp)

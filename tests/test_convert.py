@@ -51,7 +51,6 @@ from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_qwen3_moe  # 
 from attn_core import DecoderLM, MixtureOfExperts, generate, parameter_count  # noqa: E402
 from attn_core.convert import from_hf  # noqa: E402
 from attn_core.convert_config import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402
-from attn_core.reporting import transformers_names  # noqa: E402
 
 IDX = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
 SMALL = dict(
@@ -504,15 +503,6 @@ def test_attn_core_does_not_import_transformers():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_transformers_names_finds_or_says_why(capsys):
-    config_cls, model_cls = transformers_names("LlamaConfig", "LlamaForCausalLM")
-    assert model_cls is LlamaForCausalLM
-    assert transformers_names("NoSuchModelForCausalLM") is None
-    assert "has no NoSuchModelForCausalLM" in capsys.readouterr().out
-    assert transformers_names("x", module="transformers_not_installed_anywhere") is None
-    assert "cannot be imported" in capsys.readouterr().out
 
 
 def _llama_slip(slip: str):

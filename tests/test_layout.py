@@ -48,11 +48,13 @@ def test_no_private_name_imported_from_another_module(path):
 
 
 def _test_file_for(path: Path) -> list[Path]:
-    """The test files that may hold a module's tests: tests/test_<module>.py (measure/x: test_measure_x)."""
+    """The test files that may hold a module's tests: tests/test_<module>.py, where a module of a
+    sub-package is named with its package (measure/timing: test_measure_timing.py) or shares the
+    package's file (config/parts: test_config.py)."""
     rel = path.relative_to(PACKAGE).with_suffix("")
     if rel.parts[0] == "exercises":
         return [TESTS / f"test_exercises_{rel.parts[-1]}.py", TESTS / "test_exercises.py"]
-    return [TESTS / f"test_{'_'.join(rel.parts)}.py"]
+    return [TESTS / f"test_{'_'.join(rel.parts)}.py", TESTS / f"test_{rel.parts[0]}.py"]
 
 
 PUBLIC = [p for p in MODULES if not p.name.startswith("_") and p.name != "__main__.py"]
