@@ -8,37 +8,50 @@ shape legend:
     masks             causal, padding and position masks (True = may attend)
     shapes            split_heads / merge_heads / head_mask: the wiring every multi-head layer shares
     self_attention    SelfAttention, a single head
-    multihead         MultiHeadAttention (MHA, GQA, MQA, cross-attention)
-    mla               multi-head latent attention (DeepSeek-V2)
-    positional        sinusoidal, learned, rotary (RoPE) and ALiBi positions
-    rope_scaling      context extension of RoPE
-    cache             KVCache, LatentKVCache, RollingKVCache, ContextKVCache
+    multihead         MultiHeadAttention (MHA, GQA, MQA, cross-attention): one forward, one tail
+    multihead_checks  MultiHeadAttention's option and call checks
+    context_kv        cross-attention to a context projected once (cache_context)
+    kv_sharing        cross-layer KV sharing: SharedKV, KVSharing, borrows_kv
+    mla, cache_size   multi-head latent attention (DeepSeek-V2); cache elements per token
+    positional        sinusoidal, learned and ALiBi positions, NoPE temperature
+    rope              rotary embeddings (RoPE), its layouts and permutation
+    rope_freqs        RoPE's frequencies: default, PI, NTK, YaRN, Llama 3.1, LongRoPE
+    rope_scaling      one frozen dataclass per context-extension method; scaling_from_hf
+    cache             KVCache, LatentKVCache, RollingKVCache, ContextKVCache, SlotCache
+    static_cache      static-shape caches for compiled decoding
+    padding           left-padded batches: positions from the attention mask
     norms, mlp        LayerNorm, RMSNorm; FeedForward, SwiGLU
     blocks            TransformerBlock, SandwichBlock, ParallelBlock, make_block
     simplified        shaped attention and the simplified blocks (He & Hofmann, 2023)
-    config            DecoderConfig and its presets
+    config            DecoderConfig and its parts (Positions, LayerPattern, LinearLayers, MoE, Indexer)
+    layers            make_layer(config, i): layer i built from the config
     params            the parameter count by formula
     model             DecoderLM
     generation        autoregressive decoding, with or without caches (generate)
-    training          a tiny seeded trainer (train) and its loss and schedule
-    tasks             synthetic tasks
+    training          a tiny seeded trainer (train) and its losses and schedule
+    tasks, seq2seq_tasks  synthetic tasks; the encoder-decoder reversal task
     efficient         online softmax and tiled (FlashAttention-style) attention
-    flash, flex       FlashAttention-2 as Triton kernels; FlexAttention for windows and sinks
+    flash, flash_kernels  FlashAttention-2 in Triton: the Python side; the kernels
+    flex              FlexAttention for windows and sinks on CUDA
     measure           timing, peak memory, operator lists, FLOP counts
-    window            sliding windows in a stack: receptive field, layer patterns, cache bytes
+    window, streaming sliding windows in a stack; StreamingLLM's cache
     gating, outliers  the output gate of gated attention; logits, sinks, large activations
-    linear_attention  linear attention and the (gated) delta rule in three forms
+    linear_attention  linear attention in three forms
+    delta_rule        the (gated) delta rule in three forms
     gated_deltanet    GatedDeltaNet, Qwen3-Next's linear-attention layer, and its cache
-    sparse_attention  DeepSeek Sparse Attention: the lightning indexer, top-k selection, its loss
-    moe               mixture of experts: top-k router, experts, balancing
-    convert           Hugging Face models into DecoderLM (from_hf)
+    indexer           DeepSeek Sparse Attention's lightning indexer, top-k selection, its loss
+    sparse_attention  the sparse attention layer and its cache
+    router, moe       the top-k router and balancing; the mixture of experts
+    convert           Hugging Face models into DecoderLM (from_hf; convert_config, convert_modules,
+                      convert_families)
+    reporting         the book's skip messages (transformers_names)
     pretrained        the shipped byte-level model of Shakespeare (load_shakespeare)
     smollm2           a real LLM offline: SmolLM2-135M-Instruct, converted and cached (load_smollm2)
     heads             finding heads by what they do (score_heads, ablate_heads)
     mistakes          deliberately wrong versions, to show what a bug does
     checks            the argument checks every module uses
     compare           assert_close & co.: comparisons printed as the tolerance they are held to
-    plots, explorers  heatmaps and the explorer widgets (viz gathers both)
+    plots, explorers  heatmaps and the explorer widgets (viz gathers both; kernel_explorer)
     exercises         check functions for the exercises
 """
 

@@ -17,7 +17,7 @@ total and *active* parameters come apart (Mixtral: 46.7B total, 12.9B active). T
   :meth:`MixtureOfExperts.update_selection_bias`: DeepSeek-V3's bias update by the sign of
   each expert's load error.
 * Model-level helpers: :func:`moe_layers`, :func:`moe_aux_loss`,
-  :func:`update_selection_biases`, :func:`moe_lm_loss` (a ``loss_fn`` for
+  :func:`update_selection_biases` (:func:`attn_core.training.moe_lm_loss` is the ``loss_fn`` for
   :func:`~attn_core.train`), :func:`load_imbalance`.
 
 Shape legend:
@@ -30,7 +30,6 @@ Shape legend:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -52,7 +51,6 @@ __all__ = [
     "moe_layers",
     "moe_aux_loss",
     "update_selection_biases",
-    "moe_lm_loss",
 ]
 
 
@@ -288,29 +286,3 @@ def update_selection_biases(model: nn.Module, rate: float) -> None:
     """:meth:`MixtureOfExperts.update_selection_bias` on every MoE layer of ``model``."""
     for m in moe_layers(model):
         m.update_selection_bias(rate)
-
-
-def moe_lm_loss(aux_weight: float = 0.0, bias_rate: float = 0.0) -> Callable[[nn.Module, tuple], torch.Tensor]:
-    """A ``loss_fn`` for :func:`~attn_core.train`: the LM loss, ``+ aux_weight ·`` the balancing loss.
-
-    With ``bias_rate > 0`` it also updates every layer's selection bias after each forward
-    (auxiliary-loss-free balancing: the bias is a buffer, outside the gradient, so updating
-    it before ``backward`` changes nothing in this step's gradient).
-
-    Args:
-        aux_weight: The weight ``α`` of :func:`moe_aux_loss` (Switch: 0.01; 0: none).
-        bias_rate: DeepSeek-V3's ``γ`` (0: no bias update).
-    """
-    check_number("aux_weight", aux_weight, low=0.0)
-    check_number("bias_rate", bias_rate, low=0.0)
-    from .training import lm_loss  # here: train imports tasks, which need not load for the module
-
-    def loss_fn(model: nn.Module, batch) -> torch.Tensor:
-        loss = lm_loss(model, batch)
-        if aux_weight:
-            loss = loss + aux_weight * moe_aux_loss(model)
-        if bias_rate:
-            update_selection_biases(model, bias_rate)
-        return loss
-
-    return loss_fn

@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import check_callable, check_choice, check_instance, check_int, check_number
+from .moe import moe_aux_loss, update_selection_biases
 from .tasks import IGNORE_INDEX
 
-__all__ = ["TrainResult", "train", "lm_loss", "accuracy", "lr_at"]
+__all__ = ["TrainResult", "train", "lm_loss", "moe_lm_loss", "accuracy", "lr_at"]
 
 SCHEDULES = ("constant", "cosine")
 
@@ -92,6 +93,31 @@ def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> f
     if not scored.any():
         raise ValueError("targets has no scored positions (all equal IGNORE_INDEX)")
     return (predictions[scored] == targets[scored]).float().mean().item()
+
+
+def moe_lm_loss(aux_weight: float = 0.0, bias_rate: float = 0.0) -> Callable[[nn.Module, tuple], torch.Tensor]:
+    """A ``loss_fn`` for :func:`train` of a mixture-of-experts model: LM loss + ``aux_weight`` · balancing loss.
+
+    With ``bias_rate > 0`` it also updates every layer's selection bias after each forward
+    (auxiliary-loss-free balancing: the bias is a buffer, outside the gradient, so updating
+    it before ``backward`` changes nothing in this step's gradient).
+
+    Args:
+        aux_weight: The weight ``α`` of :func:`~attn_core.moe.moe_aux_loss` (Switch: 0.01; 0: none).
+        bias_rate: DeepSeek-V3's ``γ`` (0: no bias update).
+    """
+    check_number("aux_weight", aux_weight, low=0.0)
+    check_number("bias_rate", bias_rate, low=0.0)
+
+    def loss_fn(model: nn.Module, batch) -> torch.Tensor:
+        loss = lm_loss(model, batch)
+        if aux_weight:
+            loss = loss + aux_weight * moe_aux_loss(model)
+        if bias_rate:
+            update_selection_biases(model, bias_rate)
+        return loss
+
+    return loss_fn
 
 
 def lr_at(

@@ -158,7 +158,7 @@ def test_decoder_config_gate_and_softcap_bad_input():
         DecoderConfig.llama_like(attention_gate="sigmoid")
     with pytest.raises(ValueError, match="attention_softcap must be a finite number > 0, got attention_softcap=0"):
         DecoderConfig.llama_like(attention_softcap=0)
-    with pytest.raises(ValueError, match="attention_gate='headwise' is an option of the standard blocks"):
+    with pytest.raises(ValueError, match="attention_gate='headwise': options of the standard blocks' multi-head"):
         DecoderConfig.llama_like(attention="mla", d_latent=16, n_kv_heads=None, attention_gate="headwise")
-    with pytest.raises(ValueError, match="attention_softcap=30.0 is an option of the standard blocks"):
+    with pytest.raises(ValueError, match="attention_softcap=30.0: options of the standard blocks'"):
         DecoderConfig.gpt2_like(block="sas", attention_softcap=30.0)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
+from attn_core.config import LayerPattern
 from attn_core.context_kv import check_context_kv, check_cross_cacheable, context_keys
 from attn_core.kv_sharing import SharedKV, borrows_kv
 from conftest import F64, randn
@@ -55,7 +56,9 @@ def test_the_reader_needs_the_source_to_have_run_on_this_input():
 
 
 def test_a_model_with_kv_share_runs_with_none_for_the_borrowing_layers_caches():
-    config = DecoderConfig(vocab_size=11, d_model=16, n_heads=4, n_layers=3, max_len=8, kv_share=(0, 1, 0))
+    config = DecoderConfig(
+        vocab_size=11, d_model=16, n_heads=4, n_layers=3, max_len=8, pattern=LayerPattern(kv_share=(0, 1, 0))
+    )
     torch.manual_seed(0)
     model = DecoderLM(config).eval()
     assert [borrows_kv(block.attn) for block in model.blocks] == [False, False, True]

@@ -14,10 +14,10 @@ from attn_core.moe import (
     load_imbalance,
     moe_aux_loss,
     moe_layers,
-    moe_lm_loss,
     update_selection_biases,
 )
 from attn_core.router import TopKRouter, expert_capacity, load_balancing_loss
+from attn_core.training import moe_lm_loss
 from conftest import F64, randn
 
 D = 8

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core.config import DecoderConfig
+from attn_core.config import DecoderConfig, LayerPattern
 from attn_core.padding import (
     absolute_encodings,
     check_attention_mask,
@@ -55,7 +55,7 @@ def test_check_padding_support_names_every_reason():
     with pytest.raises(ValueError, match="static caches build their own mask"):
         check_padding_support(DecoderConfig.llama_like(), static=True)
     with pytest.raises(ValueError, match="rolling cache takes no mask") as info:
-        check_padding_support(DecoderConfig.llama_like(sliding_window=4), static=True)
+        check_padding_support(DecoderConfig.llama_like(pattern=LayerPattern(sliding_window=4)), static=True)
     assert str(info.value).startswith("attention_mask is not supported for this model: ")
     assert "static caches" in str(info.value), "every reason, not the first one"
 
