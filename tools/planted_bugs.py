@@ -34,7 +34,7 @@ BUGS = {
         "the default scale is 1/D instead of 1/sqrt(D)",
     ),
     "rope_sign": (
-        "positional.py",
+        "rope.py",
         "cos, sin = angles.cos(), angles.sin()",
         "cos, sin = angles.cos(), (-angles).sin()",
         "RoPE rotates by -theta",
