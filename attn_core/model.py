@@ -139,7 +139,7 @@ class DecoderLM(nn.Module):
         """One empty cache per layer (:class:`~attn_core.KVCache`, or MLA's ``LatentKVCache``).
 
         A sliding-window layer gets a constant-memory :class:`~attn_core.RollingKVCache`, a
-        ``"linear"`` layer its constant-size :class:`~attn_core.GatedDeltaNetCache`; a
+        ``"linear"`` layer its constant-size :class:`~attn_core.gated_deltanet.GatedDeltaNetCache`; a
         layer that reuses another's keys and values (``config.pattern.kv_share``) gets ``None``.
 
         Args:

@@ -130,7 +130,7 @@ def kv_cache_bytes(config: DecoderConfig, context: int, *, batch_size: int = 1, 
     with ``n = context`` for a full layer and ``n = min(context, sliding_window)`` for a
     sliding one (its rolling cache forgets older positions). A layer that reuses another
     layer's keys and values (``config.pattern.kv_share``) stores nothing. A ``"linear"`` (Gated
-    DeltaNet) layer stores its :class:`~attn_core.GatedDeltaNetCache` whatever the context:
+    DeltaNet) layer stores its :class:`~attn_core.gated_deltanet.GatedDeltaNetCache` whatever the context:
     ``B · (C_conv · (K - 1) + H_v · D_k · D_v)`` elements, the convolution's last ``K - 1``
     inputs and the delta rule's state.
 

@@ -189,11 +189,24 @@ def test_deepseek_v3_parts_and_the_published_671b():
     assert total + moe_layers * experts == 671_026_419_200  # DeepSeek-V3: "671B total parameters"
 
 
-def test_repr_shows_the_parts():
-    """Every field prints; the parts print as their own dataclasses (``moe=None``: dense)."""
+def test_repr_names_what_differs_from_the_defaults_and_evaluates_back():
+    """The required fields and those off their defaults print, parts as their own dataclasses;
+    ``eval`` of the repr gives the same config."""
     text = repr(DecoderConfig.llama_like())
-    assert "positions=Positions(positional='rope', rope_base=10000.0" in text and text.endswith("indexer=None)")
+    assert text == (
+        "DecoderConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, mlp='swiglu', "
+        "norm='rmsnorm', tie_weights=False, positions=Positions(positional='rope'))"
+    )
     assert "qk_norm=True" in repr(DecoderConfig.llama_like(qk_norm=True))
+    scope = {c.__name__: c for c in (DecoderConfig, Positions, LayerPattern, LinearLayers, MoE, Indexer)}
+    for config in (
+        DecoderConfig.gpt2_like(),
+        DecoderConfig.qwen3_8b(),
+        DecoderConfig.gpt_oss_20b(),
+        DecoderConfig.deepseek_v3_moe(indexer=Indexer(index_n_heads=4, index_head_dim=128, index_topk=16)),
+        DecoderConfig.llama_like(pattern=LayerPattern(layer_types=("linear", "full")), linear=LinearLayers(4)),
+    ):
+        assert eval(repr(config), scope) == config, repr(config)
 
 
 def test_each_part_checks_itself():
@@ -567,7 +580,7 @@ def test_moe_fields_reach_the_modules():
     assert r.proj.bias is not None and m.experts[0].gate_proj.bias is not None
     assert model.num_parameters() == parameter_count(config)
     assert model(torch.randint(0, 64, (2, 5))).shape == (2, 5, 64)
-    assert "n_experts=8" in repr(config) and "moe=None" in repr(DecoderConfig.llama_like())
+    assert "n_experts=8" in repr(config) and "moe=" not in repr(DecoderConfig.llama_like())
 
 
 def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
@@ -656,8 +669,8 @@ def test_rope_scaling_and_rope_layers_reach_the_layers():
     )
     assert [both.layer_has_rope(i) for i in range(2)] == [False, False]
     assert [b.attn.rope for b in decoder(both).blocks] == [None, None]
-    # Defaults print as such; the repr shows every part.
-    assert "rope_scaling=None" in repr(base) and "rope_layers=None" in repr(base)
+    # Defaults do not print; what differs from them does.
+    assert "rope_scaling" not in repr(base) and "rope_layers" not in repr(base)
     assert "rope_layers=(False, True)" in repr(model.config)
     # A list (read back from JSON) is stored as a tuple.
     assert dataclasses.replace(

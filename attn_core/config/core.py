@@ -29,7 +29,7 @@ from ..mla import default_rope_dim
 from ..mlp import MLP_KINDS, mlp_hidden_dim
 from ..norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
 from . import presets
-from .parts import Indexer, LayerPattern, LinearLayers, MoE, Positions
+from .parts import Indexer, LayerPattern, LinearLayers, MoE, Positions, changed_fields_repr
 from .rules import check_moe_and_indexer, check_pattern, check_positions, check_standard_mha_options
 from .spec import LayerSpec
 
@@ -146,6 +146,8 @@ class DecoderConfig:
     gpt_oss_120b = classmethod(presets.gpt_oss_120b)
     deepseek_v3 = classmethod(presets.deepseek_v3)
     deepseek_v3_moe = classmethod(presets.deepseek_v3_moe)
+
+    __repr__ = changed_fields_repr
 
     def __post_init__(self) -> None:
         for name, part in _PARTS.items():  # a part given as a dict (e.g. read back from JSON): store the part

@@ -16,7 +16,7 @@ type per layer) is checked once, by :class:`~attn_core.config.DecoderConfig`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from ..checks import check_bool, check_choice, check_instance, check_int, check_number
 from ..masks import check_window
@@ -25,7 +25,16 @@ from ..rope import ROPE_LAYOUTS
 from ..rope_scaling import RopeScaling
 from ..router import ROUTER_SCORINGS
 
-__all__ = ["POSITIONAL_KINDS", "LAYER_TYPES", "Indexer", "LayerPattern", "LinearLayers", "MoE", "Positions"]
+__all__ = [
+    "POSITIONAL_KINDS",
+    "LAYER_TYPES",
+    "changed_fields_repr",
+    "Indexer",
+    "LayerPattern",
+    "LinearLayers",
+    "MoE",
+    "Positions",
+]
 
 POSITIONAL_KINDS = ("learned", "rope", "none", "sinusoidal", "alibi")
 LAYER_TYPES = ("full", "sliding", "linear", "chunked")
@@ -35,6 +44,22 @@ def _frozen_tuple(part: object, name: str) -> None:
     """Store a list field (e.g. read back from JSON) as the tuple a frozen config holds."""
     if isinstance(getattr(part, name), list):
         object.__setattr__(part, name, tuple(getattr(part, name)))
+
+
+def changed_fields_repr(config: object) -> str:
+    """A config's repr that names what sets it apart: the required fields and those not at their defaults.
+
+    ``eval`` of it gives an equal config (with the part classes in scope), as the dataclass
+    repr does, but a config that changes three fields prints three, not all of them.
+    """
+    shown = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.default is MISSING and f.default_factory is MISSING:
+            shown.append(f"{f.name}={value!r}")  # required: always printed
+        elif value != (f.default if f.default is not MISSING else f.default_factory()):
+            shown.append(f"{f.name}={value!r}")
+    return f"{type(config).__name__}({', '.join(shown)})"
 
 
 @dataclass(frozen=True)
@@ -77,6 +102,8 @@ class Positions:
     rope_full_layers: bool = True
     nope_temperature: tuple[float, float] | None = None
     nope_qk_norm: bool = True
+
+    __repr__ = changed_fields_repr
 
     def __post_init__(self) -> None:
         _frozen_tuple(self, "rope_layers")
@@ -126,7 +153,7 @@ class LayerPattern:
     Attributes:
         layer_types: ``"full"``, ``"sliding"``, ``"linear"`` (a :class:`~attn_core.GatedDeltaNet`
             in place of attention) or ``"chunked"`` (attention within chunks of
-            ``attention_chunk_size``, Llama 4) per layer; see :func:`~attn_core.layer_pattern`.
+            ``attention_chunk_size``, Llama 4) per layer; see :func:`~attn_core.window.layer_pattern`.
             ``None``: every layer sliding when ``sliding_window`` is set, else every layer full.
         sliding_window: The window of the sliding layers: a query sees itself and the
             ``sliding_window - 1`` positions before it (a :class:`~attn_core.RollingKVCache`
@@ -141,6 +168,8 @@ class LayerPattern:
     sliding_window: int | None = None
     kv_share: tuple[int, ...] | None = None
     attention_chunk_size: int | None = None
+
+    __repr__ = changed_fields_repr
 
     def __post_init__(self) -> None:
         _frozen_tuple(self, "layer_types")
@@ -213,6 +242,8 @@ class LinearLayers:
     linear_value_head_dim: int | None = None
     linear_conv_size: int = 4
 
+    __repr__ = changed_fields_repr
+
     def __post_init__(self) -> None:
         for name in ("linear_n_heads", "linear_head_dim", "linear_n_value_heads", "linear_value_head_dim"):
             if getattr(self, name) is not None:
@@ -282,6 +313,8 @@ class MoE:
     first_dense_layers: int = 0
     moe_layer_step: int = 1
     router_weight_inputs: bool = False
+
+    __repr__ = changed_fields_repr
 
     def __post_init__(self) -> None:
         E, k = check_int("n_experts", self.n_experts), check_int("experts_per_token", self.experts_per_token)
@@ -353,6 +386,8 @@ class Indexer:
     index_n_heads: int
     index_head_dim: int | None = None
     index_topk: int | None = None
+
+    __repr__ = changed_fields_repr
 
     def __post_init__(self) -> None:
         check_int("index_n_heads", self.index_n_heads)

@@ -181,9 +181,9 @@ def check_block_selection(fn: Callable) -> bool:
 def check_indexer_grad(fn: Callable) -> bool:
     """Exercise 18.3: ``fn(index_scores, attn_weights) -> grad``: ∂L/∂I of the distillation loss, by hand.
 
-    ``L`` is :func:`~attn_core.sparse_attention.indexer_loss` for one sequence: ``p`` = the weights summed over
+    ``L`` is :func:`~attn_core.indexer.indexer_loss` for one sequence: ``p`` = the weights summed over
     the heads and renormalised, ``L = mean over the T queries of KL(p_t ‖ softmax(I_t))``.
-    The answer is compared with autograd's gradient of ``attn_core.sparse_attention.indexer_loss``; entries
+    The answer is compared with autograd's gradient of ``attn_core.indexer.indexer_loss``; entries
     at ``-inf`` (future tokens) must be 0.
 
     Shapes:
@@ -215,4 +215,4 @@ def check_indexer_grad(fn: Callable) -> bool:
             return report(name, False, f"{where}: the loss is the mean over the {T} queries, not their sum")
         if not _close(name, got, want, where):
             return False
-    return report(name, True, "equals autograd's gradient of attn_core.sparse_attention.indexer_loss for 2 sizes")
+    return report(name, True, "equals autograd's gradient of attn_core.indexer.indexer_loss for 2 sizes")
