@@ -43,6 +43,7 @@ from .checks import (
 )
 
 __all__ = [
+    "check_router_rules",
     "ROUTER_SCORINGS",
     "RouterOutput",
     "TopKRouter",
@@ -74,6 +75,51 @@ class RouterOutput:
     probs: torch.Tensor
     experts: torch.Tensor
     weights: torch.Tensor
+
+
+def check_router_rules(
+    n_experts: int,
+    k: int,
+    scoring: str,
+    topk_first: bool,
+    normalize: bool,
+    n_groups: int,
+    topk_groups: int,
+    *,
+    names: dict[str, str] | None = None,
+) -> None:
+    """The rules that tie a router's options together, in one place for every caller.
+
+    :class:`TopKRouter` checks its own arguments with them, and the config's ``MoE`` part
+    its fields, before any router is built; ``names`` maps ``k``, ``scoring``,
+    ``topk_first``, ``normalize``, ``n_groups`` and ``topk_groups`` to the caller's names so
+    that a message names what the reader wrote.
+
+    Raises:
+        ValueError: ``topk_first`` with a non-softmax scoring or with ``normalize``;
+            ``n_experts`` not divisible by ``n_groups``; more kept groups than groups;
+            fewer than two experts per group; more experts asked than the kept groups hold.
+    """
+    n = {key: key for key in ("k", "scoring", "topk_first", "normalize", "n_groups", "topk_groups")}
+    n.update(names or {})
+    if topk_first and scoring != "softmax":
+        raise ValueError(f"{n['topk_first']}=True takes a softmax over the kept logits; got {n['scoring']}={scoring!r}")
+    if topk_first and normalize:
+        raise ValueError(f"{n['topk_first']}=True already sums the kept weights to 1; leave {n['normalize']}=False")
+    if n_experts % n_groups != 0:
+        raise ValueError(f"n_experts={n_experts} is not divisible by {n['n_groups']}={n_groups}")
+    if topk_groups > n_groups:
+        raise ValueError(f"{n['topk_groups']}={topk_groups} must be <= {n['n_groups']}={n_groups}")
+    if n_groups > 1 and n_experts // n_groups < 2:
+        raise ValueError(
+            f"a group is scored by its best two experts: n_experts={n_experts} / {n['n_groups']}={n_groups} "
+            "must be >= 2"
+        )
+    if k > topk_groups * (n_experts // n_groups):
+        raise ValueError(
+            f"{n['k']}={k} exceeds the experts in the {n['topk_groups']}={topk_groups} allowed groups "
+            f"({topk_groups} x {n_experts // n_groups})"
+        )
 
 
 class TopKRouter(nn.Module):
@@ -153,23 +199,7 @@ class TopKRouter(nn.Module):
         check_int("n_groups", n_groups)
         check_int("topk_groups", topk_groups)
         check_bool("bias", bias)
-        if topk_first and scoring != "softmax":
-            raise ValueError(f"topk_first=True takes a softmax over the kept logits; got scoring={scoring!r}")
-        if topk_first and normalize:
-            raise ValueError("topk_first=True already sums the kept weights to 1; leave normalize=False")
-        if n_experts % n_groups != 0:
-            raise ValueError(f"n_experts={n_experts} is not divisible by n_groups={n_groups}")
-        if topk_groups > n_groups:
-            raise ValueError(f"topk_groups={topk_groups} must be <= n_groups={n_groups}")
-        if n_groups > 1 and n_experts // n_groups < 2:
-            raise ValueError(
-                f"a group is scored by its best two experts: n_experts={n_experts} / n_groups={n_groups} must be >= 2"
-            )
-        if k > topk_groups * (n_experts // n_groups):
-            raise ValueError(
-                f"k={k} exceeds the experts in the topk_groups={topk_groups} allowed groups "
-                f"({topk_groups} x {n_experts // n_groups})"
-            )
+        check_router_rules(n_experts, k, scoring, topk_first, normalize, n_groups, topk_groups)
         self.d_model, self.n_experts, self.k = d_model, n_experts, k
         self.n_groups, self.topk_groups = n_groups, topk_groups
         self.proj = nn.Linear(d_model, n_experts, bias=bias)

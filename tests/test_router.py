@@ -102,3 +102,16 @@ def test_capacity_keep_bad_input():
     with pytest.raises(ValueError):
         capacity_keep(torch.tensor([0, 1]), 4, 1)  # (N,) not (N, k)
     assert not capacity_keep(torch.tensor([[0], [0]]), 2, 0).any()  # capacity 0 drops everything
+
+
+def test_check_router_rules_names_the_callers_fields():
+    from attn_core.router import check_router_rules
+
+    check_router_rules(8, 2, "softmax", False, False, 4, 2)  # a valid DeepSeek-style grouping passes
+    with pytest.raises(ValueError, match=r"^n_experts=6 is not divisible by n_groups=4$"):
+        check_router_rules(6, 2, "softmax", False, False, 4, 1)
+    names = {"k": "experts_per_token", "topk_groups": "router_topk_groups", "n_groups": "router_groups"}
+    with pytest.raises(ValueError, match=r"experts_per_token=5 exceeds the experts in the router_topk_groups=1"):
+        check_router_rules(8, 5, "softmax", False, False, 2, 1, names=names)
+    with pytest.raises(ValueError, match=r"router_groups=4 must be >= 2"):
+        check_router_rules(4, 1, "softmax", False, False, 4, 1, names=names)

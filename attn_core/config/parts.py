@@ -23,7 +23,7 @@ from ..masks import check_window
 from ..positional import check_temperature
 from ..rope import ROPE_LAYOUTS
 from ..rope_scaling import RopeScaling
-from ..router import ROUTER_SCORINGS
+from ..router import ROUTER_SCORINGS, check_router_rules
 
 __all__ = [
     "POSITIONAL_KINDS",
@@ -345,26 +345,9 @@ class MoE:
         check_choice("router_scoring", self.router_scoring, ROUTER_SCORINGS)
         check_number("router_scale", self.router_scale, low=0.0, low_open=True)
         G, g = check_int("router_groups", self.router_groups), check_int("router_topk_groups", self.router_topk_groups)
-        if self.router_topk_first and self.router_scoring != "softmax":
-            raise ValueError(
-                "router_topk_first=True takes a softmax over the kept logits; "
-                f"got router_scoring={self.router_scoring!r}"
-            )
-        if self.router_topk_first and self.router_normalize:
-            raise ValueError("router_topk_first=True already sums the kept weights to 1; leave router_normalize=False")
-        if E % G != 0:
-            raise ValueError(f"n_experts={E} is not divisible by router_groups={G}")
-        if g > G:
-            raise ValueError(f"router_topk_groups={g} must be <= router_groups={G}")
-        if G > 1 and E // G < 2:
-            raise ValueError(
-                f"a group is scored by its best two experts: n_experts={E} / router_groups={G} must be >= 2"
-            )
-        if k > g * (E // G):
-            raise ValueError(
-                f"experts_per_token={k} exceeds the experts in the router_topk_groups={g} allowed groups "
-                f"({g} x {E // G})"
-            )
+        names = {"k": "experts_per_token", "n_groups": "router_groups", "topk_groups": "router_topk_groups"}
+        names.update({key: f"router_{key}" for key in ("scoring", "topk_first", "normalize")})
+        check_router_rules(E, k, self.router_scoring, self.router_topk_first, self.router_normalize, G, g, names=names)
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer ``i``'s MLP is a mixture of experts (past ``first_dense_layers``, per ``moe_layer_step``)."""
