@@ -9,27 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_linear_attention import D_K, D_V, TOL, B, H, _delta_inputs  # the same shapes and inputs
 
 from attn_core import delta_rule as dr
-from attn_core import linear_attention as la
 from conftest import F64, randn
-
-B, H, D_K, D_V = 2, 3, 5, 4
-TOL = {"rtol": 0, "atol": 1e-10}
-
-
-def _qkv(T: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries and keys ``(B, H, T, D_K)``, values ``(B, H, T, D_V)``, float64."""
-    return randn(B, H, T, D_K, seed=seed), randn(B, H, T, D_K, seed=seed + 1), randn(B, H, T, D_V, seed=seed + 2)
-
-
-def _delta_inputs(T: int, seed: int = 0, gated: bool = True):
-    """L2-normalised q, k (the stable regime), values, β ∈ (0, 1) and log-decays g ∈ (-1, 0) (or None)."""
-    q, k, v = _qkv(T, seed)
-    gen = torch.Generator().manual_seed(seed + 3)
-    beta = torch.rand(B, H, T, generator=gen, dtype=F64)
-    g = -torch.rand(B, H, T, generator=gen, dtype=F64) if gated else None
-    return la.l2_normalize(q), la.l2_normalize(k), v, beta, g
 
 
 @pytest.mark.parametrize("gated", [False, True])
