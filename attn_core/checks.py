@@ -321,25 +321,43 @@ def _preview(t: torch.Tensor, n: int = 8) -> str:
 
 
 def _fits(actual: tuple[int, ...], pattern: tuple) -> bool:
-    rest = pattern[1:] if pattern[:1] == ("...",) else pattern
-    if len(actual) < len(rest) or (rest is pattern and len(actual) != len(pattern)):
+    # A plain loop, no generator: every layer checks its inputs on every call, decoding
+    # steps included, where the checks' Python calls are a measurable part of a step.
+    n_pattern, n_actual = len(pattern), len(actual)
+    first = 1 if n_pattern and pattern[0] == "..." else 0  # "..." matches any leading axes
+    n_axes = n_pattern - first
+    if n_actual < n_axes or (not first and n_actual != n_axes):
         return False
-    tail = actual[len(actual) - len(rest) :]
-    return all(isinstance(axis, str) or size == axis[1] for size, axis in zip(tail, rest))
+    offset = n_actual - n_pattern  # pattern[j] describes actual[offset + j]
+    for j in range(first, n_pattern):
+        axis = pattern[j]
+        if not isinstance(axis, str) and actual[offset + j] != axis[1]:
+            return False
+    return True
 
 
 def first_weight(module: torch.nn.Module) -> torch.Tensor | None:
     """The module's first floating-point parameter (or buffer): the dtype and device its inputs must have.
 
     What :func:`check_like` compares an input with when a module has no single obvious
-    weight (a block, a mixture of experts). ``None`` for a module without any.
+    weight (a block, a mixture of experts). ``None`` for a module without any. The order
+    is that of ``module.parameters()`` (then ``module.buffers()``), searched depth first
+    without building their generators: a block asks on every call.
     """
-    for t in module.parameters():
-        if t.is_floating_point():
+    found = _first_floating(module, "_parameters")
+    return found if found is not None else _first_floating(module, "_buffers")
+
+
+def _first_floating(module: torch.nn.Module, kind: str) -> torch.Tensor | None:
+    # The module's own tensors first, then each child's, as named_modules() visits them.
+    for t in getattr(module, kind).values():
+        if t is not None and t.is_floating_point():
             return t
-    for t in module.buffers():
-        if t.is_floating_point():
-            return t
+    for child in module._modules.values():
+        if child is not None:
+            found = _first_floating(child, kind)
+            if found is not None:
+                return found
     return None
 
 

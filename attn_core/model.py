@@ -165,6 +165,9 @@ class DecoderLM(nn.Module):
                 f"static caches need standard blocks: block={self.config.block!r} averages over every key "
                 f"slot (its causal uniform term), the empty ones included"
             )
+        for module in self.modules():  # every step must see rotary tables of the same shape
+            if isinstance(module, RotaryEmbedding):
+                module.reserve(max_len, device=p.device)
         return make_static_caches(caches, max_len, dtype=p.dtype, device=p.device)
 
     def _check_token_ids(self, idx: torch.Tensor) -> None:

@@ -102,9 +102,10 @@ class LayerNorm(nn.Module):
         centred = xw - mean  # (..., d)
         var = (centred * centred).mean(dim=-1, keepdim=True)  # (..., 1), biased variance
         y = centred * torch.rsqrt(var + self.eps)  # (..., d)
-        y = y * self.weight.to(y.dtype)
+        # A half-precision gain times the float32 y is float32: the product casts it, exactly.
+        y = y * self.weight
         if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
+            y = y + self.bias
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -147,7 +148,7 @@ class RMSNorm(nn.Module):
         xw = x.to(_work_dtype(x.dtype))  # statistics in float32 for half inputs
         mean_square = (xw * xw).mean(dim=-1, keepdim=True)  # (..., 1)
         y = xw * torch.rsqrt(mean_square + self.eps)  # (..., d)
-        return (y * self.weight.to(y.dtype)).to(x.dtype)
+        return (y * self.weight).to(x.dtype)  # a half gain times float32 y: float32, cast exactly
 
     def extra_repr(self) -> str:
         return f"d={self.d}, eps={self.eps:g}"

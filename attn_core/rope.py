@@ -172,6 +172,11 @@ class RotaryEmbedding(nn.Module):
         # and throw away the precision the angles need. They follow the input's device.
         self._cos: torch.Tensor | None = None  # (L, R/2), float64
         self._sin: torch.Tensor | None = None  # (L, R/2), float64
+        # The same tables cast once to the dtype the rotation runs in (float32 for half
+        # inputs), with the float64 table they came from: a decoding step rotates queries
+        # and keys in every layer, and casting the tables anew each time costs two kernel
+        # launches per call, more than the rotation itself at batch 1.
+        self._work: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def inv_freq(self) -> torch.Tensor:
@@ -231,13 +236,66 @@ class RotaryEmbedding(nn.Module):
         check_int("T", T)
         offset = check_int("offset", offset, minimum=0)
         device = torch.device("cpu") if device is None else torch.device(device)
-        if self.scaling is not None:
-            length = self.scaling.frequency_length(offset + T, self._freq_length)
-            if length != self._freq_length:
-                self._freq_length, self._cos, self._sin = length, None, None  # other speeds: rebuild
-        if self._cos is None or self.cached_len < offset + T or self._cos.device != device:
-            self._extend(max(offset + T, self.cached_len), device)
+        self._cover(offset + T, device)
         return self._cos[offset : offset + T], self._sin[offset : offset + T]
+
+    def reserve(self, length: int, *, device: torch.device | str | None = None) -> None:
+        """Compute the cosines and sines of positions ``0 .. length - 1`` now, not as calls reach them.
+
+        The tables otherwise grow (doubling) when a call asks for a later position. A
+        compiled decoding step sees the tables as inputs of fixed shape, so a growth between
+        two steps compiles the step again: static caches reserve their length up front
+        (:meth:`attn_core.DecoderLM.make_caches`). Dynamic NTK and LongRoPE still rebuild
+        the tables when a call's length changes their speeds.
+        """
+        check_int("length", length)
+        device = torch.device("cpu") if device is None else torch.device(device)
+        self._cover(1, device)  # the speeds (and device) a first call would have
+        if self.cached_len < length:
+            self._extend(length, device)
+
+    def _cover(self, length: int, device: torch.device) -> None:
+        """Make the float64 tables hold positions ``0 .. length - 1`` on ``device``, with speeds that fit ``length``."""
+        if self.scaling is not None:
+            freq_length = self.scaling.frequency_length(length, self._freq_length)
+            if freq_length != self._freq_length:
+                self._freq_length, self._cos, self._sin = freq_length, None, None  # other speeds: rebuild
+        if self._cos is None or self.cached_len < length or self._cos.device != device:
+            self._extend(max(length, self.cached_len), device)
+
+    def _work_tables(
+        self, T: int, offset: int, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`cos_sin` laid out as the pairs are (each angle twice) and cast to ``dtype``, once per table.
+
+        A decoding step rotates the queries and keys of every layer: casting and laying out
+        the tables anew at each call would cost more kernel launches than the rotation.
+
+        Shapes:
+            output: two tensors ``(T, R)`` of ``dtype``
+        """
+        offset = check_int("offset", offset, minimum=0)
+        self._cover(offset + T, device)  # grows or rebuilds the float64 tables if needed
+        if self._work is None or self._work[0] is not self._cos or self._work[1].dtype != dtype:
+            if self.layout == "half":  # (L, R/2) -> (L, R): [angles, angles]
+                cos, sin = torch.cat((self._cos, self._cos), -1), torch.cat((self._sin, self._sin), -1)
+            else:  # (L, R/2) -> (L, R): each angle next to itself
+                cos, sin = self._cos.repeat_interleave(2, -1), self._sin.repeat_interleave(2, -1)
+            self._work = (self._cos, cos.to(dtype), sin.to(dtype))
+        _, cos, sin = self._work
+        return cos[offset : offset + T], sin[offset : offset + T]
+
+    def _quarter_turn(self, x: torch.Tensor) -> torch.Tensor:
+        """Every pair ``(x1, x2)`` turned by 90°: ``(-x2, x1)`` (``rotate_half`` for the half layout).
+
+        Shapes:
+            x: ``(..., R)``; output: ``(..., R)``
+        """
+        R = x.shape[-1]
+        if self.layout == "half":
+            return torch.cat((-x[..., R // 2 :], x[..., : R // 2]), dim=-1)
+        pairs = x.unflatten(-1, (R // 2, 2))  # (..., R) -> (..., R/2, 2)
+        return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # (..., R/2, 2) -> (..., R)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate ``x``, whose positions are ``offset .. offset + T - 1``.
@@ -259,27 +317,18 @@ class RotaryEmbedding(nn.Module):
         if T == 0:
             return x
         R = self.rotary_dim
-        cos, sin = self.cos_sin(T, offset, device=x.device)  # (T, R/2) each
         # Rotate in at least float32 (float64 inputs stay float64): in float16 the
         # products of large positions' angles would lose most of their digits.
         work = torch.promote_types(x.dtype, torch.float32)
-        cos, sin, xw = cos.to(work), sin.to(work), x.to(work)
-        rot = xw[..., :R] if R < self.head_dim else xw  # (..., T, R)
-        if self.layout == "half":
-            x1, x2 = rot[..., : R // 2], rot[..., R // 2 :]  # (..., T, R/2) each
-        else:
-            pairs = rot.unflatten(-1, (R // 2, 2))  # (..., T, R) -> (..., T, R/2, 2)
-            x1, x2 = pairs[..., 0], pairs[..., 1]  # (..., T, R/2) each
-        # The 2-D rotation of every pair (x1, x2) by its angle.
-        y1 = x1 * cos - x2 * sin
-        y2 = x1 * sin + x2 * cos
-        if self.layout == "half":
-            y = torch.cat((y1, y2), dim=-1)  # (..., T, R)
-        else:
-            y = torch.stack((y1, y2), dim=-1).flatten(-2)  # (..., T, R/2, 2) -> (..., T, R)
+        cos, sin = self._work_tables(T, offset, work, x.device)  # (T, R) each, every angle twice
+        rot = x[..., :R] if R < self.head_dim else x  # (..., T, R)
+        # The 2-D rotation of every pair (x1, x2) by its angle, (x1 cos - x2 sin, x1 sin + x2 cos),
+        # is rot·cos + (-x2, x1)·sin. A half-precision x times the float32 tables is float32:
+        # the products cast it, exactly, without a cast of their own.
+        y = rot * cos + self._quarter_turn(rot) * sin  # (..., T, R)
         if R < self.head_dim:
-            # The unrotated tail, unchanged (the casts to and from ``work`` are exact).
-            y = torch.cat((y, xw[..., R:]), dim=-1)  # (..., T, R) + (..., T, D - R) -> (..., T, D)
+            # The unrotated tail, unchanged.
+            return torch.cat((y.to(x.dtype), x[..., R:]), dim=-1)  # (..., T, R) + (..., T, D - R) -> (..., T, D)
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:

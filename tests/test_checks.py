@@ -79,3 +79,66 @@ def test_check_tensor_shapes_and_dtypes():
         check_tensor("x", torch.zeros(2, dtype=torch.long), floating=True)
     with pytest.raises(TypeError, match="idx must be an integer tensor, got dtype=torch.bool"):
         check_tensor("idx", torch.zeros(2, dtype=torch.bool), integer=True)
+
+
+def _fits_reference(shape: tuple, pattern: tuple) -> bool:
+    """What a shape pattern means, written the slow, obvious way."""
+    if pattern[:1] == ("...",):
+        rest = pattern[1:]
+        if len(shape) < len(rest):
+            return False
+        shape = shape[len(shape) - len(rest) :]
+    else:
+        rest = pattern
+    if len(shape) != len(rest):
+        return False
+    return all(isinstance(axis, str) or size == axis[1] for size, axis in zip(shape, rest))
+
+
+def test_check_tensor_shape_patterns_agree_with_their_meaning():
+    patterns = [
+        (),
+        ("T",),
+        ("B", "T"),
+        ("B", "T", ("d", 4)),
+        (("d", 4),),
+        ("...",),
+        ("...", ("d", 4)),
+        ("...", "T", "D"),
+        ("...", ("T", 3), ("D", 4)),
+    ]
+    shapes = [(), (4,), (3,), (3, 4), (2, 3, 4), (2, 3, 5), (1, 2, 3, 4), (4, 4), (0, 4)]
+    for pattern in patterns:
+        for shape in shapes:
+            fits = _fits_reference(shape, pattern)
+            if fits:
+                assert check_tensor("x", torch.zeros(shape), pattern).shape == shape
+            else:
+                with pytest.raises(ValueError, match=r"x must have shape"):
+                    check_tensor("x", torch.zeros(shape), pattern)
+
+
+def test_first_weight_is_the_first_of_parameters_then_buffers():
+    from attn_core import DecoderConfig, DecoderLM
+    from attn_core.checks import first_weight
+
+    class BuffersOnly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("steps", torch.zeros(2, dtype=torch.long))
+            self.inner = nn.Module()
+            self.inner.register_buffer("table", torch.zeros(3))
+
+    class IntParameterFirst(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.count = nn.Parameter(torch.zeros(1, dtype=torch.long), requires_grad=False)
+            self.empty = None
+            self.lin = nn.Linear(2, 2)
+
+    model = DecoderLM(DecoderConfig.llama_like(vocab_size=16, n_layers=2, d_model=16, n_heads=2))
+    cases = [model, model.blocks[1], model.blocks[1].mlp, IntParameterFirst(), BuffersOnly(), nn.ReLU()]
+    for module in cases:
+        floating = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
+        expected = floating[0] if floating else None
+        assert first_weight(module) is expected, type(module).__name__

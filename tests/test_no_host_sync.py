@@ -77,3 +77,27 @@ def test_cuda_decoding_step_never_synchronises():
             model(token, caches=caches)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "sliding_window"])
+def test_compiled_static_decoding_is_traced_at_most_twice(name):
+    """A compiled step with static caches is traced for the first position, then once with the
+    position symbolic, and never again: the static caches reserve the rotary tables for all their
+    slots, which would otherwise double (16 -> 32 -> 64 positions here) and be traced anew each time."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    config = NO_BREAK[name]
+    model = DecoderLM(config).eval()
+    caches = model.make_caches(1, 40, static=True)
+    token = torch.randint(0, config.vocab_size, (1, 1))
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(model, backend="eager")  # dynamo's tracing and guards, without a C++ build
+    with torch.no_grad():
+        model(torch.randint(0, config.vocab_size, (1, 5)), caches=caches)  # prefill, eager
+        for _ in range(34):  # positions 5..38
+            step(token, caches=caches)
+    traced = counters["stats"]["unique_graphs"]
+    print(f"{name}: {traced} traced graphs for 34 steps (bound: 2)")
+    assert traced <= 2

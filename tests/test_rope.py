@@ -114,6 +114,42 @@ def test_rope_cache_extends_past_cached_length():
     assert torch.equal(RotaryEmbedding(8, layout="interleaved")(x, offset=5000), y)
 
 
+@pytest.mark.parametrize("scaling", [None, "dynamic"])
+def test_rope_reserve_computes_the_tables_ahead_without_changing_a_value(scaling):
+    from attn_core.rope_scaling import DynamicNTKScaling
+
+    def make():
+        s = DynamicNTKScaling(factor=2.0, max_position=16) if scaling else None
+        return RotaryEmbedding(8, scaling=s)
+
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, 4, 8)
+    reserved, grown = make(), make()
+    reserved.reserve(100)
+    assert reserved.cached_len >= 100
+    for offset in (0, 13, 60, 96):  # a dynamic scaling rebuilds its tables past 16 positions, reserved or not
+        assert torch.equal(reserved(x, offset=offset), grown(x, offset=offset))
+        assert torch.equal(reserved(x.double(), offset=offset), grown(x.double(), offset=offset))
+    with pytest.raises(ValueError, match="length must be >= 1, got length=0"):
+        reserved.reserve(0)
+    with pytest.raises(TypeError, match="length must be an int"):
+        reserved.reserve(10.0)
+
+
+def test_rope_work_tables_follow_the_dtype_and_a_rebuild():
+    """The tables cast for the rotation are redone when the input's dtype changes or the float64 tables grow."""
+    torch.manual_seed(6)
+    rope = RotaryEmbedding(8, layout="interleaved")
+    x = torch.randn(1, 2, 5, 8)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float32):
+        for offset in (0, 40, 3):  # 40 grows the tables past the 16 first cached
+            y = rope(x.to(dtype), offset=offset)
+            expected = reference_rope_interleaved(x.double(), torch.arange(offset, offset + 5))
+            tol = 1e-2 if dtype == torch.bfloat16 else 1e-6
+            assert y.dtype == dtype
+            torch.testing.assert_close(y.double(), expected, atol=tol, rtol=tol)
+
+
 def test_rope_half_precision_matches_float32():
     torch.manual_seed(4)
     rope = RotaryEmbedding(64)
