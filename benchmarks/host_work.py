@@ -6,8 +6,8 @@ the host spends issuing the kernels (Python, the dispatcher, the launches), whic
 while computing the same thing. That work does not depend on the device, so the CPU can
 count it exactly, with no timing noise:
 
-* **kernel launches**: the ATen operators a step dispatches, less those that only make a
-  view or read metadata (``view``, ``transpose``, ``slice``, ...), which launch nothing;
+* **kernel launches**: the ATen operators a step dispatches that compute a tensor
+  (:func:`attn_core.measure.launched_ops`: views such as ``transpose`` launch nothing);
 * **Python calls**: every function call ``cProfile`` sees during the step (Python
   functions and builtins), a proxy for the interpreter's share.
 
@@ -23,43 +23,21 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-# ATen operators that make a view or read metadata: no kernel runs.
-NO_KERNEL = frozenset(
-    {
-        "view", "_unsafe_view", "t", "transpose", "slice", "select", "narrow", "detach", "alias",
-        "unsqueeze", "squeeze", "expand", "permute", "as_strided", "split", "unbind",
-        "_reshape_alias", "lift_fresh", "promote_types", "_local_scalar_dense",
-    }
-)  # fmt: skip
-
-
-class _CountLaunches(TorchDispatchMode):
-    """Counts the operators that reach the kernels, by name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: dict[str, int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.__name__.split(".")[0]
-        if name not in NO_KERNEL:
-            self.ops[name] = self.ops.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
+from attn_core.measure import launched_ops
 
 
 def count_step(step) -> dict:
     """Kernel launches (total and by operator) and Python calls of one call of ``step()``."""
-    with _CountLaunches() as counter:
-        step()
+    ops = Counter(launched_ops(step))
     profile = cProfile.Profile()
     profile.enable()
     step()
     profile.disable()
-    return dict(launches=sum(counter.ops.values()), by_op=counter.ops, python_calls=pstats.Stats(profile).total_calls)
+    return dict(launches=sum(ops.values()), by_op=dict(ops), python_calls=pstats.Stats(profile).total_calls)
 
 
 def _models(dtype: torch.dtype, n_layers: int = 4):

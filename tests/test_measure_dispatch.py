@@ -11,6 +11,7 @@ from attn_core.measure import (
     Traffic,
     aten_ops,
     attention_score_bytes,
+    launched_ops,
     memory_traffic,
     peak_tensor_memory,
     saved_tensor_bytes,
@@ -57,6 +58,22 @@ def test_aten_ops_names_the_kernels():
     assert any("scaled_dot_product" in op for op in aten_ops(attention, q, q, q))
     with pytest.raises(TypeError, match="fn must be callable"):
         aten_ops(None)
+
+
+def test_launched_ops_leave_out_views_and_scalar_reads():
+    x = torch.randn(4, 6)
+
+    def fn():
+        y = x.t().unsqueeze(0)[..., :2]  # three views: no kernel
+        z = (y * 2).sum()  # two kernels
+        z.item()  # a read, returns no tensor
+        # Two kernels: a linear layer on a (1, 8, 6) input runs view, mm, _unsafe_view.
+        return torch.nn.functional.linear(torch.cat((x, x))[None], x)
+
+    assert aten_ops(fn)[:3] == ["t", "unsqueeze", "slice"]
+    assert launched_ops(fn) == ["mul", "sum", "cat", "mm"]
+    with pytest.raises(TypeError, match="fn must be callable"):
+        launched_ops("mul")
 
 
 def test_memory_traffic_counts_inputs_and_outputs_of_each_operator():

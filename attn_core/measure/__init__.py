@@ -5,7 +5,7 @@ part of a model.
 
 * :mod:`~attn_core.measure.timing`: interleaved rounds, medians and paired ratios that
   hold up on a shared, noisy machine.
-* :mod:`~attn_core.measure.dispatch`: :func:`peak_tensor_memory`, :func:`aten_ops`,
+* :mod:`~attn_core.measure.dispatch`: :func:`peak_tensor_memory`, :func:`aten_ops`, :func:`launched_ops`,
   :func:`memory_traffic` and :func:`saved_tensor_bytes`, which watch what PyTorch runs
   inside a function.
 * :mod:`~attn_core.measure.formulas`: :func:`attention_score_bytes`,
@@ -14,7 +14,7 @@ part of a model.
   subjects of the speed comparison of attention implementations.
 """
 
-from .dispatch import Traffic, aten_ops, memory_traffic, peak_tensor_memory, saved_tensor_bytes
+from .dispatch import Traffic, aten_ops, launched_ops, memory_traffic, peak_tensor_memory, saved_tensor_bytes
 from .formulas import attention_hbm_bytes, attention_layer_flops, attention_score_bytes
 from .implementations import attention_implementations
 from .timing import (
@@ -41,6 +41,7 @@ __all__ = [
     "sync",
     "peak_tensor_memory",
     "aten_ops",
+    "launched_ops",
     "Traffic",
     "memory_traffic",
     "saved_tensor_bytes",

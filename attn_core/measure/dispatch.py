@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..checks import check_callable
 
-__all__ = ["peak_tensor_memory", "aten_ops", "Traffic", "memory_traffic", "saved_tensor_bytes"]
+__all__ = ["peak_tensor_memory", "aten_ops", "launched_ops", "Traffic", "memory_traffic", "saved_tensor_bytes"]
 
 
 class _LiveTensorBytes(TorchDispatchMode):
@@ -104,15 +104,23 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int
 
 
 class _OpRecorder(TorchDispatchMode):
-    """Records the name of every ATen operator that runs."""
+    """Records the name of every ATen operator that runs (with ``computing_only``, of those that compute)."""
 
-    def __init__(self) -> None:
+    def __init__(self, computing_only: bool = False) -> None:
         super().__init__()
         self.names: list[str] = []
+        self.computing_only = computing_only
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        # A view (transpose, slice, ...) only writes new metadata, and an operator whose result
+        # is no tensor (promote_types, or reading one value with .item()) computes no tensor.
+        # _unsafe_view (a matmul's reshape) is a view whose schema does not say so.
+        view = func.is_view or func.overloadpacket is torch.ops.aten._unsafe_view
+        computes = not view and any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0])
+        if computes or not self.computing_only:
+            self.names.append(func.overloadpacket.__name__)
+        return out
 
 
 def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
@@ -127,6 +135,24 @@ def aten_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
     """
     check_callable("fn", fn)
     with _OpRecorder() as recorder:
+        fn(*args, **kwargs)
+    return recorder.names
+
+
+def launched_ops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
+    """The ATen operators of ``fn(*args, **kwargs)`` that compute a tensor, in order: on a GPU, a kernel launch each.
+
+    :func:`aten_ops` without the views (``view``, ``transpose``, ``slice``...: new metadata
+    over the same memory, no kernel) and without the operators that return no tensor
+    (``promote_types``; ``_local_scalar_dense``, the read behind ``.item()``). When a step
+    does little arithmetic per operator (decoding one token at batch 1), its time on a GPU
+    is mostly the host issuing these launches, so their number measures it on any device.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    check_callable("fn", fn)
+    with _OpRecorder(computing_only=True) as recorder:
         fn(*args, **kwargs)
     return recorder.names
 
