@@ -21,6 +21,7 @@ shape legend:
     static_cache      static-shape caches for compiled decoding
     padding           left-padded batches: positions from the attention mask
     norms, mlp        LayerNorm, RMSNorm; FeedForward, SwiGLU
+    dropout           Dropout that costs nothing when it drops nothing (eval mode)
     blocks            TransformerBlock, SandwichBlock, ParallelBlock, make_block
     simplified        shaped attention and the simplified blocks (He & Hofmann, 2023)
     config            DecoderConfig and its parts (Positions, LayerPattern, LinearLayers, MoE, Indexer)

@@ -21,6 +21,7 @@ from torch import nn
 from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_choice, check_instance, check_int, check_number, check_tensor, first_weight
 from .core import split_result
+from .dropout import Dropout
 from .mlp import MLP_KINDS, make_mlp
 from .multihead import MultiHeadAttention
 from .norms import NORM_KINDS, NORM_POSITIONS, make_norm
@@ -205,7 +206,7 @@ class TransformerBlock(nn.Module):
             self.mlp_post_norm = make_norm(norm, d_model, norm_eps)
         # A plain Dropout unless the branches are scaled (then the modules print as they always did).
         scaled = residual_scale != 1.0
-        self.resid_dropout = ScaledDropout(self.dropout_p, residual_scale) if scaled else nn.Dropout(self.dropout_p)
+        self.resid_dropout = ScaledDropout(self.dropout_p, residual_scale) if scaled else Dropout(self.dropout_p)
 
     def make_cache(
         self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None

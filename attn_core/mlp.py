@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import check_choice, check_int, check_number, check_tensor
+from .dropout import Dropout
 
 __all__ = [
     "FeedForward",
@@ -84,7 +85,7 @@ class FeedForward(nn.Module):
         self.d_model, self.d_ff = d_model, d_ff
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
+        self.dropout = Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""
@@ -150,7 +151,7 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
+        self.dropout = Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Shapes: x ``(..., d_model)`` -> ``(..., d_model)``."""

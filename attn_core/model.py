@@ -22,6 +22,7 @@ from torch import nn
 from .cache import KVCache, LatentKVCache
 from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
+from .dropout import Dropout
 from .gated_deltanet import GatedDeltaNetCache
 from .layers import make_layer
 from .norms import make_norm
@@ -112,7 +113,7 @@ class DecoderLM(nn.Module):
             self.sliding_rope = RotaryEmbedding(
                 c.resolved_head_dim, base=p.sliding_rope_base, layout=p.rope_layout, **partial
             )
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
         # Post-norm blocks feed the raw stream to their first attention: normalise the
         # embeddings first (as BERT does), or the first layer attends with vectors of
         # scale 0.02 (the initialisation) and barely learns. Pre-norm blocks normalise

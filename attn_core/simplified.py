@@ -38,6 +38,7 @@ from .checks import (
     first_weight,
 )
 from .core import attend, split_result
+from .dropout import Dropout
 from .masks import causal_mask
 from .mlp import MLP_KINDS, make_mlp
 from .norms import NORM_KINDS, make_norm
@@ -292,7 +293,7 @@ class SimplifiedBlock(nn.Module):
         self.mlp_norm = None if self.parallel else make_norm(norm, d_model)
         self.mlp = make_mlp(mlp, d_model, d_ff, bias=bias)
         self.beta_ff = nn.Parameter(torch.tensor(float(beta_ff)))
-        self.mlp_dropout = nn.Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
+        self.mlp_dropout = Dropout(check_number("dropout", dropout, low=0.0, high=1.0, high_open=True))
 
     def make_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None) -> KVCache:
         """An empty cache for this block's shaped attention."""
