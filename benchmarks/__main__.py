@@ -102,7 +102,7 @@ def _tables(result: dict) -> str:
                 ],
             )
         )
-    dec = [r for r in result["rows"] if r["suite"] == "decoding" and r.get("part") != "cache"]
+    dec = [r for r in result["rows"] if r["suite"] == "decoding" and r.get("part") not in ("cache", "host")]
     if dec:
         out.append(f"\nGreedy decoding, {dec[0]['parameters']:,}-parameter LLaMA-like model, prompt {dec[0]['prompt']}")
         out.append(
@@ -115,6 +115,21 @@ def _tables(result: dict) -> str:
                     ("median_s", "median s", ".3f"),
                     ("tokens_per_s", "tokens/s", ".1f"),
                     ("speedup", "speed-up", ".2f"),
+                ],
+            )
+        )
+    host = [r for r in result["rows"] if r.get("part") == "host"]
+    if host:
+        out.append("\nThe host's work in one cached decoding step, 4-layer LLaMA, ours vs Hugging Face (counts)")
+        out.append(
+            format_table(
+                host,
+                [
+                    ("dtype", "dtype", ""),
+                    ("ours_launches", "launches", "d"),
+                    ("hf_launches", "HF", "d"),
+                    ("ours_python_calls", "Python calls", "d"),
+                    ("hf_python_calls", "HF", "d"),
                 ],
             )
         )

@@ -158,4 +158,47 @@ def run(device: str, *, quick: bool, log=print) -> dict:
                 ratio_to_baseline=b / per_token["MHA"],
             )
         )
+    if device == "cpu":
+        host = host_rows()
+        rows, targets = rows + host, targets + host_targets(host)
     return {"rows": rows, "targets": targets}
+
+
+def host_rows() -> list[dict]:
+    """The host's work in one cached step, ours vs Hugging Face's LLaMA (:mod:`benchmarks.host_work`).
+
+    Empty without ``transformers``.
+    """
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return []
+    from .host_work import run as host_work
+
+    return [
+        dict(
+            r,
+            suite="decoding",
+            part="host",
+            device="cpu",
+            name=f"one cached step, {r['dtype']}",
+            baseline="Hugging Face",
+            ratio_to_baseline=r["ours_launches"] / r["hf_launches"],  # kernel launches
+        )
+        for r in host_work()
+    ]
+
+
+def host_targets(rows: list[dict]) -> list[dict]:
+    """One target per dtype: no more kernel launches per decoding step than Hugging Face's."""
+    return [
+        dict(
+            name=f"kernel launches per decoding step vs Hugging Face's LLaMA, {r['dtype']} (ratio)",
+            value=r["ours_launches"] / r["hf_launches"],
+            threshold=1.0,
+            comparison="<=",
+            passed=r["ours_launches"] <= r["hf_launches"],
+        )
+        for r in rows
+        if r.get("part") == "host"
+    ]
