@@ -5,9 +5,9 @@ part of a model.
 
 * :mod:`~attn_core.measure.timing`: interleaved rounds, medians and paired ratios that
   hold up on a shared, noisy machine.
-* :mod:`~attn_core.measure.dispatch`: :func:`peak_tensor_memory`, :func:`aten_ops`, :func:`launched_ops`,
-  :func:`memory_traffic` and :func:`saved_tensor_bytes`, which watch what PyTorch runs
-  inside a function.
+* :mod:`~attn_core.measure.dispatch`: :func:`peak_tensor_memory`, :func:`aten_ops`,
+  :func:`launched_ops`, :func:`memory_traffic` and :func:`saved_tensor_bytes`, which watch
+  what PyTorch runs inside a function.
 * :mod:`~attn_core.measure.formulas`: :func:`attention_score_bytes`,
   :func:`attention_layer_flops` and :func:`attention_hbm_bytes`, by formula.
 * :mod:`~attn_core.measure.implementations`: :func:`attention_implementations`, the
