@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from .checks import check_bool, check_mask, check_number, check_tensor
 from .flex import flex_or_none, sink_correction, use_flex
+from .kernel_switch import FLASH, flash_key, use_flash
 from .masks import causal_mask, check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
@@ -171,13 +172,14 @@ def attention(
             the explicit path. ``None``: no cap.
         window: Sliding window (needs ``is_causal``): each query sees itself and the
             ``window - 1`` keys before it (Mistral, Gemma, gpt-oss). SDPA gets it as a
-            mask; on CUDA, FlexAttention with a block mask that skips the blocks outside
-            the window (:mod:`attn_core.flex`).
+            mask; on CUDA, the Triton FlashAttention kernel or FlexAttention, which skip the
+            blocks outside the window (:mod:`attn_core.kernel_switch`).
         sinks: One learned logit per query head that joins every softmax denominator
             and takes its share of the mass without a value (gpt-oss's attention sinks):
             ``w_j = exp(s_j) / (exp(sink_h) + Σ_k exp(s_k))``, so the weights sum to less
             than 1. SDPA has no such term: sinks take the explicit path, or on CUDA
-            FlexAttention's output renormalised with its log-sum-exp (:mod:`attn_core.flex`).
+            the Triton FlashAttention kernel, or FlexAttention's output renormalised with its
+            log-sum-exp (:mod:`attn_core.kernel_switch`).
 
     Returns:
         The output, or ``(output, weights)`` if ``return_weights``. The weights are the
@@ -224,20 +226,10 @@ def attention(
         # there is no mask to build, combine and apply in every layer at every step
         # (unless a window hides the oldest keys).
         is_causal, window = False, None
-    if (
-        (sinks is not None or window is not None)
-        and softcap is None
-        and not return_weights
-        and mask is None
-        and dropout_p == 0.0
-        and use_flex(q, k, v)
-    ):
-        # FlexAttention skips the blocks outside the window, and its log-sum-exp adds the
-        # sinks' mass (attn_core.flex): a fused kernel instead of the explicit path.
-        fused = flex_or_none(q, k, v, scale=scale, is_causal=is_causal, window=window, return_lse=sinks is not None)
+    if (sinks is not None or window is not None) and softcap is None and not return_weights and mask is None:
+        fused = _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks)
         if fused is not None:
-            out, lse = fused
-            return out if sinks is None else sink_correction(out, lse, sinks)
+            return fused
     if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
         out, weights = _explicit(
             q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks
@@ -246,6 +238,32 @@ def attention(
     if return_weights:
         return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
     return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=window)
+
+
+def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
+    """A window or sinks on a fused kernel, or None if none takes them.
+
+    The Triton FlashAttention kernel first (it skips the key blocks outside the window
+    and starts its online softmax at the sink), then FlexAttention (a window block mask;
+    sinks from its log-sum-exp). Neither drops weights: dropout keeps the explicit path.
+    Which kernels may run: :mod:`attn_core.kernel_switch`.
+    """
+    if dropout_p != 0.0:
+        return None
+    options = dict(is_causal=is_causal, scale=scale, window=window)
+    if use_flash(q, k, v, is_causal=is_causal, window=window, sinks=sinks):
+        from .flash import flash_attention  # imports Triton: only once the kernel may run
+
+        key = flash_key(q, k, is_causal, window, sinks)
+        out = FLASH.attempt(key, lambda: flash_attention(q, k, v, sinks=sinks, **options))
+        if out is not None:
+            return out
+    if use_flex(q, k, v):
+        fused = flex_or_none(q, k, v, return_lse=sinks is not None, **options)
+        if fused is not None:
+            out, lse = fused
+            return out if sinks is None else sink_correction(out, lse, sinks)
+    return None
 
 
 def split_result(

@@ -15,9 +15,10 @@ gives them for free, since the weights with a sink are those without, times
 
 :func:`attn_core.core.attention` takes this path on CUDA (compiled FlexAttention) when a
 window or sinks meet no other option the kernel lacks (weights, soft-capping, dropout, an
-explicit mask); elsewhere, and on the CPU by default, it keeps the explicit path.
-:func:`set_flex_mode` forces either (the tests compare the two in float64 on the CPU,
-where FlexAttention runs unfused).
+explicit mask) and the Triton FlashAttention kernel did not take them first
+(:mod:`attn_core.kernel_switch`); elsewhere, and on the CPU by default, it keeps the
+explicit path. :func:`set_flex_mode` forces either (the tests compare the two in float64
+on the CPU, where FlexAttention runs unfused).
 
 Shape legend:
     B, H, H_kv  batch, query heads, key/value heads (``H_kv`` divides ``H``)
@@ -31,7 +32,7 @@ import warnings
 
 import torch
 
-from .checks import check_choice
+from .kernel_switch import KERNEL_MODES, KernelSwitch
 
 __all__ = [
     "FLEX_MODES",
@@ -42,6 +43,7 @@ __all__ = [
     "sink_correction",
     "flex_attention",
     "flex_or_none",
+    "FLEX",
 ]
 
 try:  # PyTorch >= 2.5
@@ -53,8 +55,8 @@ except ImportError:  # pragma: no cover - older PyTorch: the explicit path only
     HAS_FLEX = False
 
 #: ``"auto"``: FlexAttention on CUDA only; ``"always"``: wherever it runs (CPU: unfused, for tests); ``"never"``.
-FLEX_MODES = ("auto", "always", "never")
-_MODE = ["auto"]
+FLEX_MODES = KERNEL_MODES
+FLEX = KernelSwitch("FlexAttention")
 
 
 def set_flex_mode(mode: str) -> str:
@@ -63,18 +65,12 @@ def set_flex_mode(mode: str) -> str:
     Raises:
         ValueError: ``mode`` not one of :data:`FLEX_MODES`.
     """
-    check_choice("mode", mode, FLEX_MODES)
-    previous, _MODE[0] = _MODE[0], mode
-    return previous
+    return FLEX.set_mode(mode)
 
 
 def flex_mode() -> str:
     """The current mode (:func:`set_flex_mode`)."""
-    return _MODE[0]
-
-
-#: Shapes the compiled kernel refused in ``"auto"`` mode (they take the explicit path from then on).
-_REFUSED: set[tuple] = set()
+    return FLEX.mode
 
 
 def _key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
@@ -88,17 +84,11 @@ def use_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     float32), head widths of at least 16 (the compiled kernel's minimum in PyTorch 2.11)
     and a shape it has not refused before (:func:`flex_or_none`).
     """
-    mode = _MODE[0]
-    if not HAS_FLEX or mode == "never" or q.dim() != 4:
+    if not HAS_FLEX or q.dim() != 4:
         return False
-    if mode == "always":
-        return True
-    return (
-        q.is_cuda
-        and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and min(q.shape[-1], v.shape[-1]) >= 16
-        and _key(q, k, v) not in _REFUSED
-    )
+    fused_dtype = q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+    auto = q.is_cuda and fused_dtype and min(q.shape[-1], v.shape[-1]) >= 16
+    return FLEX.allows(_key(q, k, v), auto=auto)
 
 
 def flex_or_none(
@@ -115,19 +105,16 @@ def flex_or_none(
 
     Compiling FlexAttention can fail for shapes its templates do not cover (measured on an
     H200 with PyTorch 2.11: heads of width 8; width 16 with T = 100). In ``"auto"`` mode
-    that is no error of the caller's: the shape is remembered and the explicit path
-    answers. In ``"always"`` mode the error propagates.
+    that is no error of the caller's: the shape is remembered (:class:`KernelSwitch`) and
+    the explicit path answers. In ``"always"`` mode the error propagates.
 
     Shapes:
         as :func:`flex_attention`
     """
-    try:
-        return flex_attention(q, k, v, scale=scale, is_causal=is_causal, window=window, return_lse=return_lse)
-    except Exception:  # noqa: BLE001 - Inductor's lowering errors have no common public type
-        if _MODE[0] == "always":
-            raise
-        _REFUSED.add(_key(q, k, v))
-        return None
+    run = functools.partial(
+        flex_attention, q, k, v, scale=scale, is_causal=is_causal, window=window, return_lse=return_lse
+    )
+    return FLEX.attempt(_key(q, k, v), run)
 
 
 def sink_correction(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:

@@ -5,9 +5,11 @@ process, bfloat16, every pair measured side by side:
 
 - the attention core (``attn_core.attention``) vs SDPA, causal, at (8, 16, 1024, 64) and
   (4, 16, 4096, 128) (B, H, T, D);
-- a sliding window of 512 at T = 4096 vs full causal SDPA: the FlexAttention path (the
-  default on CUDA) and the dense-mask path (``set_flex_mode("never")``);
-- gpt-oss sinks vs causal SDPA: FlexAttention + its log-sum-exp, and the explicit path;
+- a sliding window of 512 at T = 4096 vs full causal SDPA: ``attention()`` as it is (on
+  CUDA the Triton FlashAttention kernel, :mod:`attn_core.kernel_switch`), FlexAttention's
+  block mask (``set_flash_mode("never")``) and the dense mask (both switches ``"never"``);
+- gpt-oss sinks vs causal SDPA: ``attention()`` as it is (the Triton kernel), FlexAttention +
+  its log-sum-exp, and the explicit path;
 - greedy decoding (batch 1 and 16, a 128-token prompt + 128 new tokens) of a ~0.85 B
   LLaMA-shaped model built from a ``transformers`` ``LlamaConfig`` with random weights (no
   download), converted with ``attn_core.convert.from_hf``, vs Hugging Face's eager
@@ -90,6 +92,7 @@ def _qkv(B, H, T, D, H_kv=None, seed=0):
 def attention_entries(quick: bool) -> list[dict]:
     from attn_core.core import attention
     from attn_core.flex import set_flex_mode
+    from attn_core.kernel_switch import set_flash_mode
 
     rounds = 5 if quick else 30
     shapes = [(2, 4, 256, 64)] if quick else [(8, 16, 1024, 64), (4, 16, 4096, 128)]
@@ -111,31 +114,34 @@ def attention_entries(quick: bool) -> list[dict]:
     q, k, v = _qkv(B, H, T, D)
     sinks = torch.linspace(-1, 1, H, device="cuda", dtype=torch.bfloat16)
 
-    def dense_window():
-        previous = set_flex_mode("never")
-        try:
-            return attention(q, k, v, is_causal=True, window=window)
-        finally:
-            set_flex_mode(previous)
+    def forced(flash: str, flex: str, **kw):
+        """attention() with the kernel switches set for this call (attn_core.kernel_switch)."""
 
-    def explicit_sinks():
-        previous = set_flex_mode("never")
-        try:
-            return attention(q, k, v, is_causal=True, sinks=sinks)
-        finally:
-            set_flex_mode(previous)
+        def run():
+            before = set_flash_mode(flash), set_flex_mode(flex)
+            try:
+                return attention(q, k, v, is_causal=True, **kw)
+            finally:
+                set_flash_mode(before[0])
+                set_flex_mode(before[1])
+
+        return run
 
     fns = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "window_flex": lambda: attention(q, k, v, is_causal=True, window=window),
-        "window_dense": dense_window,
-        "sinks_flex_lse": lambda: attention(q, k, v, is_causal=True, sinks=sinks),
-        "sinks_explicit": explicit_sinks,
+        "window_auto": lambda: attention(q, k, v, is_causal=True, window=window),
+        "window_flex": forced("never", "auto", window=window),
+        "window_dense": forced("never", "never", window=window),
+        "sinks_auto": lambda: attention(q, k, v, is_causal=True, sinks=sinks),
+        "sinks_flex_lse": forced("never", "auto", sinks=sinks),
+        "sinks_explicit": forced("never", "never", sinks=sinks),
     }
     res = side_by_side(fns, rounds=rounds, warmup=3, baseline="sdpa")
     for name, label in (
+        ("window_auto", f"window {window} (attention(): Triton kernel) vs full causal SDPA"),
         ("window_flex", f"window {window} (FlexAttention block mask) vs full causal SDPA"),
         ("window_dense", f"window {window} (dense mask to SDPA) vs full causal SDPA"),
+        ("sinks_auto", "sinks (attention(): Triton kernel) vs causal SDPA"),
         ("sinks_flex_lse", "sinks (FlexAttention + log-sum-exp) vs causal SDPA"),
         ("sinks_explicit", "sinks (explicit path) vs causal SDPA"),
     ):

@@ -1,0 +1,142 @@
+"""When :func:`attn_core.attention` hands a sliding window or sinks to a fused kernel.
+
+SDPA has no window that skips work and no sinks, so without a fused kernel both take the
+explicit path, which builds every ``T_q × T_k`` score. Two fused kernels compute them
+without that matrix: the Triton FlashAttention kernel (:mod:`attn_core.flash`) and PyTorch's
+FlexAttention (:mod:`attn_core.flex`). On CUDA, :func:`~attn_core.attention` tries the
+Triton kernel first, then FlexAttention, then the explicit path. (An H200 measured the
+Triton kernel at 0.70 of full causal SDPA's time for a window of 512 at T = 4096, against
+1.8 for compiled FlexAttention; with sinks 1.7 against 3.1: ``data/gpu``.)
+
+Each kernel has a :class:`KernelSwitch`, a process-wide mode:
+
+* ``"auto"`` (the default): on CUDA, for the inputs the kernel computes. A kernel that
+  fails to build for some inputs (a compiler's limit, not the caller's error) is
+  remembered, with a warning, and those inputs go to the next option from then on.
+* ``"always"``: wherever the kernel runs, the CPU included (Triton's interpreter, eager
+  FlexAttention): how the tests compare the kernels with the explicit path. Errors propagate.
+* ``"never"``: the next option.
+
+:func:`attn_core.flex.set_flex_mode` and :func:`set_flash_mode` set them. The Triton
+kernel's switch lives here, not in :mod:`attn_core.flash`, so that reading it does not
+import Triton.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from .checks import check_choice
+
+__all__ = ["KERNEL_MODES", "KernelSwitch", "FLASH", "set_flash_mode", "flash_mode", "use_flash"]
+
+KERNEL_MODES = ("auto", "always", "never")
+_Result = TypeVar("_Result")
+
+
+class KernelSwitch:
+    """The mode of one optional fused kernel, and the inputs it failed to build for.
+
+    Args:
+        name: The kernel's name, for warnings.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.mode = "auto"
+        self.refused: set[tuple] = set()
+
+    def set_mode(self, mode: str) -> str:
+        """Set the mode; return the previous one.
+
+        Raises:
+            ValueError: ``mode`` not one of :data:`KERNEL_MODES`.
+        """
+        check_choice("mode", mode, KERNEL_MODES)
+        previous, self.mode = self.mode, mode
+        return previous
+
+    def allows(self, key: tuple, *, auto: bool) -> bool:
+        """Whether the kernel may run: always, never, or in ``"auto"`` mode if ``auto`` and ``key`` never failed."""
+        if self.mode == "auto":
+            return auto and key not in self.refused
+        return self.mode == "always"
+
+    def attempt(self, key: tuple, run: Callable[[], _Result]) -> _Result | None:
+        """``run()``, or ``None`` if it raises in ``"auto"`` mode (``key`` is then refused from now on).
+
+        Compilers refuse some inputs with errors that have no common type (Inductor's
+        lowering errors, Triton's out-of-resources), so any exception counts; in
+        ``"always"`` mode it propagates.
+        """
+        try:
+            return run()
+        except Exception as error:  # noqa: BLE001 - see the docstring
+            if self.mode == "always":
+                raise
+            self.refused.add(key)
+            warnings.warn(
+                f"{self.name} failed for {key} ({type(error).__name__}: {error}); "
+                "those inputs take the next path from now on",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+
+
+FLASH = KernelSwitch("attn_core.flash's Triton kernel")
+_FLASH_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def set_flash_mode(mode: str) -> str:
+    """Choose when :func:`~attn_core.attention` uses the Triton FlashAttention kernel; return the previous mode.
+
+    Raises:
+        ValueError: ``mode`` not one of :data:`KERNEL_MODES`.
+    """
+    return FLASH.set_mode(mode)
+
+
+def flash_mode() -> str:
+    """The current mode of the Triton kernel (:func:`set_flash_mode`)."""
+    return FLASH.mode
+
+
+def flash_key(q: torch.Tensor, k: torch.Tensor, is_causal: bool, window: int | None, sinks) -> tuple:
+    """What a Triton kernel is compiled for: head width, group size, options, dtype, device."""
+    groups = q.shape[1] // k.shape[1]
+    return (q.shape[-1], groups, is_causal, window is not None, sinks is not None, q.dtype, str(q.device))
+
+
+def use_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool, window, sinks) -> bool:
+    """Whether attention on ``q, k, v`` may take the Triton kernel in the current mode.
+
+    The kernel's own conditions come first, in every mode (4-D tensors of one dtype,
+    float32/float16/bfloat16, values as wide as keys, a head width that is a power of two
+    in [16, 256], ``H_kv`` dividing ``H``, causal only with ``T_q <= T_k``). ``"auto"``
+    also asks for CUDA, Triton installed, not inside ``torch.compile`` (which compiles
+    FlexAttention itself), and inputs that never failed to build.
+    """
+    if FLASH.mode == "never" or q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
+        return False
+    D, H, H_kv = q.shape[-1], q.shape[1], k.shape[1]
+    if not (q.dtype == k.dtype == v.dtype and q.dtype in _FLASH_DTYPES and 16 <= D <= 256 and D & (D - 1) == 0):
+        return False
+    if k.shape[-1] != D or H % H_kv or (is_causal and q.shape[2] > k.shape[2]):
+        return False
+    if sinks is not None and sinks.device != q.device:
+        return False
+    auto = q.is_cuda and _has_triton() and not torch.compiler.is_compiling()
+    return FLASH.allows(flash_key(q, k, is_causal, window, sinks), auto=auto)
+
+
+@functools.cache
+def _has_triton() -> bool:
+    """Whether Triton is installed (found, not imported: importing it takes a fraction of a second)."""
+    return importlib.util.find_spec("triton") is not None
