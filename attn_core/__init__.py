@@ -70,9 +70,10 @@ if not _torch.cuda.is_available():
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .blocks import TransformerBlock, make_block
-from .cache import ContextKVCache, KVCache, LatentKVCache, RollingKVCache
+from .cache import KVCache, LatentKVCache, RollingKVCache
 from .compare import assert_close
 from .config import DecoderConfig
+from .context_kv import ContextKVCache
 from .convert import from_hf
 from .core import attention
 from .gated_deltanet import GatedDeltaNet

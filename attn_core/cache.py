@@ -13,7 +13,8 @@ added. Caches are for decoding (under ``torch.no_grad()``); train on full sequen
 
 Every attention layer builds the cache it needs with ``layer.make_cache(batch_size,
 max_len)`` (a :class:`KVCache`, or a :class:`LatentKVCache` for multi-head latent
-attention) and takes it as ``layer(x, kv_cache=cache)``.
+attention) and takes it as ``layer(x, kv_cache=cache)``. A cross-attention layer's
+context, projected once, is a :class:`~attn_core.ContextKVCache` (:mod:`attn_core.context_kv`).
 
 Shape legend:
     B      batch size
@@ -28,7 +29,22 @@ import torch
 
 from .checks import check_int, check_tensor
 
-__all__ = ["SlotCache", "KVCache", "LatentKVCache", "RollingKVCache", "ContextKVCache", "storage_like"]
+__all__ = ["SlotCache", "KVCache", "LatentKVCache", "RollingKVCache", "storage_like", "positions_after"]
+
+
+def positions_after(offset: int | torch.Tensor, n: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Positions ``offset .. offset + n - 1`` of ``n`` new tokens after ``offset`` stored ones.
+
+    ``offset`` is a cache's :attr:`~SlotCache.offset`: a Python int, or for a static
+    cache a 0-d integer tensor on the device (:mod:`attn_core.static_cache`), added on the
+    device so that the host never reads it.
+
+    Shapes:
+        output: ``(n,)`` integer
+    """
+    if isinstance(offset, torch.Tensor):
+        return offset + torch.arange(n, device=offset.device)
+    return torch.arange(offset, offset + n, device=device)
 
 
 def storage_like(
@@ -66,6 +82,14 @@ class SlotCache:
         return self._size
 
     @property
+    def offset(self) -> int | torch.Tensor:
+        """Where the positions of the next update start (the RoPE offset of a layer's new tokens).
+
+        :attr:`size` here; a static cache returns it as a device tensor (:mod:`attn_core.static_cache`).
+        """
+        return self.size
+
+    @property
     def made_for(self) -> dict[str, int]:
         """The sizes the cache was made for, by name: what a layer compares with its own (``check_made_for``)."""
         return dict(self._made_for)
@@ -74,7 +98,8 @@ class SlotCache:
         """Forget every stored position (the memory is kept for reuse)."""
         self._size = 0
 
-    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _check_new(self, new: dict[str, torch.Tensor]) -> int:
+        """Check the tensors of one update against the stored ones; return their ``T_new``."""
         T_new = None
         for name, t in new.items():
             check_tensor(name, t, floating=True)  # an integer tensor would be cast silently by copy_
@@ -90,6 +115,10 @@ class SlotCache:
                     f"all tensors of one update need the same T_new, got {T_new} and {t.shape[self.seq_dim]}"
                 )
             T_new = t.shape[self.seq_dim]
+        return T_new
+
+    def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        T_new = self._check_new(new)
         if self._size + T_new > self.max_len:
             raise ValueError(
                 f"cache overflow: {self._size} stored + {T_new} new > max_len={self.max_len}; "
@@ -273,6 +302,11 @@ class RollingKVCache:
         """Number of positions seen so far (the next position's index), not the number stored."""
         return self._size
 
+    @property
+    def offset(self) -> int:
+        """Where the positions of the next update start: :attr:`size` (as :attr:`SlotCache.offset`)."""
+        return self.size
+
     def reset(self) -> None:
         """Forget every position (the memory is kept for reuse)."""
         self._size = 0
@@ -360,39 +394,3 @@ class RollingKVCache:
     def nbytes(self) -> int:
         """Bytes allocated: ``2·B·H_kv·(sink_tokens + window)·D`` elements, whatever the context length."""
         return 2 * self._k.numel() * self._k.element_size()
-
-
-class ContextKVCache:
-    """The keys and values a cross-attention layer reads from its context, projected once.
-
-    In an encoder-decoder, the source (the encoder's output) does not change while the
-    decoder writes: its keys and values are the same at every decoding step. A layer's
-    ``cache_context(context)`` projects them once into this object, and every later call
-    ``layer(x, context_kv=cache)`` reuses them instead of projecting the context again.
-    Unlike :class:`KVCache` it never grows: it holds one whole source sequence.
-
-    Detaches (see the module docstring): no gradient flows through the cache.
-
-    Shapes:
-        k, v: ``(B, H_kv, T_k, D)``
-    """
-
-    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        check_tensor("k", k, ("B", "H_kv", "T_k", "D"), floating=True)
-        check_tensor("v", v, ("B", "H_kv", "T_k", "D"), floating=True)
-        if k.shape != v.shape:
-            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        self.k, self.v = k.detach(), v.detach()  # values, not the graph
-
-    @property
-    def size(self) -> int:
-        """Number of context positions ``T_k``."""
-        return self.k.shape[2]
-
-    def numel_per_token(self) -> int:
-        """Elements stored per context position and batch item (keys and values)."""
-        return 2 * self.k.shape[1] * self.k.shape[3]
-
-    def nbytes(self) -> int:
-        """Bytes held by the keys and values."""
-        return 2 * self.k.numel() * self.k.element_size()

@@ -18,11 +18,46 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import ContextKVCache
-from .checks import check_instance
+from .checks import check_instance, check_tensor
 from .kv_sharing import SharedKV, borrows_kv
 
-__all__ = ["check_cross_cacheable", "check_context_kv", "context_keys"]
+__all__ = ["ContextKVCache", "check_cross_cacheable", "check_context_kv", "context_keys"]
+
+
+class ContextKVCache:
+    """The keys and values a cross-attention layer reads from its context, projected once.
+
+    In an encoder-decoder, the source (the encoder's output) does not change while the
+    decoder writes: its keys and values are the same at every decoding step. A layer's
+    ``cache_context(context)`` projects them once into this object, and every later call
+    ``layer(x, context_kv=cache)`` reuses them instead of projecting the context again.
+    Unlike :class:`KVCache` it never grows: it holds one whole source sequence.
+
+    Detaches (as every cache, :mod:`attn_core.cache`): no gradient flows through it.
+
+    Shapes:
+        k, v: ``(B, H_kv, T_k, D)``
+    """
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        check_tensor("k", k, ("B", "H_kv", "T_k", "D"), floating=True)
+        check_tensor("v", v, ("B", "H_kv", "T_k", "D"), floating=True)
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        self.k, self.v = k.detach(), v.detach()  # values, not the graph
+
+    @property
+    def size(self) -> int:
+        """Number of context positions ``T_k``."""
+        return self.k.shape[2]
+
+    def numel_per_token(self) -> int:
+        """Elements stored per context position and batch item (keys and values)."""
+        return 2 * self.k.shape[1] * self.k.shape[3]
+
+    def nbytes(self) -> int:
+        """Bytes held by the keys and values."""
+        return 2 * self.k.numel() * self.k.element_size()
 
 
 def check_cross_cacheable(layer: nn.Module) -> None:

@@ -97,11 +97,15 @@ def generate(
             :mod:`attn_core.static_cache`): every step attends over the same ``T + N - 1``
             key slots, the empty ones masked. The same tokens and logits (to rounding).
         compile: Run the decoding steps through ``torch.compile(model)`` (implies
-            ``static``); a string is its ``mode`` (``"max-autotune-no-cudagraphs"``, ...).
-            The prefill runs eagerly (its length differs from a step's). The recipe by
-            hand: ``caches = model.make_caches(B, T + N - 1, static=True)``, prefill with
-            ``model(idx, caches=caches)``, then call ``step = torch.compile(model)`` as
-            ``step(token, caches=caches)`` once per token under ``torch.no_grad()``.
+            ``static``); a string is its ``mode`` (``"reduce-overhead"``: CUDA graphs;
+            ``"max-autotune-no-cudagraphs"``, ...). Every step has the same shapes and
+            reads its positions from the caches' device tensors, so it is compiled once,
+            and on a GPU captured once. The prefill runs eagerly (its length differs from
+            a step's). The recipe by hand: ``caches = model.make_caches(B, T + N - 1,
+            static=True)``, prefill with ``model(idx, caches=caches)``, then call ``step =
+            torch.compile(model)`` as ``step(token, caches=caches)`` once per token under
+            ``torch.no_grad()``, and clone what you keep of its output (a captured step
+            writes its next output where the last one was).
         attention_mask: A left-padded batch's mask over the prompt (1 = token, 0 =
             padding; :mod:`attn_core.padding`): the padding is hidden and each row's
             positions start at its first token, so every row gets the tokens it would get
@@ -165,6 +169,8 @@ def generate(
                 mask = grow(mask)
                 if step + 1 < max_new_tokens:
                     logits = step_model(nxt, caches=caches, **padded(mask))  # (B, 1, V): only the new token
+                    if compile:  # CUDA graphs replay into the same output memory: keep a copy
+                        logits = logits.clone()
                     collected.append(logits)
         else:
             logits = model(idx, **padded(mask))  # (B, T, V)

@@ -32,7 +32,8 @@ class SharedKV:
     Attributes:
         k: The keys, after QK-norm, RoPE and the cache.
         v: The values.
-        past: Positions before this call's queries (their RoPE offset).
+        past: Positions before this call's queries (their RoPE offset): an int, or a static
+            cache's 0-d device tensor (:attr:`~attn_core.static_cache.StaticKVCache.offset`).
         n_queries: Number of queries ``T_q`` of the call that computed them.
         mask: Boolean or float mask to attend with, or None.
         is_causal: Whether the core adds the causal mask itself.
@@ -44,7 +45,7 @@ class SharedKV:
 
     k: torch.Tensor
     v: torch.Tensor
-    past: int
+    past: int | torch.Tensor
     n_queries: int
     mask: torch.Tensor | None
     is_causal: bool

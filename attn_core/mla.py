@@ -196,7 +196,7 @@ class MultiHeadLatentAttention(nn.Module):
         return 1.0 / math.sqrt(self.head_dim + self.rope_dim) * deepseek_softmax_factor(self.rope_scaling)
 
     # ------------------------------------------------------------------ pieces
-    def queries(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Content queries ``q_C`` and rotated RoPE queries ``q_R`` of the positions ``offset ..``.
 
         Shapes:
@@ -215,7 +215,7 @@ class MultiHeadLatentAttention(nn.Module):
             q_r = self.rope(split_heads(self.q_rope(src), self.n_heads), offset=offset)  # (B, H, T, d_r)
         return q_c, q_r
 
-    def latents(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def latents(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """What the cache stores for each new token: the latent ``c_KV`` and the rotated key ``k_R``.
 
         Shapes:
@@ -269,7 +269,7 @@ class MultiHeadLatentAttention(nn.Module):
             )
         check_bool("absorbed", absorbed)
         mask = head_mask(mask)  # (B, T, T_k) -> (B, 1, T, T_k): the same for every head
-        past = 0 if kv_cache is None else kv_cache.size
+        past = 0 if kv_cache is None else kv_cache.offset  # a static cache's: a device tensor
         q_c, q_r = self.queries(x, offset=past)  # (B, H, T, d_h), (B, H, T, d_r)
         c_kv, k_r = self.latents(x, offset=past)  # (B, T, d_c), (B, T, d_r)
         if kv_cache is not None:

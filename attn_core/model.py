@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .cache import KVCache, LatentKVCache
+from .cache import KVCache, LatentKVCache, positions_after
 from .checks import check_bool, check_instance, check_int, check_number, check_tensor
 from .config import DecoderConfig
 from .dropout import Dropout
@@ -166,10 +166,18 @@ class DecoderLM(nn.Module):
                 f"static caches need standard blocks: block={self.config.block!r} averages over every key "
                 f"slot (its causal uniform term), the empty ones included"
             )
-        for module in self.modules():  # every step must see rotary tables of the same shape
-            if isinstance(module, RotaryEmbedding):
-                module.reserve(max_len, device=p.device)
-        return make_static_caches(caches, max_len, dtype=p.dtype, device=p.device)
+        if self.config.positions.positional == "learned" and max_len > self.config.max_len:
+            raise ValueError(
+                f"static caches of max_len={max_len} slots need positions up to {max_len - 1}, but the learned "
+                f"table holds config.max_len={self.config.max_len}: make them with max_len <= {self.config.max_len}"
+            )
+        ropes = [module for module in self.modules() if isinstance(module, RotaryEmbedding)]
+        for rope in ropes:  # every step must see rotary tables of the same shape
+            rope.reserve(max_len, device=p.device)
+        # Positions as device tensors (a step CUDA graphs can replay), unless a RoPE's speeds
+        # depend on each call's length, which the host must then know (dynamic NTK, LongRoPE).
+        on_device = not any(rope.length_dependent for rope in ropes)
+        return make_static_caches(caches, max_len, dtype=p.dtype, device=p.device, device_offsets=on_device)
 
     def _check_token_ids(self, idx: torch.Tensor) -> None:
         """Token ids in ``[0, vocab_size)``, checked without making the host wait for a device.
@@ -191,7 +199,7 @@ class DecoderLM(nn.Module):
         else:
             torch._assert_async(((idx >= 0) & (idx < V)).all(), f"token ids must be in [0, vocab_size={V})")
 
-    def _check_inputs(self, idx: object, caches) -> int:
+    def _check_inputs(self, idx: object, caches) -> int | torch.Tensor:
         c = self.config
         check_tensor("idx", idx, ("B", "T"), integer=True)
         if idx.shape[1] == 0:
@@ -210,7 +218,13 @@ class DecoderLM(nn.Module):
                         f"caches[{i}] is None, but layer {i} keeps its own keys and values: "
                         f"pass caches=model.make_caches(batch_size)"
                     )
-            offset = next((cache.size for cache in caches if cache is not None), 0)
+            static = next((cache for cache in caches if is_static(cache)), None)
+            if static is not None:  # its offset may be a device tensor, which the host never reads
+                offset = static.offset
+            else:
+                offset = next((cache.size for cache in caches if cache is not None), 0)
+        if isinstance(offset, torch.Tensor):
+            return offset  # the learned table's length is checked against the static caches' (make_caches)
         if c.positions.positional == "learned" and offset + idx.shape[1] > c.max_len:
             raise ValueError(
                 f"positions {offset}..{offset + idx.shape[1] - 1} exceed max_len={c.max_len} "
@@ -272,7 +286,12 @@ class DecoderLM(nn.Module):
         if self.pos_emb is not None:
             if position_ids is None and pad is not None:
                 position_ids = positions_from_mask(pad, T)  # (B, T): counted from each row's first token
-            if position_ids is None:
+            if isinstance(offset, torch.Tensor):  # static caches: positions added on the device
+                if position_ids is None:
+                    position_ids = positions_after(offset, T).expand(idx.shape[0], T)  # (B, T)
+                L = next(cache.max_len for cache in caches if is_static(cache))
+                x = x + absolute_encodings(self.pos_emb, position_ids, L, x)  # a table of every slot's position
+            elif position_ids is None:
                 x = self.pos_emb(x, offset)  # positions continue after the cached ones
             else:
                 x = x + absolute_encodings(self.pos_emb, position_ids, offset + T, x)

@@ -28,13 +28,13 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from .cache import ContextKVCache, KVCache, RollingKVCache, storage_like
+from .cache import KVCache, RollingKVCache, positions_after, storage_like
 from .checks import (
     check_instance,
     check_int,
     check_tensor,
 )
-from .context_kv import check_cross_cacheable, context_keys
+from .context_kv import ContextKVCache, check_cross_cacheable, context_keys
 from .core import attend
 from .gating import gate_width, output_gate
 from .kv_sharing import KVSharing, SharedKV
@@ -283,7 +283,7 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.v_proj(source), self.n_kv_heads)  # (B, T_k, H_kv·D) -> (B, H_kv, T_k, D)
         if self.k_norm is not None:  # QK-norm: per head, before RoPE (Qwen3)
             k = self.k_norm(k)
-        past = 0 if kv_cache is None else kv_cache.size
+        past = 0 if kv_cache is None else kv_cache.offset  # a static cache's: a device tensor
         if self.rope is not None:
             # Positions continue after the cached ones, so a token gets the same rotation
             # whether it is processed in the full sequence or one step at a time.
@@ -295,9 +295,9 @@ class MultiHeadAttention(nn.Module):
         if rolling or self.sink_tokens or self.chunk:
             # The band from absolute positions: a ring buffer's keys are not positions 0..T_k-1, and the
             # last of T_k keys is position past + T_q - 1 (a static cache's empty slots come first).
-            last = past + T_q
-            k_pos = kv_cache.key_positions if rolling else torch.arange(last - k.shape[2], last, device=k.device)
-            q_pos = torch.arange(past, last, device=k.device)  # (T_q,)
+            T_k = k.shape[2]
+            k_pos = kv_cache.key_positions if rolling else positions_after(past + T_q - T_k, T_k, k.device)  # (T_k,)
+            q_pos = positions_after(past, T_q, k.device)  # (T_q,)
             band = position_mask(q_pos, k_pos, window=self.window, sink_tokens=self.sink_tokens, chunk=self.chunk)
             if mask is not None:
                 band = mask & band if mask.dtype == torch.bool else mask.masked_fill(~band, float("-inf"))
@@ -335,13 +335,13 @@ class MultiHeadAttention(nn.Module):
         out = self.out_proj(out)  # (B, T_q, H·D) -> (B, T_q, d_model)
         return (out, weights) if return_weights else out
 
-    def _temperature(self, past: int, T: int, q: torch.Tensor) -> torch.Tensor:
+    def _temperature(self, past: int | torch.Tensor, T: int, q: torch.Tensor) -> torch.Tensor:
         """The query factors of positions ``past..past+T-1`` (:func:`~attn_core.positional.query_temperature`).
 
         Shapes:
             output: ``(T, 1)`` in ``q``'s dtype, broadcasting over ``(B, H, T, D)`` queries
         """
-        positions = torch.arange(past, past + T, device=q.device)  # (T,)
+        positions = positions_after(past, T, q.device)  # (T,)
         return query_temperature(positions, *self.temperature).to(q.dtype)[:, None]  # (T,) -> (T, 1)
 
     def extra_repr(self) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from .cache import positions_after
 from .checks import check_tensor
 from .positional import LearnedPositionalEmbedding
 
@@ -126,7 +127,7 @@ def absolute_encodings(
 
 
 def check_relative_positions(
-    position_ids: torch.Tensor, offset: int, pad: torch.Tensor | None, positional: str
+    position_ids: torch.Tensor, offset: int | torch.Tensor, pad: torch.Tensor | None, positional: str
 ) -> None:
     """With relative positions (RoPE, ALiBi, none) a row's positions may only be shifted as a whole (CPU check).
 
@@ -143,7 +144,7 @@ def check_relative_positions(
     if position_ids.device.type != "cpu" or torch.compiler.is_compiling():
         return
     T = position_ids.shape[1]
-    shift = position_ids - torch.arange(offset, offset + T)  # (B, T): the same in every token of a row
+    shift = position_ids - positions_after(offset, T)  # (B, T): the same in every token of a row
     real = torch.ones_like(shift, dtype=torch.bool) if pad is None else pad[:, -T:].cpu()  # (B, T)
     last = shift[:, -1:]  # (B, 1): left padding puts a token in the last column
     if bool(((shift != last) & real).any()):

@@ -263,19 +263,38 @@ class RotaryEmbedding(nn.Module):
         if self._cos is None or self.cached_len < length or self._cos.device != device:
             self._extend(max(length, self.cached_len), device)
 
+    @property
+    def length_dependent(self) -> bool:
+        """Whether the speeds change with the length a call reaches (dynamic NTK, LongRoPE).
+
+        Such a rotation needs each call's length on the host, so it takes an ``int`` offset only.
+        """
+        return self.scaling is not None and type(self.scaling).frequency_length is not RopeScaling.frequency_length
+
     def _work_tables(
-        self, T: int, offset: int, dtype: torch.dtype, device: torch.device
+        self, T: int, offset: int | torch.Tensor, dtype: torch.dtype, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`cos_sin` laid out as the pairs are (each angle twice) and cast to ``dtype``, once per table.
 
         A decoding step rotates the queries and keys of every layer: casting and laying out
         the tables anew at each call would cost more kernel launches than the rotation.
+        An ``int`` offset slices the tables (growing them first if needed); a device tensor
+        (a static cache's count) gathers its rows on the device, from tables reserved beforehand.
 
         Shapes:
             output: two tensors ``(T, R)`` of ``dtype``
         """
-        offset = check_int("offset", offset, minimum=0)
-        self._cover(offset + T, device)  # grows or rebuilds the float64 tables if needed
+        if isinstance(offset, torch.Tensor):
+            check_tensor("offset", offset, (), integer=True)
+            if self._cos is None or self.length_dependent:
+                raise ValueError(
+                    "a tensor offset needs rotary tables reserved beforehand (reserve(length)) and speeds "
+                    f"that do not depend on the length: cached_len={self.cached_len}, scaling={self.scaling}"
+                )
+            self._cover(self.cached_len, device)  # no growth: only the device
+        else:
+            offset = check_int("offset", offset, minimum=0)
+            self._cover(offset + T, device)  # grows or rebuilds the float64 tables if needed
         if self._work is None or self._work[0] is not self._cos or self._work[1].dtype != dtype:
             if self.layout == "half":  # (L, R/2) -> (L, R): [angles, angles]
                 cos, sin = torch.cat((self._cos, self._cos), -1), torch.cat((self._sin, self._sin), -1)
@@ -283,6 +302,9 @@ class RotaryEmbedding(nn.Module):
                 cos, sin = self._cos.repeat_interleave(2, -1), self._sin.repeat_interleave(2, -1)
             self._work = (self._cos, cos.to(dtype), sin.to(dtype))
         _, cos, sin = self._work
+        if isinstance(offset, torch.Tensor):
+            rows = offset + torch.arange(T, device=offset.device)  # (T,): positions offset .. offset + T - 1
+            return cos.index_select(0, rows), sin.index_select(0, rows)
         return cos[offset : offset + T], sin[offset : offset + T]
 
     def _quarter_turn(self, x: torch.Tensor) -> torch.Tensor:
@@ -297,12 +319,16 @@ class RotaryEmbedding(nn.Module):
         pairs = x.unflatten(-1, (R // 2, 2))  # (..., R) -> (..., R/2, 2)
         return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # (..., R/2, 2) -> (..., R)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """Rotate ``x``, whose positions are ``offset .. offset + T - 1``.
 
         Args:
             x: Queries or keys, positions along dimension ``-2``.
             offset: Position of the first row; the number of cached tokens when decoding.
+                A 0-d integer tensor on ``x``'s device (a static cache's
+                :attr:`~attn_core.static_cache.StaticKVCache.offset`) is never read by the
+                host: the rows are gathered on the device from tables reserved beforehand
+                (:meth:`reserve`), which a length-dependent scaling cannot have.
 
         Returns:
             The rotated tensor, same shape and dtype as ``x``. The last ``D - R``
@@ -311,6 +337,10 @@ class RotaryEmbedding(nn.Module):
 
         Shapes:
             x: ``(..., T, D)``; output: ``(..., T, D)``
+
+        Raises:
+            ValueError: A tensor ``offset`` before :meth:`reserve`, or with a length-dependent
+                scaling (:attr:`length_dependent`); a negative ``int`` offset.
         """
         check_tensor("x", x, ("...", "T", ("head_dim", self.head_dim)), floating=True)
         T = x.shape[-2]

@@ -15,6 +15,13 @@ stay right with no change in the layers; only the empty slots on the left need a
 which :meth:`attn_core.DecoderLM.forward` builds (:func:`filled_mask`). The shift copies
 the cache once per step: small next to reading every weight of the model once per token.
 
+A captured step also needs fixed addresses and no value read by the host. The buffers are
+marked as static addresses, and the number of stored positions lives on the device
+(:attr:`StaticKVCache.offset`, a 0-d tensor): the filled slots' mask and the positions of
+the new tokens (RoPE's rows, absolute encodings) are computed from it there. So a
+compiled step is traced once for every position, not once per position (or with a
+symbolic position, which CUDA graphs record anew for each value).
+
 Shape legend:
     B      batch size
     H_kv   key/value heads; ``D`` width of one head; ``d_c``/``d_r`` MLA's latent and RoPE-key widths
@@ -27,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from .cache import KVCache, LatentKVCache, RollingKVCache
-from .checks import check_int, check_tensor
+from .checks import check_bool, check_int, check_tensor
 from .gated_deltanet import GatedDeltaNetCache
 
 __all__ = [
@@ -41,31 +48,74 @@ __all__ = [
 
 
 class _RightAligned:
-    """Overrides ``SlotCache._append``: shift the history left, write the new positions last, return everything."""
+    """Overrides ``SlotCache``'s bookkeeping: shift the history left, write the new positions last.
+
+    The number of stored positions is kept twice. On the device, ``_stored`` (a 0-d
+    integer tensor) is what the model computes with: the mask of the filled slots and the
+    positions of the new tokens (:attr:`offset`), so that a captured step (CUDA graphs)
+    reads the new count on every replay. On the host, ``_size`` serves the checks. A
+    compiled step cannot update the host count without reading it (its value would
+    become part of the graph, to be compiled again at every step), so inside
+    ``torch.compile`` only the device count moves, and the next :attr:`size` reads it
+    back once (one synchronisation).
+    """
+
+    def __init__(self, *args, device_offsets: bool = True, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.device_offsets = check_bool("device_offsets", device_offsets)
+        first = next(iter(self._store.values()))
+        self._stored = torch.zeros((), dtype=torch.long, device=first.device)
+        self._host_behind = False  # True after compiled updates: _size lags _stored
+        # The buffers are updated in place at fixed addresses: CUDA graphs may then
+        # replay a step without copying them in and out (as Hugging Face's StaticCache).
+        for t in (*self._store.values(), self._stored):
+            torch._dynamo.mark_static_address(t)
+
+    @property
+    def size(self) -> int:
+        """Number of positions stored (read back from the device after compiled steps)."""
+        if self._host_behind:
+            self._size, self._host_behind = int(self._stored), False
+        return self._size
+
+    @property
+    def offset(self) -> int | torch.Tensor:
+        """The positions stored before the next update: a 0-d integer tensor on the device (a copy).
+
+        With ``device_offsets=False`` (a model whose RoPE speeds depend on the length, which
+        the host must know) it is :attr:`size`, an int.
+        """
+        return self._stored.clone() if self.device_offsets else self.size
+
+    def reset(self) -> None:
+        """Forget every stored position (the buffers keep their values, behind the mask)."""
+        self._size, self._host_behind = 0, False
+        self._stored.zero_()
 
     def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        first = next(iter(new.values()))
-        check_tensor(next(iter(new)), first, floating=True)
-        T_new = first.shape[self.seq_dim] if first.dim() > self.seq_dim else 0
-        size, L = self._size, self.max_len
-        if size + T_new > L:
-            raise ValueError(
-                f"static cache too short: {size} stored + {T_new} new positions > max_len={L}; "
-                f"make the caches with max_len >= {size + T_new}"
-            )
-        # The history that survives the shift: every slot but the oldest T_new (empty ones while filling).
-        kept = {name: self._store[name].narrow(self.seq_dim, T_new, L - T_new).clone() for name in new}
-        # A growing cache's append, told that the buffer is full but for the last T_new slots:
-        # its checks, then the new positions written there; it returns every slot.
-        self._size = L - T_new
-        try:
-            out = super()._append(**new)
-        finally:
-            self._size = size  # unchanged if the checks refused the update
-        for name, history in kept.items():
-            self._store[name].narrow(self.seq_dim, 0, L - T_new).copy_(history)
-        self._size = size + T_new
-        return out  # each the whole buffer: (..., L, ...)
+        T_new = self._check_new(new)
+        L = self.max_len
+        if torch.compiler.is_compiling():
+            self._host_behind = True  # written, never read: no guard on the count
+        else:
+            size = self.size
+            if size + T_new > L:
+                raise ValueError(
+                    f"static cache too short: {size} stored + {T_new} new positions > max_len={L}; "
+                    f"make the caches with max_len >= {size + T_new}"
+                )
+            self._size = size + T_new
+        out = []
+        for name, t in new.items():
+            store = self._store[name]
+            # Shift left by T_new (the oldest T_new slots, empty while filling, drop out), then
+            # write the new positions into the last T_new slots. Every size here is fixed.
+            history = store.narrow(self.seq_dim, T_new, L - T_new).clone()
+            store.narrow(self.seq_dim, 0, L - T_new).copy_(history)
+            store.narrow(self.seq_dim, L - T_new, T_new).copy_(t.detach())  # values, not the graph
+            out.append(store)  # the whole buffer: (..., L, ...)
+        self._stored.add_(T_new)
+        return tuple(out)
 
 
 class StaticKVCache(_RightAligned, KVCache):
@@ -92,13 +142,19 @@ def is_static(cache: object) -> bool:
     return isinstance(cache, _RightAligned)
 
 
-def filled_mask(max_len: int, filled: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+def filled_mask(max_len: int, filled: int | torch.Tensor, *, device: torch.device | str | None = None) -> torch.Tensor:
     """Which slots of a right-aligned static cache hold a position: the last ``filled``.
+
+    ``filled`` may be a 0-d integer tensor (a static cache's count on the device): the
+    comparison then runs on the device, and the host reads nothing.
 
     Shapes:
         output: ``(L,)`` boolean, True = a stored position (may be attended)
     """
     check_int("max_len", max_len)
+    if isinstance(filled, torch.Tensor):
+        check_tensor("filled", filled, (), integer=True)
+        return torch.arange(max_len, device=filled.device) >= max_len - filled
     check_int("filled", filled, minimum=0)
     if filled > max_len:
         raise ValueError(f"filled={filled} positions do not fit in max_len={max_len} slots")
@@ -106,7 +162,12 @@ def filled_mask(max_len: int, filled: int, *, device: torch.device | str | None 
 
 
 def make_static_caches(
-    layer_caches: list, max_len: int, *, dtype: torch.dtype, device: torch.device | str | None = None
+    layer_caches: list,
+    max_len: int,
+    *,
+    dtype: torch.dtype,
+    device: torch.device | str | None = None,
+    device_offsets: bool = True,
 ) -> list:
     """Static counterparts of a model's per-layer caches (``model.make_caches(B, max_len)``), same sizes.
 
@@ -116,11 +177,14 @@ def make_static_caches(
     :class:`StaticLatentKVCache`; a Gated DeltaNet layer's constant-size cache and ``None``
     (a layer sharing another's keys) are kept as they are.
 
+    ``device_offsets``: whether the caches' :attr:`~StaticKVCache.offset` is a device
+    tensor (positions the host never reads: a step that CUDA graphs can replay) or an int.
+
     Raises:
         ValueError: A cache of another kind (e.g. DeepSeek Sparse Attention's), named.
     """
     check_int("max_len", max_len)
-    storage = {"dtype": dtype, "device": device}
+    storage = {"dtype": dtype, "device": device, "device_offsets": check_bool("device_offsets", device_offsets)}
     out = []
     for i, cache in enumerate(layer_caches):
         if cache is None or isinstance(cache, GatedDeltaNetCache):
@@ -139,7 +203,9 @@ def make_static_caches(
     return out
 
 
-def static_mask(caches: list, offset: int, T: int, alibi, device: torch.device | str | None = None) -> torch.Tensor:
+def static_mask(
+    caches: list, offset: int | torch.Tensor, T: int, alibi, device: torch.device | str | None = None
+) -> torch.Tensor:
     """The mask of a model step with static caches: the filled slots (and ALiBi's bias over all slots).
 
     The caches are right-aligned: the ``offset + T`` positions stored after this call are
@@ -148,17 +214,19 @@ def static_mask(caches: list, offset: int, T: int, alibi, device: torch.device |
 
     Args:
         caches: The model's caches (at least one static).
-        offset: Positions stored before this call; ``T`` new ones.
+        offset: Positions stored before this call (an int, or a static cache's 0-d device
+            tensor, :attr:`StaticKVCache.offset`); ``T`` new ones.
         alibi: The model's :class:`~attn_core.ALiBi`, or None.
 
     Shapes:
         output: ``(1, 1, T, L)`` boolean, or ``(1, H, T, L)`` float with ALiBi
 
     Raises:
-        ValueError: The caches are too short for ``offset + T`` positions, with the sizes.
+        ValueError: The caches are too short for ``offset + T`` positions, with the sizes
+            (an int ``offset``; a device count is checked by the caches' update).
     """
     L = next(c.max_len for c in caches if is_static(c))
-    if offset + T > L:
+    if not isinstance(offset, torch.Tensor) and offset + T > L:
         raise ValueError(
             f"static cache too short: {offset} stored + {T} new positions > max_len={L}; "
             f"make the caches with max_len >= {offset + T}"

@@ -13,8 +13,9 @@ process, bfloat16, every pair measured side by side:
 - greedy decoding (batch 1 and 16, a 128-token prompt + 128 new tokens) of a ~0.85 B
   LLaMA-shaped model built from a ``transformers`` ``LlamaConfig`` with random weights (no
   download), converted with ``attn_core.convert.from_hf``, vs Hugging Face's eager
-  ``generate`` in the same process: our eager path, our static caches, and the static
-  caches with ``torch.compile`` (``generate(..., compile=True)``);
+  ``generate`` in the same process: our eager path, our static caches, the static caches
+  with ``torch.compile`` (``generate(..., compile=True)``) and with CUDA graphs
+  (``compile="reduce-overhead"``);
 - a training step (forward + backward, bf16) of the same model vs Hugging Face's.
 
 Each time is the median over rounds of CUDA-event timings after warm-up (warm-ups are
@@ -208,23 +209,27 @@ def decoding_entries(quick: bool, models) -> list[dict]:
             "ours_eager": lambda idx=idx: generate(ours, idx, new, temperature=0.0),
             "ours_static": lambda idx=idx: generate(ours, idx, new, temperature=0.0, static=True),
             "ours_static_compiled": lambda idx=idx: generate(ours, idx, new, temperature=0.0, compile=True),
+            "ours_static_cudagraphs": lambda idx=idx: generate(
+                ours, idx, new, temperature=0.0, compile="reduce-overhead"
+            ),
         }
-        # Compiling is slow once: warm the compiled path (two generations: the step graph is
-        # compiled a second time when the cache position becomes dynamic) before the rounds.
+        # Compiling is slow once: warm both compiled paths (two generations each: the step is
+        # compiled once, then captured by CUDA graphs after its warm-up runs) before the rounds.
         t0 = time.perf_counter()
         for _ in range(2):
             fns["ours_static_compiled"]()
+            fns["ours_static_cudagraphs"]()
         compile_s = time.perf_counter() - t0
         with torch.no_grad():
             res = side_by_side(fns, rounds=2 if quick else 3, warmup=1, baseline="hf_eager")
             same = bool(torch.equal(fns["hf_eager"]()[:, prompt:], fns["ours_eager"]()[:, prompt:]))
-        for name in ("ours_eager", "ours_static", "ours_static_compiled", "hf_eager"):
+        for name in ("ours_eager", "ours_static", "ours_static_compiled", "ours_static_cudagraphs", "hf_eager"):
             row = _row(f"greedy decoding B={B}, {prompt}+{new} tokens, {params / 1e9:.2f} B params", (B, prompt + new),
                        name, "hf_eager", res)  # fmt: skip
             row["tokens_per_s"] = B * new / res[name]["median_s"]
             row["speedup_vs_hf"] = 1.0 / res[name]["ratio"]
             row["same_tokens_as_hf"] = same
-            if name == "ours_static_compiled":
+            if name.startswith("ours_static_c"):
                 row["compile_warmup_s"] = compile_s
             rows.append(row)
     return rows

@@ -152,3 +152,12 @@ def test_rolling_cache_slots_are_in_ring_order():
     assert cache.slot_positions.tolist() == [3, 4, 2] and cache.slot_keys.flatten().tolist() == [3.0, 4.0, 2.0]
     assert cache.slot_values.flatten().tolist() == [0.0, 0.0, 0.0]
     assert [cache.slot(p) for p in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def test_positions_after_an_int_or_a_device_count():
+    from attn_core.cache import positions_after
+
+    assert positions_after(3, 4).tolist() == [3, 4, 5, 6]
+    assert torch.equal(positions_after(torch.tensor(3), 4), positions_after(3, 4))
+    assert positions_after(-2, 3).tolist() == [-2, -1, 0]  # a static buffer's empty slots come first
+    assert KVCache(1, 1, 2, 4).offset == 0

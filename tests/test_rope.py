@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from attn_core import KVCache, MultiHeadAttention
 from attn_core.rope import RotaryEmbedding, convert_rope_layout, rope_permutation
+from attn_core.rope_scaling import DynamicNTKScaling
 
 F64 = torch.float64
 
@@ -116,7 +117,6 @@ def test_rope_cache_extends_past_cached_length():
 
 @pytest.mark.parametrize("scaling", [None, "dynamic"])
 def test_rope_reserve_computes_the_tables_ahead_without_changing_a_value(scaling):
-    from attn_core.rope_scaling import DynamicNTKScaling
 
     def make():
         s = DynamicNTKScaling(factor=2.0, max_position=16) if scaling else None
@@ -348,3 +348,33 @@ def test_partial_rope_bad_input():
         RotaryEmbedding(16, rotary_dim=8.0)
     with pytest.raises(ValueError, match=r"head_dim=16.*\(2, 3, 8\)"):
         RotaryEmbedding(16, rotary_dim=8)(torch.randn(2, 3, 8))  # x is the whole head, not the rotated part
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+def test_rope_tensor_offset_equals_int_offset_bit_for_bit(layout, dtype):
+    """A static cache's device-side offset gathers the rows that an int offset slices."""
+    rope = RotaryEmbedding(8, layout=layout, rotary_dim=6)
+    rope.reserve(32)
+    x = torch.randn(2, 3, 4, 8, generator=torch.Generator().manual_seed(0)).to(dtype)
+    for offset in (0, 5, 28):
+        by_int = rope(x, offset=offset)
+        by_tensor = rope(x, offset=torch.tensor(offset))
+        assert torch.equal(by_tensor, by_int), offset
+
+
+def test_rope_tensor_offset_bad_input():
+    rope = RotaryEmbedding(8)
+    x = torch.zeros(1, 2, 8)
+    with pytest.raises(ValueError, match="tensor offset needs rotary tables reserved beforehand"):
+        rope(x, offset=torch.tensor(3))  # nothing reserved: the host cannot size the tables
+    rope.reserve(16)
+    with pytest.raises(TypeError, match="offset"):
+        rope(x, offset=torch.tensor(3.0))
+    with pytest.raises(ValueError, match="offset"):
+        rope(x, offset=torch.tensor([3, 4]))
+    dynamic = RotaryEmbedding(8, scaling=DynamicNTKScaling(2.0, 8))
+    dynamic.reserve(16)
+    assert dynamic.length_dependent and not rope.length_dependent
+    with pytest.raises(ValueError, match="do not depend on the length"):
+        dynamic(x, offset=torch.tensor(3))

@@ -8,6 +8,7 @@ import torch
 from attn_core import DecoderConfig, DecoderLM, KVCache
 from attn_core.config import Indexer, LayerPattern, Positions
 from attn_core.generation import generate
+from attn_core.rope_scaling import DynamicNTKScaling
 from attn_core.static_cache import StaticKVCache, StaticLatentKVCache, filled_mask, is_static, make_static_caches
 
 F64 = torch.float64
@@ -26,6 +27,11 @@ CONFIGS = {
     "alibi": DecoderConfig.llama_like(**_SMALL, positions=Positions(positional="alibi")),
     "hybrid": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))),
     "kv_share": DecoderConfig.llama_like(**_SMALL, n_kv_heads=2, pattern=LayerPattern(kv_share=(0, 0))),
+    # speeds that change with the length: the caches keep host-side (int) offsets
+    "dynamic_ntk": DecoderConfig.llama_like(
+        **_SMALL, positions=Positions(positional="rope", rope_scaling=DynamicNTKScaling(2.0, 8))
+    ),
+    "sinusoidal": DecoderConfig.gpt2_like(**_SMALL, positions=Positions(positional="sinusoidal")),
 }
 
 
@@ -45,8 +51,9 @@ def test_static_decoding_equals_dynamic_in_float64(name):
     s_tokens, s_logits = generate(model, idx, 10, temperature=0.0, return_logits=True, static=True)
     assert torch.equal(tokens, s_tokens)
     assert torch.allclose(s_logits, logits, rtol=0, atol=1e-12)
-    # and both equal the full-sequence forward
-    assert torch.allclose(model(tokens[:, :-1]), logits, rtol=0, atol=1e-12)
+    if name != "dynamic_ntk":  # whose cached keys keep the older speeds (rope_scaling.DynamicNTKScaling)
+        # and both equal the full-sequence forward
+        assert torch.allclose(model(tokens[:, :-1]), logits, rtol=0, atol=1e-12)
 
 
 def test_every_static_step_has_the_same_shapes():
@@ -163,3 +170,61 @@ def test_a_refused_update_leaves_the_static_cache_unchanged():
     with pytest.raises(ValueError, match=r"k must have shape \(1, 2, 'T_new', 4\), got \(1, 3, 1, 4\)"):
         cache.update(torch.ones(1, 3, 1, 4, dtype=F64), torch.ones(1, 3, 1, 4, dtype=F64))
     assert cache.size == 2 and torch.equal(cache.update(good[:, :, :0], good[:, :, :0])[0], before)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_static_offsets_live_on_the_device_unless_the_speeds_need_the_length(name):
+    model = _model(CONFIGS[name])
+    caches = model.make_caches(2, 12, static=True)
+    static = [c for c in caches if is_static(c)]
+    with torch.no_grad():
+        model(torch.randint(0, 24, (2, 5)), caches=caches)
+    for cache in static:
+        assert cache.size == 5
+        if name == "dynamic_ntk":
+            assert cache.device_offsets is False and cache.offset == 5
+        else:
+            offset = cache.offset  # a copy: the next update does not change it
+            assert isinstance(offset, torch.Tensor) and offset.dim() == 0 and not offset.dtype.is_floating_point
+            assert int(offset) == 5
+            cache.update(*_one_position(cache, batch_size=2))
+            assert int(offset) == 5 and int(cache.offset) == 6 and cache.size == 6
+
+
+def _one_position(cache, batch_size):
+    """Zeros for one new position of each tensor ``cache.update`` takes."""
+    made = cache.made_for
+    if isinstance(cache, StaticLatentKVCache):  # (B, T_new, d_c), (B, T_new, d_r)
+        return torch.zeros(batch_size, 1, made["d_latent"], dtype=F64), torch.zeros(
+            batch_size, 1, made["d_rope"], dtype=F64
+        )
+    kv = torch.zeros(batch_size, made["n_kv_heads"], 1, made["head_dim"], dtype=F64)  # (B, H_kv, T_new, D)
+    return kv, kv
+
+
+def test_static_buffers_are_marked_static_addresses_for_cuda_graphs():
+    caches = make_static_caches([KVCache(1, 2, 4, 8)], 8, dtype=F64)
+    for t in (*caches[0]._store.values(), caches[0]._stored):
+        assert getattr(t, "_dynamo_static_input_type", None) is not None
+
+
+def test_reset_forgets_the_device_count_too():
+    cache = StaticKVCache(1, 2, 4, 6, dtype=F64)
+    cache.update(torch.ones(1, 2, 3, 4, dtype=F64), torch.ones(1, 2, 3, 4, dtype=F64))
+    cache.reset()
+    assert cache.size == 0 and int(cache.offset) == 0
+    with pytest.raises(ValueError, match="static cache too short: 0 stored \\+ 7 new positions > max_len=6"):
+        cache.update(torch.ones(1, 2, 7, 4, dtype=F64), torch.ones(1, 2, 7, 4, dtype=F64))
+
+
+def test_filled_mask_takes_a_device_count():
+    assert torch.equal(filled_mask(5, torch.tensor(2)), filled_mask(5, 2))
+    assert filled_mask(5, 2).tolist() == [False, False, False, True, True]
+    with pytest.raises(TypeError, match="filled"):
+        filled_mask(5, torch.tensor(2.0))
+
+
+def test_learned_positions_refuse_static_caches_longer_than_their_table():
+    model = _model(CONFIGS["gpt2_learned"])
+    with pytest.raises(ValueError, match="max_len=40 slots need positions up to 39.*config.max_len=32"):
+        model.make_caches(1, 40, static=True)
