@@ -57,7 +57,9 @@ class _RightAligned:
     compiled step cannot update the host count without reading it (its value would
     become part of the graph, to be compiled again at every step), so inside
     ``torch.compile`` only the device count moves, and the next :attr:`size` reads it
-    back once (one synchronisation).
+    back once (one synchronisation). For the same reason a compiled step cannot check the
+    room left: make the caches long enough for the whole generation, as
+    :func:`~attn_core.generate` does; the next eager update raises if they overflowed.
     """
 
     def __init__(self, *args, device_offsets: bool = True, **kwargs) -> None:
