@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -149,6 +151,30 @@ def test_generate_compile_uses_the_static_path(monkeypatch):
     assert torch.equal(generate(model, idx, 6, temperature=0.0, compile=True), expected)
     assert torch.equal(generate(model, idx, 6, temperature=0.0, compile="max-autotune-no-cudagraphs"), expected)
     assert compiled == [{}, {"mode": "max-autotune-no-cudagraphs"}]
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(cxx) for cxx in ("g++", "clang++", "c++")),
+    reason="Inductor compiles C++ on a CPU, and no C++ compiler was found",
+)
+@pytest.mark.parametrize("mode", [True, "reduce-overhead"])
+def test_generate_compiled_by_inductor_equals_eager(mode):
+    """The real compiler, not only dynamo's tracing: the in-place updates of the static buffers
+    and of the device count survive Inductor's functionalisation, and the step is compiled once.
+    On a CPU ``"reduce-overhead"`` records no CUDA graph but compiles the same step."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = DecoderLM(CONFIGS["llama_gqa"]).eval()  # float32, as a compiled model runs
+    idx = torch.randint(0, 24, (2, 4), generator=torch.Generator().manual_seed(3))
+    expected, expected_logits = generate(model, idx, 8, temperature=0.0, return_logits=True)
+    torch._dynamo.reset()
+    counters.clear()
+    tokens, logits = generate(model, idx, 8, temperature=0.0, return_logits=True, compile=mode)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert torch.equal(tokens, expected)
+    torch.testing.assert_close(logits, expected_logits, rtol=1e-5, atol=1e-5)  # fused kernels round differently
+    torch._dynamo.reset()
 
 
 def test_generate_static_bad_input():
