@@ -35,6 +35,7 @@ shape legend:
     flash, flash_kernels  FlashAttention-2 in Triton: the Python side; the kernels
     flex              FlexAttention for windows and sinks on CUDA
     kernel_switch     which fused kernel takes a window or sinks (Triton's, then Flex)
+    position_count    a cache's count on the host and on the device (for CUDA graphs)
     measure           timing, peak memory, operator lists, FLOP counts
     window, streaming sliding windows in a stack; StreamingLLM's cache
     gating, outliers  the output gate of gated attention; logits, sinks, large activations

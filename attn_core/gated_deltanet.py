@@ -28,6 +28,7 @@ from .checks import check_bool, check_instance, check_int, check_made_for, check
 from .delta_rule import delta_rule_chunked, delta_rule_matrix
 from .linear_attention import l2_normalize
 from .norms import RMSNorm
+from .position_count import PositionCount
 from .shapes import merge_heads, split_heads
 
 __all__ = ["GatedDeltaNet", "GatedDeltaNetCache"]
@@ -40,7 +41,7 @@ class GatedDeltaNetCache:
         conv_state: The last ``K - 1`` inputs of the short convolution (zeros at the start:
             the same left padding as a full forward).
         state: The delta rule's state ``S``.
-        size: Positions seen so far.
+        size: Positions seen so far (settable).
 
     Like every cache it stores values, not the autograd graph (decode under ``torch.no_grad()``).
 
@@ -63,7 +64,9 @@ class GatedDeltaNetCache:
         check_int("batch_size", batch_size)
         self.conv_state = torch.zeros(batch_size, conv_channels, conv_size - 1, dtype=dtype, device=device)
         self.state = torch.zeros(batch_size, n_heads, head_dim, value_head_dim, dtype=dtype, device=device)
-        self.size = 0
+        # Counted on the device too: a compiled step that advanced a Python int would be
+        # compiled anew at every step (attn_core.position_count).
+        self._count = PositionCount(device)
         sizes = (batch_size, conv_channels, conv_size, n_heads, head_dim, value_head_dim)
         names = ("batch_size", "conv_channels", "conv_size", "n_heads", "head_dim", "value_head_dim")
         self.made_for = dict(zip(names, sizes))  # what GatedDeltaNet compares with its own sizes
@@ -73,6 +76,19 @@ class GatedDeltaNetCache:
         self.conv_state.zero_()
         self.state.zero_()
         self.size = 0
+
+    @property
+    def size(self) -> int:
+        """Positions seen so far (read back from the device after compiled steps)."""
+        return self._count.host
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self._count.host = value
+
+    def advance(self, n: int) -> None:
+        """Count ``n`` more positions (the device count only, inside ``torch.compile``)."""
+        self._count.advance(n)
 
     def nbytes(self) -> int:
         """Bytes allocated: the convolution history and the state, whatever the sequence length."""
@@ -215,7 +231,7 @@ class GatedDeltaNet(nn.Module):
         if kv_cache is not None:  # store values, not the graph
             kv_cache.conv_state.copy_(padded[..., padded.shape[-1] - (self.conv_size - 1) :].detach())
             kv_cache.state.copy_(state.detach())
-            kv_cache.size += T
+            kv_cache.advance(T)
 
         z = split_heads(self.gate_proj(x), self.n_value_heads)  # (B, H_v, T, D_v)
         out = self.out_proj(merge_heads(self.norm(core) * F.silu(z)))  # (B, T, d_model)

@@ -17,8 +17,9 @@ the cache once per step: small next to reading every weight of the model once pe
 
 A captured step also needs fixed addresses and no value read by the host. The buffers are
 marked as static addresses, and the number of stored positions lives on the device
-(:attr:`StaticKVCache.offset`, a 0-d tensor): the filled slots' mask and the positions of
-the new tokens (RoPE's rows, absolute encodings) are computed from it there. So a
+(:attr:`StaticKVCache.offset`, a 0-d tensor, :mod:`attn_core.position_count`): the filled
+slots' mask and the positions of the new tokens (RoPE's rows, absolute encodings) are
+computed from it there. So a
 compiled step is traced once for every position, not once per position (or with a
 symbolic position, which CUDA graphs record anew for each value).
 
@@ -36,6 +37,7 @@ import torch
 from .cache import KVCache, LatentKVCache, RollingKVCache
 from .checks import check_bool, check_int, check_tensor
 from .gated_deltanet import GatedDeltaNetCache
+from .position_count import PositionCount
 
 __all__ = [
     "StaticKVCache",
@@ -50,35 +52,28 @@ __all__ = [
 class _RightAligned:
     """Overrides ``SlotCache``'s bookkeeping: shift the history left, write the new positions last.
 
-    The number of stored positions is kept twice. On the device, ``_stored`` (a 0-d
-    integer tensor) is what the model computes with: the mask of the filled slots and the
-    positions of the new tokens (:attr:`offset`), so that a captured step (CUDA graphs)
-    reads the new count on every replay. On the host, ``_size`` serves the checks. A
-    compiled step cannot update the host count without reading it (its value would
-    become part of the graph, to be compiled again at every step), so inside
-    ``torch.compile`` only the device count moves, and the next :attr:`size` reads it
-    back once (one synchronisation). For the same reason a compiled step cannot check the
-    room left: make the caches long enough for the whole generation, as
-    :func:`~attn_core.generate` does; the next eager update raises if they overflowed.
+    The number of stored positions is a :class:`~attn_core.position_count.PositionCount`:
+    the model computes with its device copy (:attr:`offset`: the mask of the filled slots,
+    the positions of the new tokens), so a captured step reads the new count on every
+    replay; the checks use the host copy. A compiled step cannot read the host copy, so
+    it cannot check the room left: make the caches long enough for the whole generation,
+    as :func:`~attn_core.generate` does; the next eager update raises if they overflowed.
     """
 
     def __init__(self, *args, device_offsets: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.device_offsets = check_bool("device_offsets", device_offsets)
-        first = next(iter(self._store.values()))
-        self._stored = torch.zeros((), dtype=torch.long, device=first.device)
-        self._host_behind = False  # True after compiled updates: _size lags _stored
+        stores = tuple(self._store.values())
+        self._count = PositionCount(stores[0].device)
         # The buffers are updated in place at fixed addresses: CUDA graphs may then
         # replay a step without copying them in and out (as Hugging Face's StaticCache).
-        for t in (*self._store.values(), self._stored):
+        for t in stores:
             torch._dynamo.mark_static_address(t)
 
     @property
     def size(self) -> int:
         """Number of positions stored (read back from the device after compiled steps)."""
-        if self._host_behind:
-            self._size, self._host_behind = int(self._stored), False
-        return self._size
+        return self._count.host
 
     @property
     def offset(self) -> int | torch.Tensor:
@@ -87,26 +82,20 @@ class _RightAligned:
         With ``device_offsets=False`` (a model whose RoPE speeds depend on the length, which
         the host must know) it is :attr:`size`, an int.
         """
-        return self._stored.clone() if self.device_offsets else self.size
+        return self._count.device if self.device_offsets else self.size
 
     def reset(self) -> None:
         """Forget every stored position (the buffers keep their values, behind the mask)."""
-        self._size, self._host_behind = 0, False
-        self._stored.zero_()
+        self._count.host = 0
 
     def _append(self, **new: torch.Tensor) -> tuple[torch.Tensor, ...]:
         T_new = self._check_new(new)
         L = self.max_len
-        if torch.compiler.is_compiling():
-            self._host_behind = True  # written, never read: no guard on the count
-        else:
-            size = self.size
-            if size + T_new > L:
-                raise ValueError(
-                    f"static cache too short: {size} stored + {T_new} new positions > max_len={L}; "
-                    f"make the caches with max_len >= {size + T_new}"
-                )
-            self._size = size + T_new
+        if not torch.compiler.is_compiling() and self.size + T_new > L:
+            raise ValueError(
+                f"static cache too short: {self.size} stored + {T_new} new positions > max_len={L}; "
+                f"make the caches with max_len >= {self.size + T_new}"
+            )
         out = []
         for name, t in new.items():
             store = self._store[name]
@@ -116,7 +105,7 @@ class _RightAligned:
             store.narrow(self.seq_dim, 0, L - T_new).copy_(history)
             store.narrow(self.seq_dim, L - T_new, T_new).copy_(t.detach())  # values, not the graph
             out.append(store)  # the whole buffer: (..., L, ...)
-        self._stored.add_(T_new)
+        self._count.advance(T_new)
         return tuple(out)
 
 

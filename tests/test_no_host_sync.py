@@ -26,6 +26,9 @@ NO_BREAK = {
     "sliding_window": DecoderConfig.llama_like(
         **_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("sliding", "full"), sliding_window=3)
     ),
+    "hybrid_linear": DecoderConfig.llama_like(
+        **_SMALL, n_kv_heads=2, pattern=LayerPattern(layer_types=("linear", "full"))
+    ),
 }
 
 

@@ -230,7 +230,7 @@ def _one_position(cache, batch_size):
 
 def test_static_buffers_are_marked_static_addresses_for_cuda_graphs():
     caches = make_static_caches([KVCache(1, 2, 4, 8)], 8, dtype=F64)
-    for t in (*caches[0]._store.values(), caches[0]._stored):
+    for t in (*caches[0]._store.values(), caches[0]._count._device):
         assert getattr(t, "_dynamo_static_input_type", None) is not None
 
 
