@@ -87,7 +87,7 @@ class SlotCache:
 
         :attr:`size` here; a static cache returns it as a device tensor (:mod:`attn_core.static_cache`).
         """
-        return self.size
+        return self._size
 
     @property
     def made_for(self) -> dict[str, int]:

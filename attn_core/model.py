@@ -199,12 +199,18 @@ class DecoderLM(nn.Module):
         else:
             torch._assert_async(((idx >= 0) & (idx < V)).all(), f"token ids must be in [0, vocab_size={V})")
 
-    def _check_inputs(self, idx: object, caches) -> int | torch.Tensor:
+    def _check_inputs(self, idx: object, caches) -> tuple[int | torch.Tensor, object]:
+        """Check :meth:`forward`'s inputs; return ``(offset, static)``.
+
+        ``offset`` counts the positions cached before this call (a device tensor with static
+        caches); ``static`` is the first static cache, or None.
+        """
         c = self.config
         check_tensor("idx", idx, ("B", "T"), integer=True)
         if idx.shape[1] == 0:
             raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
         self._check_token_ids(idx)
+        static = None
         if caches is None:
             offset = 0
         else:
@@ -224,13 +230,13 @@ class DecoderLM(nn.Module):
             else:
                 offset = next((cache.size for cache in caches if cache is not None), 0)
         if isinstance(offset, torch.Tensor):
-            return offset  # the learned table's length is checked against the static caches' (make_caches)
+            return offset, static  # the learned table's length is checked against the static caches' (make_caches)
         if c.positions.positional == "learned" and offset + idx.shape[1] > c.max_len:
             raise ValueError(
                 f"positions {offset}..{offset + idx.shape[1] - 1} exceed max_len={c.max_len} "
                 f"(cached={offset}, T={idx.shape[1]})"
             )
-        return offset
+        return offset, static
 
     def forward(
         self,
@@ -267,9 +273,9 @@ class DecoderLM(nn.Module):
             logits: ``(B, T, V)``
             weights: list of ``L`` tensors ``(B, H, T, past + T)``
         """
-        offset = self._check_inputs(idx, caches)
+        offset, static_cache = self._check_inputs(idx, caches)
         T = idx.shape[1]
-        static = caches is not None and any(is_static(cache) for cache in caches)
+        static = static_cache is not None
         pad = None
         if attention_mask is not None:
             check_padding_support(self.config, static)
@@ -289,7 +295,7 @@ class DecoderLM(nn.Module):
             if isinstance(offset, torch.Tensor):  # static caches: positions added on the device
                 if position_ids is None:
                     position_ids = positions_after(offset, T).expand(idx.shape[0], T)  # (B, T)
-                L = next(cache.max_len for cache in caches if is_static(cache))
+                L = static_cache.max_len
                 x = x + absolute_encodings(self.pos_emb, position_ids, L, x)  # a table of every slot's position
             elif position_ids is None:
                 x = self.pos_emb(x, offset)  # positions continue after the cached ones

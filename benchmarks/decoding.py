@@ -11,11 +11,17 @@ tokens, and the logits of *every* position (the prompt's included: a prefill tha
 its causal mask would change them) must agree to float rounding; this is checked before
 the timing and reported.
 
+Where ``torch.compile`` can build (a C++ compiler on a CPU), the cached path also runs
+with static caches and one compiled step (``generate(..., compile=True)``), timed after a
+compiling call per length, and its tokens are checked against the eager cache's.
+
 Also: the KV-cache bytes per token of MHA, GQA, MQA and MLA decoders of the same width,
 measured from the cache tensors the models allocate.
 """
 
 from __future__ import annotations
+
+import shutil
 
 import torch
 
@@ -53,6 +59,11 @@ def cache_bytes_per_token(model: DecoderLM) -> int:
     return sum(c.nbytes() // 8 for c in caches)  # batch 1, 8 positions preallocated
 
 
+def can_compile(device: str) -> bool:
+    """Whether ``torch.compile``'s default backend can build here: on a CPU it compiles C++."""
+    return device != "cpu" or any(shutil.which(cxx) for cxx in ("g++", "clang++", "c++"))
+
+
 def check_equal(model: DecoderLM, prompt: torch.Tensor, n: int) -> dict:
     """Greedy tokens and all logits (prompt positions included) with and without the cache."""
     tok_c, log_c = generate(model, prompt, n, use_cache=True, temperature=0, return_logits=True)
@@ -75,13 +86,21 @@ def run(device: str, *, quick: bool, log=print) -> dict:
     rows, targets = [], []
     longest = max(cfg["lengths"])
     eq = check_equal(model, prompt, longest)
+    compiled = can_compile(device)
+    if compiled:
+        eager_tokens = generate(model, prompt, longest, temperature=0)
+        compiled_tokens = generate(model, prompt, longest, temperature=0, compile=True)
+        eq["compiled_identical_tokens"] = bool(torch.equal(compiled_tokens, eager_tokens))
     for n in cfg["lengths"]:
         log(f"  decoding [{device}]: {n} new tokens ({n_params:,} parameters)")
         fns = {
             "with cache": lambda n=n: generate(model, prompt, n, use_cache=True, temperature=0),
             "without cache": lambda n=n: generate(model, prompt, n, use_cache=False, temperature=0),
         }
-        # No warm-up call: check_equal above already ran both paths at the longest length.
+        if compiled:  # static caches, one compiled step (attn_core.static_cache)
+            fns["with cache, compiled"] = lambda n=n: generate(model, prompt, n, temperature=0, compile=True)
+            fns["with cache, compiled"]()  # compiles the step for this length (not timed)
+        # No other warm-up call: check_equal above already ran both eager paths.
         t = time_interleaved(fns, rounds=cfg["rounds"], warmup=0, device=device)
         base = t["without cache"]
         for name, timing in t.items():
@@ -132,6 +151,17 @@ def run(device: str, *, quick: bool, log=print) -> dict:
             passed=eq["max_abs_logit_diff"] <= 1e-4,
         )
     )
+
+    if compiled:
+        targets.append(
+            dict(
+                name=f"identical greedy tokens, compiled static step and eager cache [{device}]",
+                value=float(eq["compiled_identical_tokens"]),
+                threshold=1.0,
+                comparison=">=",
+                passed=eq["compiled_identical_tokens"],
+            )
+        )
 
     # Cache bytes per token by attention variant (same width, heads and depth).
     base_cfg = cfg["model"]

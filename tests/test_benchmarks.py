@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.common import format_table, time_interleaved
+from benchmarks.decoding import can_compile
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +71,9 @@ def test_decoding_equality_and_cache_sizes(quick_result):
     rows = [r for r in quick_result["rows"] if r["suite"] == "decoding"]
     longest = [r for r in rows if "identical_tokens" in r]
     assert longest and all(r["identical_tokens"] for r in longest)
+    if can_compile("cpu"):  # the compiled static step is timed too, and decodes the same tokens
+        assert {r["name"] for r in rows if "tokens_per_s" in r} >= {"with cache", "with cache, compiled"}
+        assert all(r["compiled_identical_tokens"] for r in longest)
     cache = {r["name"]: r["cache_bytes_per_token"] for r in rows if r.get("part") == "cache"}
     assert cache["MQA"] < cache["GQA"] < cache["MHA"] and 0 < cache["MLA"] < cache["MHA"]
 
