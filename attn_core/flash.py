@@ -165,13 +165,24 @@ def flash_forward(q, k, v, *, is_causal=False, scale=None, window=None, sinks=No
     """
     groups, scale, window = _check_inputs(q, k, v, is_causal, scale, window, sinks)
     block_m, block_n = _check_blocks(block_m, block_n)
+    return _forward(q, k, v, groups, is_causal, scale, window, sinks, block_m, block_n)
+
+
+def _cdiv(n: int, d: int) -> int:
+    # ⌈n / d⌉ in plain Python: triton.cdiv is a JIT-able function whose host call costs
+    # microseconds, and a launch on a GPU waits for its host.
+    return -(-n // d)
+
+
+def _forward(q, k, v, groups, is_causal, scale, window, sinks, block_m, block_n):
+    """:func:`flash_forward` after its checks: ``(out, lse, visited)``."""
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     B, H, T_q, D = q.shape
     T_k = k.shape[2]
     out = torch.empty_like(q)
     lse = torch.empty(B, H, T_q, dtype=torch.float32, device=q.device)
-    n_m = triton.cdiv(T_q, block_m)
-    visited = torch.zeros(B * H, n_m, dtype=torch.int32, device=q.device)
+    n_m = _cdiv(T_q, block_m)
+    visited = torch.empty(B * H, n_m, dtype=torch.int32, device=q.device)  # every program writes its count
     sinks_arg = sinks.float().contiguous() if sinks is not None else lse  # any pointer: never read without sinks
     KERNELS["forward"][(n_m, B * H)](
         q, k, v, sinks_arg, out, lse, visited, *_launch_args(q, k, v, out, T_q, T_k, H, scale, window),
@@ -205,6 +216,11 @@ def flash_backward(q, k, v, out, lse, d_out, *, is_causal, scale, window, sinks,
     """
     groups, scale, window = _check_inputs(q, k, v, is_causal, scale, window, sinks)
     block_m, block_n = _check_blocks(block_m, block_n)
+    return _backward(q, k, v, out, lse, d_out, groups, is_causal, scale, window, sinks, block_m, block_n)
+
+
+def _backward(q, k, v, out, lse, d_out, groups, is_causal, scale, window, sinks, block_m, block_n):
+    """:func:`flash_backward` after its checks: ``(dq, dk, dv, dsinks)``."""
     q, k, v, out, d_out = (t.contiguous() for t in (q, k, v, out, d_out))
     B, H, T_q, D = q.shape
     H_kv, T_k = k.shape[1], k.shape[2]
@@ -213,10 +229,10 @@ def flash_backward(q, k, v, out, lse, d_out, *, is_causal, scale, window, sinks,
     args = _launch_args(q, k, v, d_out, T_q, T_k, H, scale, window)
     meta = dict(GROUPS=groups, D=D, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
                 HAS_WINDOW=window is not None, PRECISION=_precision(q.dtype))  # fmt: skip
-    KERNELS["backward_dkdv"][(triton.cdiv(T_k, block_n), B * H_kv)](
+    KERNELS["backward_dkdv"][(_cdiv(T_k, block_n), B * H_kv)](
         q, k, v, d_out, lse, delta, dk, dv, *args, scale, window or 0, **meta
     )
-    KERNELS["backward_dq"][(triton.cdiv(T_q, block_m), B * H)](
+    KERNELS["backward_dq"][(_cdiv(T_q, block_m), B * H)](
         q, k, v, d_out, lse, delta, dq, *args, scale, window or 0, **meta
     )
     dsinks = None
@@ -227,18 +243,20 @@ def flash_backward(q, k, v, out, lse, d_out, *, is_causal, scale, window, sinks,
 
 
 class _FlashAttention(torch.autograd.Function):
+    # Its arguments were checked by flash_attention: forward and backward launch directly.
     @staticmethod
-    def forward(ctx, q, k, v, sinks, is_causal, scale, window):
-        out, lse, _ = flash_forward(q, k, v, is_causal=is_causal, scale=scale, window=window, sinks=sinks)
+    def forward(ctx, q, k, v, sinks, groups, is_causal, scale, window):
+        blocks = default_blocks()
+        out, lse, _ = _forward(q, k, v, groups, is_causal, scale, window, sinks, *blocks)
         ctx.save_for_backward(q, k, v, sinks, out, lse)  # lse: one float per query, not the T_q × T_k weights
-        ctx.options = dict(is_causal=is_causal, scale=scale, window=window)
+        ctx.options = (groups, is_causal, scale, window)
         return out
 
     @staticmethod
     def backward(ctx, d_out):
         q, k, v, sinks, out, lse = ctx.saved_tensors
-        dq, dk, dv, dsinks = flash_backward(q, k, v, out, lse, d_out, sinks=sinks, **ctx.options)
-        return dq, dk, dv, dsinks, None, None, None
+        dq, dk, dv, dsinks = _backward(q, k, v, out, lse, d_out, *ctx.options, sinks, *default_blocks())
+        return dq, dk, dv, dsinks, None, None, None, None
 
 
 def flash_attention(
@@ -290,9 +308,15 @@ def flash_attention(
             ``window`` (or one without ``is_causal``), ``sinks`` not of shape ``(H,)``,
             CPU tensors with compiled (non-interpreted) kernels.
     """
-    _check_inputs(q, k, v, is_causal, scale, window, sinks)
+    groups, scale, window = _check_inputs(q, k, v, is_causal, scale, window, sinks)
+    options = (groups, is_causal, scale, window)
     if INTERPRETED and q.dtype == torch.bfloat16:
         # NumPy, which runs the interpreter, has no bfloat16: compute in float32, cast back.
-        out = _FlashAttention.apply(q.float(), k.float(), v.float(), sinks, is_causal, scale, window)
+        out = _FlashAttention.apply(q.float(), k.float(), v.float(), sinks, *options)
         return out.to(torch.bfloat16)
-    return _FlashAttention.apply(q, k, v, sinks, is_causal, scale, window)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, sinks))):
+        # Nothing to differentiate: launch the forward alone. The autograd function's
+        # bookkeeping costs tens of microseconds of host time, which a GPU waits for
+        # when the kernel itself takes a fraction of a millisecond.
+        return _forward(q, k, v, groups, is_causal, scale, window, sinks, *default_blocks())[0]
+    return _FlashAttention.apply(q, k, v, sinks, *options)

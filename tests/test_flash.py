@@ -146,6 +146,26 @@ def test_causal_and_window_visit_only_the_needed_blocks(T_q, T_k, block_m, block
 
 
 @needs_triton
+def test_without_gradients_the_forward_launches_alone(monkeypatch):
+    """No input needs a gradient (or grad mode is off): no autograd function, the same values."""
+    q, k, v, s, _ = _inputs(1, 2, 1, 21, 37, 16, sinks=True, seed=5)
+    q, k, v, s = (t.detach() for t in (q, k, v, s))
+    expected = flash_forward(q, k, v, is_causal=True, window=9, sinks=s)[0]
+
+    def refuse(*args):
+        raise AssertionError("the autograd function ran")
+
+    monkeypatch.setattr(flash_module._FlashAttention, "apply", refuse)
+    assert torch.equal(flash_attention(q, k, v, is_causal=True, window=9, sinks=s), expected)
+    with torch.no_grad():
+        out = flash_attention(q.requires_grad_(), k, v, is_causal=True, window=9, sinks=s)
+    assert torch.equal(out, expected)
+    # a sink that needs its gradient is enough to take the autograd function
+    with pytest.raises(AssertionError, match="autograd function ran"):
+        flash_attention(q.detach(), k, v, is_causal=True, window=9, sinks=s.requires_grad_())
+
+
+@needs_triton
 def test_causal_square_visits_the_lower_triangle_of_blocks():
     q, k, v, _, _ = _inputs(1, 1, 1, 128, 128, 16)
     _, _, visited = flash_forward(q.detach(), k.detach(), v.detach(), is_causal=True, block_m=16, block_n=16)
