@@ -1,10 +1,10 @@
 """The host's work in one cached decoding step: kernel launches and Python calls, ours vs Hugging Face.
 
 At batch 1 a decoding step on a GPU does little arithmetic per kernel: its time is what
-the host spends issuing the kernels (Python, the dispatcher, the launches), which is why
-``attn_core`` decoded at 0.73× Hugging Face's speed on an H200 (``attn_core/data/gpu``)
-while computing the same thing. That work does not depend on the device, so the CPU can
-count it exactly, with no timing noise:
+the host spends issuing the kernels (Python, the dispatcher, the launches). On an H200 an
+earlier ``attn_core`` decoded at 0.73× Hugging Face's speed while computing the same thing;
+after the work counted here was cut, 1.11× (``attn_core/data/gpu``). That work does not
+depend on the device, so the CPU can count it exactly, with no timing noise:
 
 * **kernel launches**: the ATen operators a step dispatches that compute a tensor
   (:func:`attn_core.measure.launched_ops`: views such as ``transpose`` launch nothing);
