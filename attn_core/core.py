@@ -20,6 +20,8 @@ Shape legend:
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 
 import torch
@@ -27,7 +29,7 @@ import torch.nn.functional as F
 
 from .checks import check_bool, check_mask, check_number, check_tensor
 from .flex import flex_or_none, sink_correction, use_flex
-from .kernel_switch import FLASH, flash_key, use_flash
+from .kernel_switch import FLASH, flash_route
 from .masks import causal_mask, check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
@@ -98,17 +100,20 @@ def _common_case_groups(q, k, v, mask, scale, dropout_p) -> int | None:
     GPU. This answers the one case every layer makes in a few comparisons; anything else,
     well-formed or not, goes through the full checks and their messages.
     """
-    if not (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor):
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
         return None
-    if mask is not None or scale is not None or dropout_p != 0.0 or type(dropout_p) is not float:
+    if mask is not None or scale is not None or type(dropout_p) is not float or dropout_p != 0.0:
         return None
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or not (q.dtype == k.dtype == v.dtype):
+    # Each attribute read of a tensor crosses into C++: read every shape and dtype once.
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
         return None
-    if not q.dtype.is_floating_point:
+    dtype = q.dtype
+    if not (dtype.is_floating_point and k.dtype == dtype and v.dtype == dtype):
         return None
-    B, H, _, D = q.shape
-    B_k, H_kv, T_k, D_k = k.shape
-    if D != D_k or v.shape[0] != B_k or v.shape[1] != H_kv or v.shape[2] != T_k or B != B_k or H % H_kv != 0:
+    B, H, _, D = q_shape
+    B_k, H_kv, T_k, D_k = k_shape
+    if D != D_k or B != B_k or v_shape[0] != B_k or v_shape[1] != H_kv or v_shape[2] != T_k or H % H_kv:
         return None
     return 1 if H_kv in (1, H) else H // H_kv
 
@@ -250,20 +255,27 @@ def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
     """
     if dropout_p != 0.0:
         return None
-    options = dict(is_causal=is_causal, scale=scale, window=window)
-    if use_flash(q, k, v, is_causal=is_causal, window=window, sinks=sinks):
-        from .flash import flash_attention  # imports Triton: only once the kernel may run
-
-        key = flash_key(q, k, is_causal, window, sinks)
-        out = FLASH.attempt(key, lambda: flash_attention(q, k, v, sinks=sinks, **options))
+    key = flash_route(q, k, v, is_causal=is_causal, window=window, sinks=sinks)
+    if key is not None:
+        # attention() has checked the arguments: the kernel's entry that skips its own checks
+        kernel = _flash_module()._flash_attention_checked
+        options = dict(is_causal=is_causal, scale=scale, window=window, sinks=sinks)
+        out = FLASH.attempt(key, lambda: kernel(q, k, v, **options))
         if out is not None:
             return out
     if use_flex(q, k, v):
+        options = dict(is_causal=is_causal, scale=scale, window=window)
         fused = flex_or_none(q, k, v, return_lse=sinks is not None, **options)
         if fused is not None:
             out, lse = fused
             return out if sinks is None else sink_correction(out, lse, sinks)
     return None
+
+
+@functools.cache
+def _flash_module():
+    """:mod:`attn_core.flash`, imported on first use: it imports Triton, which takes a fraction of a second."""
+    return importlib.import_module(".flash", __package__)
 
 
 def split_result(

@@ -75,8 +75,8 @@ def default_blocks() -> tuple[int, int]:
     return (32, 32) if INTERPRETED else (64, 64)
 
 
-def _check_inputs(q, k, v, is_causal, scale, window, sinks):
-    """Check the arguments of :func:`flash_attention`; return ``(groups, scale, window)``."""
+def _check_runtime(q):
+    """Check that the kernels can run on ``q``'s device: Triton, and the interpreter on a CPU."""
     if triton is None:
         raise ImportError("attn_core.flash needs Triton for its kernels: pip install triton")
     if LATE_INTERPRETER:
@@ -85,6 +85,15 @@ def _check_inputs(q, k, v, is_causal, scale, window, sinks):
             "imports it), so its library functions cannot run in the CPU interpreter: import "
             "attn_core first, or start Python with TRITON_INTERPRET=1"
         )
+    if q.device.type == "cpu" and not INTERPRETED:
+        raise ValueError(
+            "q is on the CPU but the kernels were compiled for a GPU: move the tensors to CUDA, or set "
+            "TRITON_INTERPRET=1 before importing attn_core.flash"
+        )
+
+
+def _check_inputs(q, k, v, is_causal, scale, window, sinks):
+    """Check the arguments of :func:`flash_attention`; return ``(groups, scale, window)``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, t, ("B", "H", "T", "D"))
         if t.dtype not in _DTYPES:
@@ -93,11 +102,7 @@ def _check_inputs(q, k, v, is_causal, scale, window, sinks):
         raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}")
-    if q.device.type == "cpu" and not INTERPRETED:
-        raise ValueError(
-            "q is on the CPU but the kernels were compiled for a GPU: move the tensors to CUDA, or set "
-            "TRITON_INTERPRET=1 before importing attn_core.flash"
-        )
+    _check_runtime(q)
     B, H, T_q, D = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}")
@@ -183,7 +188,13 @@ def _forward(q, k, v, groups, is_causal, scale, window, sinks, block_m, block_n)
     lse = torch.empty(B, H, T_q, dtype=torch.float32, device=q.device)
     n_m = _cdiv(T_q, block_m)
     visited = torch.empty(B * H, n_m, dtype=torch.int32, device=q.device)  # every program writes its count
-    sinks_arg = sinks.float().contiguous() if sinks is not None else lse  # any pointer: never read without sinks
+    if sinks is None:
+        sinks_arg = lse  # any pointer: never read without sinks
+    else:
+        # The kernel converts the sink to float32 as it loads it, so a compiled kernel reads
+        # it in its own dtype (no cast to launch first); NumPy, under the interpreter, has
+        # no bfloat16.
+        sinks_arg = sinks.float().contiguous() if INTERPRETED else sinks.contiguous()
     KERNELS["forward"][(n_m, B * H)](
         q, k, v, sinks_arg, out, lse, visited, *_launch_args(q, k, v, out, T_q, T_k, H, scale, window),
         window or 0, GROUPS=groups, D=D, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
@@ -309,6 +320,23 @@ def flash_attention(
             CPU tensors with compiled (non-interpreted) kernels.
     """
     groups, scale, window = _check_inputs(q, k, v, is_causal, scale, window, sinks)
+    return _attention(q, k, v, groups, is_causal, scale, window, sinks)
+
+
+def _flash_attention_checked(q, k, v, *, is_causal, scale, window, sinks):
+    """:func:`flash_attention` for arguments that :func:`attn_core.attention` has already checked.
+
+    ``attention()`` has checked every argument, and :func:`attn_core.kernel_switch.flash_route`
+    the kernel's own conditions, before it calls this: checking them again here would add
+    host time to every launch (about a quarter of ``attention()``'s, measured on a CPU),
+    which a GPU waits for. Only the runtime is checked.
+    """
+    _check_runtime(q)
+    return _attention(q, k, v, q.shape[1] // k.shape[1], is_causal, float(scale), window, sinks)
+
+
+def _attention(q, k, v, groups, is_causal, scale, window, sinks):
+    """:func:`flash_attention` after its checks: the output."""
     options = (groups, is_causal, scale, window)
     if INTERPRETED and q.dtype == torch.bfloat16:
         # NumPy, which runs the interpreter, has no bfloat16: compute in float32, cast back.

@@ -35,7 +35,7 @@ import torch
 
 from .checks import check_choice
 
-__all__ = ["KERNEL_MODES", "KernelSwitch", "FLASH", "set_flash_mode", "flash_mode", "use_flash"]
+__all__ = ["KERNEL_MODES", "KernelSwitch", "FLASH", "set_flash_mode", "flash_mode", "use_flash", "flash_route"]
 
 KERNEL_MODES = ("auto", "always", "never")
 _Result = TypeVar("_Result")
@@ -109,32 +109,42 @@ def flash_mode() -> str:
     return FLASH.mode
 
 
-def flash_key(q: torch.Tensor, k: torch.Tensor, is_causal: bool, window: int | None, sinks) -> tuple:
-    """What a Triton kernel is compiled for: head width, group size, options, dtype, device."""
-    groups = q.shape[1] // k.shape[1]
-    return (q.shape[-1], groups, is_causal, window is not None, sinks is not None, q.dtype, str(q.device))
+def flash_route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool, window, sinks) -> tuple | None:
+    """The kernel's key if attention on ``q, k, v`` may take the Triton kernel now, else None.
+
+    :func:`use_flash`, answered with the key that :meth:`KernelSwitch.attempt` remembers a
+    failure under: what a kernel is compiled for (head width, group size, options, dtype,
+    device). :func:`attn_core.attention` calls this once per call; the shapes are read once,
+    because on a GPU the host's microseconds before a launch are time the device waits.
+    """
+    if FLASH.mode == "never" or q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
+        return None
+    B, H, T_q, D = q.shape
+    B_k, H_kv, T_k, D_k = k.shape
+    if not (q.dtype == k.dtype == v.dtype and q.dtype in _FLASH_DTYPES and 16 <= D <= 256 and D & (D - 1) == 0):
+        return None
+    # attention() broadcasts a batch of 1 in k and v; the kernel reads one batch per query batch
+    if B_k != B or D_k != D or H % H_kv or (is_causal and T_q > T_k):
+        return None
+    device = q.device
+    if k.device != device or v.device != device or (sinks is not None and sinks.device != device):
+        return None  # torch's own error, on the next path, names the devices
+    auto = device.type == "cuda" and _has_triton() and not torch.compiler.is_compiling()
+    key = (D, H // H_kv, is_causal, window is not None, sinks is not None, q.dtype, str(device))
+    return key if FLASH.allows(key, auto=auto) else None
 
 
 def use_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool, window, sinks) -> bool:
     """Whether attention on ``q, k, v`` may take the Triton kernel in the current mode.
 
-    The kernel's own conditions come first, in every mode (4-D tensors of one dtype,
-    float32/float16/bfloat16, values as wide as keys, a head width that is a power of two
-    in [16, 256], ``H_kv`` dividing ``H``, causal only with ``T_q <= T_k``). ``"auto"``
-    also asks for CUDA, Triton installed, not inside ``torch.compile`` (which compiles
-    FlexAttention itself), and inputs that never failed to build.
+    The kernel's own conditions come first, in every mode (4-D tensors of one dtype and
+    device, float32/float16/bfloat16, one batch size, values as wide as keys, a head width
+    that is a power of two in [16, 256], ``H_kv`` dividing ``H``, causal only with
+    ``T_q <= T_k``). ``"auto"`` also asks for CUDA, Triton installed, not inside
+    ``torch.compile`` (which compiles FlexAttention itself), and inputs that never failed
+    to build.
     """
-    if FLASH.mode == "never" or q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
-        return False
-    D, H, H_kv = q.shape[-1], q.shape[1], k.shape[1]
-    if not (q.dtype == k.dtype == v.dtype and q.dtype in _FLASH_DTYPES and 16 <= D <= 256 and D & (D - 1) == 0):
-        return False
-    if k.shape[-1] != D or H % H_kv or (is_causal and q.shape[2] > k.shape[2]):
-        return False
-    if sinks is not None and sinks.device != q.device:
-        return False
-    auto = q.is_cuda and _has_triton() and not torch.compiler.is_compiling()
-    return FLASH.allows(flash_key(q, k, is_causal, window, sinks), auto=auto)
+    return flash_route(q, k, v, is_causal=is_causal, window=window, sinks=sinks) is not None
 
 
 @functools.cache

@@ -14,7 +14,15 @@ import attn_core.core as core
 from attn_core import DecoderConfig, DecoderLM, attention, flash_kernels
 from attn_core.config import LayerPattern
 from attn_core.flex import set_flex_mode
-from attn_core.kernel_switch import FLASH, KERNEL_MODES, KernelSwitch, flash_mode, set_flash_mode, use_flash
+from attn_core.kernel_switch import (
+    FLASH,
+    KERNEL_MODES,
+    KernelSwitch,
+    flash_mode,
+    flash_route,
+    set_flash_mode,
+    use_flash,
+)
 from conftest import qkv
 
 needs_triton = pytest.mark.skipif(flash_kernels.triton is None, reason="triton is not installed: pip install triton")
@@ -30,17 +38,17 @@ def flash_always():
 
 @pytest.fixture
 def spy_flash(monkeypatch):
-    """Record each call of attn_core.flash.flash_attention (attention() imports it when it runs)."""
+    """Record each call of the kernel's entry for checked arguments, which attention() calls."""
     import attn_core.flash as flash
 
     calls = []
-    real = flash.flash_attention
+    real = flash._flash_attention_checked
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(flash, "flash_attention", spy)
+    monkeypatch.setattr(flash, "_flash_attention_checked", spy)
     return calls
 
 
@@ -94,10 +102,62 @@ def test_auto_mode_keeps_the_cpu_off_the_kernel(monkeypatch):
     import attn_core.flash as flash
 
     assert flash_mode() == "auto"
-    monkeypatch.setattr(flash, "flash_attention", lambda *a, **kw: pytest.fail("the Triton kernel ran on the CPU"))
+    monkeypatch.setattr(flash, "_flash_attention_checked", lambda *a, **kw: pytest.fail("the kernel ran on the CPU"))
     q, k, v = qkv(1, 4, 6, 16)
     assert not use_flash(q, k, v, is_causal=True, window=2, sinks=None)
     attention(q, k, v, is_causal=True, window=2, sinks=torch.zeros(4))
+
+
+def test_flash_route_gives_the_key_a_failure_is_remembered_under(flash_always):
+    q, k, v = qkv(B=1, H=4, T_q=5, D=16, H_kv=2)
+    key = flash_route(q, k, v, is_causal=True, window=2, sinks=None)
+    assert key == (16, 2, True, True, False, torch.float32, "cpu")
+    assert flash_route(q, k, v, is_causal=False, window=None, sinks=torch.zeros(4)) == (
+        16, 2, False, False, True, torch.float32, "cpu"
+    )  # fmt: skip
+    FLASH.refused.add(key)
+    try:
+        assert flash_route(q, k, v, is_causal=True, window=2, sinks=None) == key  # "always" ignores refusals
+        set_flash_mode("auto")
+        assert flash_route(q, k, v, is_causal=True, window=2, sinks=None) is None
+    finally:
+        FLASH.refused.discard(key)
+    set_flash_mode("never")
+    assert flash_route(q, k, v, is_causal=True, window=2, sinks=None) is None
+
+
+def test_inputs_the_kernel_would_reject_are_never_offered_to_it(flash_always, monkeypatch):
+    """A kernel error in "auto" mode refuses its key for good: an input the kernel cannot take
+    (a broadcast batch, tensors on two devices) must not reach it, or valid inputs with the
+    same key would lose the kernel."""
+    import attn_core.flash as flash
+
+    monkeypatch.setattr(flash, "_flash_attention_checked", lambda *a, **kw: pytest.fail("offered to the kernel"))
+    q, _, _ = qkv(B=2, H=4, T_q=5, D=16)
+    _, k, v = qkv(B=1, H=4, T_q=5, D=16, H_kv=2)  # one batch of keys for both batches of queries
+    assert flash_route(q, k, v, is_causal=True, window=2, sinks=None) is None
+    out = attention(q, k, v, is_causal=True, window=2)
+    expected, _ = attention(q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), is_causal=True, window=2,
+                            return_weights=True)  # fmt: skip
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+    q, k, v = qkv(B=1, H=4, T_q=5, D=16)
+    sinks = torch.zeros(4)
+    for k_, v_, sinks_ in ((k.to("meta"), v, sinks), (k, v.to("meta"), sinks), (k, v, sinks.to("meta"))):
+        assert flash_route(q, k_, v_, is_causal=True, window=None, sinks=sinks_) is None
+    assert flash_route(q, k, v, is_causal=True, window=None, sinks=sinks) is not None
+
+
+@needs_triton
+def test_attention_enters_the_kernel_past_its_argument_checks(flash_always, spy_flash, monkeypatch):
+    """attention() has checked its arguments: checking them again would cost host time per launch."""
+    import attn_core.flash as flash
+
+    q, k, v = (t.to(DEVICE) for t in qkv(1, 4, 9, 16, H_kv=2))
+    sinks = torch.linspace(-1.0, 1.0, 4, device=DEVICE)
+    expected = flash.flash_attention(q, k, v, is_causal=True, window=4, sinks=sinks)
+    monkeypatch.setattr(flash, "_check_inputs", lambda *a, **kw: pytest.fail("the arguments were checked twice"))
+    out = attention(q, k, v, is_causal=True, window=4, sinks=sinks)
+    assert len(spy_flash) == 1 and torch.equal(out, expected)
 
 
 # --------------------------------------------------------------------------- attention() on the kernel
@@ -149,8 +209,8 @@ def test_a_kernel_failure_in_auto_mode_falls_back_to_the_next_path(monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("out of resources")
 
-    monkeypatch.setattr(core, "use_flash", lambda *a, **kw: True)  # as on a GPU
-    monkeypatch.setattr(flash, "flash_attention", fail)
+    monkeypatch.setattr(core, "flash_route", lambda *a, **kw: ("key",))  # as on a GPU
+    monkeypatch.setattr(flash, "_flash_attention_checked", fail)
     monkeypatch.setattr(FLASH, "refused", set())
     q, k, v = qkv(1, 2, 8, 16)
     sinks = torch.tensor([0.5, -1.0])
@@ -158,13 +218,13 @@ def test_a_kernel_failure_in_auto_mode_falls_back_to_the_next_path(monkeypatch):
         out = attention(q, k, v, is_causal=True, window=3, sinks=sinks)
     expected, _ = attention(q, k, v, is_causal=True, window=3, sinks=sinks, return_weights=True)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
-    assert len(FLASH.refused) == 1
+    assert FLASH.refused == {("key",)}
 
 
 def test_options_the_kernel_lacks_keep_the_explicit_path(flash_always, monkeypatch):
     import attn_core.flash as flash
 
-    monkeypatch.setattr(flash, "flash_attention", lambda *a, **kw: pytest.fail("the kernel took an option it lacks"))
+    monkeypatch.setattr(flash, "_flash_attention_checked", lambda *a, **kw: pytest.fail("an option it lacks"))
     q, k, v = qkv(1, 2, 6, 16)
     attention(q, k, v, is_causal=True, window=2, softcap=5.0)
     attention(q, k, v, is_causal=True, window=2, return_weights=True)
