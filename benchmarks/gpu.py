@@ -16,7 +16,10 @@ process, bfloat16, every pair measured side by side:
   ``generate`` in the same process: our eager path, our static caches, the static caches
   with ``torch.compile`` (``generate(..., compile=True)``) and with CUDA graphs
   (``compile="reduce-overhead"``);
-- a training step (forward + backward, bf16) of the same model vs Hugging Face's.
+- a training step (forward + backward, bf16) of the same model vs Hugging Face's;
+- the host's share of the attention rows (:func:`host_entries`): each call timed alone and
+  20 back to back, the host's microseconds per call at a tiny shape, and the CUDA kernels
+  that causal SDPA and ``attention()`` launch.
 
 Each time is the median over rounds of CUDA-event timings after warm-up (warm-ups are
 part of the run time); ``ratio`` is the median of per-round ratios ours / baseline, where
@@ -42,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PIPELINED = 20  # calls back to back in host_entries' second timing
 
 
 # --------------------------------------------------------------------------- timing
@@ -148,6 +152,107 @@ def attention_entries(quick: bool) -> list[dict]:
     ):
         rows.append(_row(label, (B, H, T, D), name, "sdpa", res))
     return rows
+
+
+def _per_call_us(fn, calls: int) -> float:
+    """Microseconds per call of ``calls`` calls of ``fn`` between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
+def _host_us(fn, calls: int) -> float:
+    """The host's microseconds per call (best of 5 batches): a tiny shape, so the GPU keeps up."""
+    best = float("inf")
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    torch.cuda.synchronize()
+    return best * 1e6
+
+
+def _cuda_kernels(fn) -> list[str]:
+    """The names of the CUDA kernels one call of ``fn`` runs (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if str(e.device_type).endswith("CUDA")})
+
+
+def host_entries(quick: bool) -> dict:
+    """How much of a one-call timing is the host's: the calls of the attention rows three ways.
+
+    Returns:
+        ``{"pipelined", "host_per_call", "kernels"}``:
+
+        * ``pipelined``: per call, one call per timing (the GPU waits for the host's work
+          before the launch, as in :func:`side_by_side`) and ``PIPELINED`` calls back to
+          back (the host runs ahead, so only the GPU's time is left); the two timings of
+          every call alternate in each round, so drift hits them alike;
+        * ``host_per_call``: the host's microseconds per call at a tiny shape;
+        * ``kernels``: the CUDA kernels of causal SDPA and of ``attention()`` at the first
+          core shape, so that a gap between the two can be told from a different kernel.
+    """
+    from attn_core.core import attention
+    from attn_core.flash import flash_attention, flash_forward
+
+    rounds = 3 if quick else 11
+    big = (1, 4, 1024, 64) if quick else (2, 16, 4096, 128)
+    window = 128 if quick else 512
+
+    def calls(shape):
+        q, k, v = _qkv(*shape)
+        sinks = torch.linspace(-1, 1, q.shape[1], device=q.device, dtype=q.dtype)  # (H,)
+        return {
+            "sdpa causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            "attention causal": lambda: attention(q, k, v, is_causal=True),
+            "attention window": lambda: attention(q, k, v, is_causal=True, window=window),
+            "flash_attention window": lambda: flash_attention(q, k, v, is_causal=True, window=window),
+            "flash_forward window": lambda: flash_forward(q, k, v, is_causal=True, window=window),
+            "attention sinks": lambda: attention(q, k, v, is_causal=True, sinks=sinks),
+        }
+
+    fns = calls(big)
+    for fn in fns.values():  # warm-up: builds the kernels
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    one, many = {name: [] for name in fns}, {name: [] for name in fns}
+    for r in range(rounds):
+        for name in list(fns) if r % 2 == 0 else list(reversed(fns)):
+            one[name].append(_per_call_us(fns[name], 1))
+            many[name].append(_per_call_us(fns[name], PIPELINED))
+    pipelined = [
+        {
+            "shape": str(big),
+            "call": name,
+            "one_call_us": statistics.median(one[name]),
+            "twenty_calls_us": statistics.median(many[name]),
+        }
+        for name in fns
+    ]
+    tiny = (1, 1, 128, 64)
+    host = [
+        {"shape": str(tiny), "call": name, "host_us": _host_us(fn, 50 if quick else 400)}
+        for name, fn in calls(tiny).items()
+    ]
+    core_shape = (2, 4, 256, 64) if quick else (8, 16, 1024, 64)
+    q, k, v = _qkv(*core_shape)
+    kernels = {
+        "shape": str(core_shape),
+        "sdpa causal": _cuda_kernels(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        "attention causal": _cuda_kernels(lambda: attention(q, k, v, is_causal=True)),
+    }
+    return {"pipelined": pipelined, "host_per_call": host, "kernels": kernels}
 
 
 def _row(entry, shape, ours, baseline, res) -> dict:
@@ -305,6 +410,22 @@ def markdown(result: dict) -> str:
             f"| {r['entry']} | {r['shape']} | {r['ours']} | {r['baseline']} | {r['ours_ms']:.3f} | "
             f"{r['baseline_ms']:.3f} | {r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f}) | {tps} |"
         )
+    if result.get("pipelined"):
+        shape = result["pipelined"][0]["shape"]
+        lines += ["", f"At {shape}, µs per call: one call per timing, {PIPELINED} back to back.", ""]
+        lines += ["| call | one call | back to back |", "|---|---:|---:|"]
+        lines += [f"| {p['call']} | {p['one_call_us']:.1f} | {p['twenty_calls_us']:.1f} |" for p in result["pipelined"]]
+    if result.get("host_per_call"):
+        shape = result["host_per_call"][0]["shape"]
+        lines += ["", f"The host's µs per call at {shape}:", ""]
+        lines += ["| call | host µs |", "|---|---:|"]
+        lines += [f"| {h['call']} | {h['host_us']:.1f} |" for h in result["host_per_call"]]
+    if result.get("kernels"):
+        kernels = result["kernels"]
+        lines += ["", f"CUDA kernels of one call at {kernels['shape']}:", ""]
+        lines += [
+            f"- {name}: {', '.join(f'`{k}`' for k in kernels[name])}" for name in ("sdpa causal", "attention causal")
+        ]
     errors = [r for r in result["rows"] if "error" in r]
     if errors:
         lines += ["", "Entries that failed:", ""] + [f"- {r['entry']}: `{r['error'][:300]}`" for r in errors]
@@ -346,6 +467,8 @@ def run(quick: bool = False, log=print, out_dir: Path = RESULTS) -> dict:
 
     log(f"gpu suite on {device} ({'quick' if quick else 'full'})")
     rows += _safe("attention", lambda: attention_entries(quick), rows, log) or []
+    save()
+    result.update(_safe("host time per call", lambda: host_entries(quick), rows, log) or {})
     save()
     models = _safe("build + convert the LLaMA-shaped model", lambda: _llama(quick), rows, log)
     if models is not None:

@@ -33,6 +33,54 @@ def test_markdown_has_one_line_per_pair_and_lists_the_errors():
     assert "QUICK" in gpu.markdown(dict(_result(), quick=True))
 
 
+def test_markdown_shows_the_host_part_when_it_was_measured():
+    host = dict(
+        pipelined=[
+            dict(shape="(2, 16, 4096, 128)", call="attention window", one_call_us=188.46, twenty_calls_us=119.3)
+        ],
+        host_per_call=[dict(shape="(1, 1, 128, 64)", call="sdpa causal", host_us=17.52)],
+        kernels={"shape": "(8, 16, 1024, 64)", "sdpa causal": ["flash_fwd"], "attention causal": ["flash_fwd"]},
+    )
+    md = gpu.markdown(dict(_result(), **host))
+    assert "At (2, 16, 4096, 128), µs per call: one call per timing, 20 back to back." in md
+    assert "| attention window | 188.5 | 119.3 |" in md
+    assert "| sdpa causal | 17.5 |" in md
+    assert "- attention causal: `flash_fwd`" in md
+    assert "back to back" not in gpu.markdown(_result())  # a run without the part
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-in for a GPU run")
+def test_host_entries_runs_every_call_and_fills_its_tables(monkeypatch):
+    """The host part's logic, on the CPU with its CUDA timers replaced: device time is scarce,
+    and a typo found there costs a run."""
+    pytest.importorskip("triton")
+    ran = []
+
+    def small_qkv(B, H, T, D, H_kv=None, seed=0):  # any shape: tiny CPU tensors, for the interpreter
+        g = torch.Generator().manual_seed(seed)
+        return tuple(torch.randn(1, 2, 16, 16, generator=g, dtype=torch.bfloat16) for _ in range(3))
+
+    def per_call(fn, calls):
+        fn()
+        ran.append(calls)
+        return 100.0 + calls
+
+    monkeypatch.setattr(gpu, "_qkv", small_qkv)
+    monkeypatch.setattr(gpu, "_per_call_us", per_call)
+    monkeypatch.setattr(gpu, "_host_us", lambda fn, calls: fn() is not None and 7.0)
+    monkeypatch.setattr(gpu, "_cuda_kernels", lambda fn: [type(fn()).__name__])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    out = gpu.host_entries(quick=True)
+    calls = ["sdpa causal", "attention causal", "attention window", "flash_attention window",
+             "flash_forward window", "attention sinks"]  # fmt: skip
+    assert [p["call"] for p in out["pipelined"]] == calls
+    assert {p["one_call_us"] for p in out["pipelined"]} == {101.0}
+    assert {p["twenty_calls_us"] for p in out["pipelined"]} == {100.0 + gpu.PIPELINED}
+    assert ran.count(1) == ran.count(gpu.PIPELINED) == 3 * len(calls)  # 3 rounds with quick
+    assert [h["call"] for h in out["host_per_call"]] == calls and {h["host_us"] for h in out["host_per_call"]} == {7.0}
+    assert out["kernels"]["sdpa causal"] == out["kernels"]["attention causal"] == ["Tensor"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 def test_without_cuda_the_gpu_suite_is_skipped_and_run_refuses(capsys):
     assert main(["--suite", "gpu", "--quick"]) == 0
