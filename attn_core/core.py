@@ -225,7 +225,10 @@ def attention(
                 f"sinks needs one logit per query head: got sinks.shape={tuple(sinks.shape)} for {heads} heads"
             )
     T_q, T_k = q.shape[-2], k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # The default scale is SDPA's own default too: SDPA is left to apply it, so that the
+    # common call reaches SDPA exactly as a direct call would. The other paths need the number.
+    sdpa_scale = None if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sdpa_scale is None else sdpa_scale
     if is_causal and T_q == 1 and (window is None or T_k <= window):
         # A single query (a decoding step) is the last position: it may see every key, so
         # there is no mask to build, combine and apply in every layer at every step
@@ -242,7 +245,7 @@ def attention(
         return (out, weights) if return_weights else out
     if return_weights:
         return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
-    return _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=window)
+    return _fast(q, k, v, mask, is_causal, sdpa_scale, dropout_p, groups, T_q, T_k, window=window)
 
 
 def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
@@ -356,6 +359,13 @@ def _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups):
 
 
 def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=None):
+    """The fast path: one SDPA call, a mask built only when SDPA's own ``is_causal`` cannot serve.
+
+    ``scale`` may be None (SDPA's default, 1/√D); every other argument is checked.
+
+    Shapes:
+        as :func:`attention`
+    """
     sdpa_kwargs = {}
     if groups > 1:
         if _SDPA_HAS_GQA and q.dim() == 4:

@@ -232,6 +232,26 @@ def test_default_scale_is_inverse_sqrt_d():
     assert torch.allclose(w, expected, atol=1e-14)
 
 
+def test_the_common_call_reaches_sdpa_as_a_direct_call_would(monkeypatch):
+    """No mask, no options: attention() passes SDPA what a direct caller does (its default scale
+    included), so that a GPU runs the same kernel for both; the explicit path still gets 1/√D."""
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    q, k, v = _qkv(2, 4, 5, 24)
+    out = attention(q, k, v, is_causal=True)
+    attention(q, k, v, scale=0.3)
+    assert [c["scale"] for c in calls] == [None, 0.3] and calls[0]["is_causal"] is True
+    assert torch.equal(out, real(q, k, v, is_causal=True))
+    expected, _ = attention(q, k, v, is_causal=True, return_weights=True)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
 # --------------------------------------------------------------------------- softcap= (Gemma 2)
 def _softcap_reference(q, k, v, cap, causal=True):
     """Gemma 2's eager attention, written out: cap · tanh(QKᵀ/√D / cap), then the causal mask."""
