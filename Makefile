@@ -11,11 +11,14 @@ COLAB_VENV := .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Deterministic kernels: the committed outputs were made with these settings. One
-# thread per kernel: nbval runs two notebooks at once on 2 cores, and a fixed thread
-# count keeps floating-point reductions, and so the printed digits, reproducible.
+# thread per process: nbval runs two notebooks at once on 2 cores, and a fixed thread
+# count keeps floating-point reductions, and so the printed digits, reproducible. The
+# unit tests run one thread per worker too: two workers with torch's default threads
+# oversubscribe 2 cores, and OpenMP's waiting threads made tests of many small operations
+# 10 to 30 times slower (the suite took 297 s, 129 s with one thread per worker).
 # (No MPLBACKEND here: Agg would stop the kernels from showing figures.)
 export PYTHONHASHSEED := 0
-NB_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # The lessons must pass on any x86-64 CPU, so `make lessons` runs them twice: with the
 # kernels PyTorch picks for this CPU (AVX-512, AVX2, ...) and with PyTorch, MKL and oneDNN
 # held to plain SSE kernels, which sum in other orders. Override to try another, e.g.
@@ -79,21 +82,21 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 unit: setup
-	$(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
+	$(ONE_THREAD) $(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
 
 lessons: setup
 	@echo "== lessons, native kernels"
-	$(NB_ENV) $(PY) -m $(NBVAL)
+	$(ONE_THREAD) $(PY) -m $(NBVAL)
 	@echo "== lessons, forced kernels: $(FORCED_KERNELS)"
-	$(NB_ENV) $(FORCED_KERNELS) $(PY) -m $(NBVAL)
+	$(ONE_THREAD) $(FORCED_KERNELS) $(PY) -m $(NBVAL)
 	@echo "== lessons, perturbed: every optimizer nudges its parameters by a relative 1e-6"
-	$(NB_ENV) $(PERTURBED) $(PY) -m $(NBVAL)
+	$(ONE_THREAD) $(PERTURBED) $(PY) -m $(NBVAL)
 
 colab: setup $(COLAB_VENV)/.installed
 	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style
 	$(COLAB_PY) -m pytest tests/test_viz.py -q -p no:cacheprovider
 	rm -f _build/colab_timings.*.rows
-	$(NB_ENV) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider -n 2
+	$(ONE_THREAD) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider -n 2
 	{ echo "| notebook | seconds (Colab-like, CPU, two at a time) |"; echo "|---|---:|"; sort _build/colab_timings.*.rows; } > _build/colab_timings.md
 	cat _build/colab_timings.md
 
@@ -114,7 +117,7 @@ bench: setup
 
 # Re-execute notebooks in place (after changing a chapter): make nbsync NB=book/01_self_attention.ipynb
 nbsync: setup
-	$(NB_ENV) $(PY) tools/execute_notebooks.py $(or $(NB),book/*.ipynb)
+	$(ONE_THREAD) $(PY) tools/execute_notebooks.py $(or $(NB),book/*.ipynb)
 
 clean:
 	rm -rf _build _vendor
