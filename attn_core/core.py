@@ -251,23 +251,24 @@ def attention(
 def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
     """A window or sinks on a fused kernel, or None if none takes them.
 
-    The Triton FlashAttention kernel first (it skips the key blocks outside the window
-    and starts its online softmax at the sink), then FlexAttention (a window block mask;
-    sinks from its log-sum-exp). Neither drops weights: dropout keeps the explicit path.
-    Which kernels may run: :mod:`attn_core.kernel_switch`.
+    The Triton FlashAttention kernel first (it skips the key blocks outside
+    the window and starts its online softmax at the sink), then FlexAttention
+    (a window block mask; sinks from its log-sum-exp). Neither drops weights:
+    dropout keeps the explicit path. Which kernels may run:
+    :mod:`attn_core.kernel_switch`.
     """
     if dropout_p != 0.0:
         return None
+    options = dict(is_causal=is_causal, scale=scale, window=window)
     key = flash_route(q, k, v, is_causal=is_causal, window=window, sinks=sinks)
     if key is not None:
-        # attention() has checked the arguments: the kernel's entry that skips its own checks
+        # attention() has checked every argument: skip the kernel's own checks
         kernel = _flash_module()._flash_attention_checked
-        options = dict(is_causal=is_causal, scale=scale, window=window, sinks=sinks)
-        out = FLASH.attempt(key, lambda: kernel(q, k, v, **options))
+        enter = functools.partial(kernel, q, k, v, sinks=sinks, **options)
+        out = FLASH.attempt(key, enter)
         if out is not None:
             return out
     if use_flex(q, k, v):
-        options = dict(is_causal=is_causal, scale=scale, window=window)
         fused = flex_or_none(q, k, v, return_lse=sinks is not None, **options)
         if fused is not None:
             out, lse = fused
