@@ -35,7 +35,7 @@ import torch
 
 from .checks import check_choice
 
-__all__ = ["KERNEL_MODES", "KernelSwitch", "FLASH", "set_flash_mode", "flash_mode", "use_flash", "flash_route"]
+__all__ = ["KERNEL_MODES", "KernelSwitch", "FLASH", "set_flash_mode", "flash_mode", "use_flash"]
 
 KERNEL_MODES = ("auto", "always", "never")
 _Result = TypeVar("_Result")
