@@ -47,6 +47,8 @@ def test_markdown_shows_the_host_part_when_it_was_measured():
     assert "| sdpa causal | 17.5 |" in md
     assert "- attention causal: `flash_fwd`" in md
     assert "back to back" not in gpu.markdown(_result())  # a run without the part
+    no_profiler = dict(host, kernels={"shape": "(8, 16, 1024, 64)", "error": "RuntimeError: CUPTI"})
+    assert "- not recorded: `RuntimeError: CUPTI`" in gpu.markdown(dict(_result(), **no_profiler))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-in for a GPU run")
@@ -79,6 +81,13 @@ def test_host_entries_runs_every_call_and_fills_its_tables(monkeypatch):
     assert ran.count(1) == ran.count(gpu.PIPELINED) == 3 * len(calls)  # 3 rounds with quick
     assert [h["call"] for h in out["host_per_call"]] == calls and {h["host_us"] for h in out["host_per_call"]} == {7.0}
     assert out["kernels"]["sdpa causal"] == out["kernels"]["attention causal"] == ["Tensor"]
+
+    def no_cupti(fn):
+        raise RuntimeError("CUPTI is not available")
+
+    monkeypatch.setattr(gpu, "_cuda_kernels", no_cupti)  # the timings are kept without the profiler
+    out = gpu.host_entries(quick=True)
+    assert out["kernels"]["error"] == "RuntimeError: CUPTI is not available" and len(out["pipelined"]) == len(calls)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
