@@ -19,9 +19,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # (No MPLBACKEND here: Agg would stop the kernels from showing figures.)
 export PYTHONHASHSEED := 0
 ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-# The lessons must pass on any x86-64 CPU, so `make lessons` runs them twice: with the
-# kernels PyTorch picks for this CPU (AVX-512, AVX2, ...) and with PyTorch, MKL and oneDNN
-# held to plain SSE kernels, which sum in other orders. Override to try another, e.g.
+# The lessons must pass on any x86-64 CPU, so `make lessons` runs them with the kernels
+# PyTorch picks for this CPU (AVX-512, AVX2, ...; in the Colab-like environment, below) and
+# again with PyTorch, MKL and oneDNN held to plain SSE kernels, which sum in other orders.
+# Override to try another, e.g.
 #   make lessons FORCED_KERNELS="ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"
 FORCED_KERNELS ?= ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 # ... and a third time perturbed: every optimizer multiplies the parameters it trains by
@@ -84,21 +85,22 @@ lint: setup
 unit: setup
 	$(ONE_THREAD) $(PY) -m pytest tests --ignore=tests/browser --ignore=tests/colab -q -n 2
 
-lessons: setup
-	@echo "== lessons, native kernels"
-	$(ONE_THREAD) $(PY) -m $(NBVAL)
+# The native-kernels run is also the Colab-like run: each notebook alone in an empty folder
+# of the Colab-like environment (Colab's ipywidgets 7.7, numpy and matplotlib; attn_core
+# installed by the set-up cell from a wheel of this checkout), every output compared.
+# It prints each notebook's run time (the table in README.md).
+lessons: setup $(COLAB_VENV)/.installed
+	@echo "== lessons, native kernels, each notebook alone in the Colab-like environment"
+	$(ONE_THREAD) $(COLAB_PY) tests/colab/run_lessons.py -q -n 2 --dist loadscope
 	@echo "== lessons, forced kernels: $(FORCED_KERNELS)"
 	$(ONE_THREAD) $(FORCED_KERNELS) $(PY) -m $(NBVAL)
 	@echo "== lessons, perturbed: every optimizer nudges its parameters by a relative 1e-6"
 	$(ONE_THREAD) $(PERTURBED) $(PY) -m $(NBVAL)
 
+# viz under ipywidgets 7.7 (Colab's version), and installing attn_core there upgrades
+# nothing. (The notebooks run in that environment in `make lessons`.)
 colab: setup $(COLAB_VENV)/.installed
-	# viz under ipywidgets 7.7 (Colab's version), then every notebook alone, Colab-style
-	$(COLAB_PY) -m pytest tests/test_viz.py -q -p no:cacheprovider
-	rm -f _build/colab_timings.*.rows
-	$(ONE_THREAD) $(COLAB_PY) -m pytest tests/colab -q -p no:cacheprovider -n 2
-	{ echo "| notebook | seconds (Colab-like, CPU, two at a time) |"; echo "|---|---:|"; sort _build/colab_timings.*.rows; } > _build/colab_timings.md
-	cat _build/colab_timings.md
+	$(COLAB_PY) -m pytest tests/test_viz.py tests/colab -q -p no:cacheprovider
 
 browser: chromium
 	test -f _build/html/index.html || $(MAKE) book
