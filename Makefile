@@ -97,16 +97,22 @@ lessons: setup $(COLAB_VENV)/.installed
 	@echo "== lessons, perturbed: every optimizer nudges its parameters by a relative 1e-6"
 	$(ONE_THREAD) $(PERTURBED) $(PY) -m $(NBVAL)
 
-# viz under ipywidgets 7.7 (Colab's version), and installing attn_core there upgrades
-# nothing. (The notebooks run in that environment in `make lessons`.)
+# The widgets (viz and both explorers) under ipywidgets 7.7, Colab's version, and
+# installing attn_core there upgrades nothing. (The notebooks run in that environment in
+# `make lessons`.)
+COLAB_TESTS := tests/test_viz.py tests/test_explorers.py tests/test_kernel_explorer.py tests/colab
 colab: setup $(COLAB_VENV)/.installed
-	$(COLAB_PY) -m pytest tests/test_viz.py tests/colab -q -p no:cacheprovider
+	$(COLAB_PY) -m pytest $(COLAB_TESTS) -q -p no:cacheprovider
 
 browser: chromium
 	test -f _build/html/index.html || $(MAKE) book
 	$(PY) -m pytest tests/browser -q
 
-test: setup chromium $(COLAB_VENV)/.installed
+# The set-up steps do not depend on each other (the book's and the Colab-like Python
+# environments, the web assets, Chromium), so they run side by side: each pip install
+# keeps one core busy for about two minutes.
+test:
+	$(MAKE) -j3 setup chromium $(COLAB_VENV)/.installed
 	$(MAKE) lint
 	$(MAKE) unit
 	$(MAKE) lessons
