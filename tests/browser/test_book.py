@@ -184,7 +184,7 @@ def _temperature_responds(page, explorer, tau) -> bool:
             tau.focus()
             page.keyboard.press("End" if value == tau.get_attribute("min") else "Home")
             if _picture(explorer) != snapshot:
-                # Put the temperature back (the checks that follow start from the default).
+                # Put the temperature back where it was (the mask checks that follow compare from there).
                 tau.evaluate("(e, v) => { e.value = v; e.dispatchEvent(new Event('input')); }", value)
                 return True
             if sliders[0].count():
