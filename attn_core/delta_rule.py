@@ -93,6 +93,10 @@ def solve_unit_lower(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     anyway: production kernels (flash-linear-attention's chunked delta rule) build and
     solve this system in float32 whatever the inputs' dtype, as here.
 
+    Only the strict lower triangle of ``system`` is read: its diagonal is taken to be 1 and
+    the part above it is ignored, in the solve and in its gradient (zero there), so a
+    caller may pass a lower-triangular matrix without masking its diagonal first.
+
     Shapes:
         system: ``(..., C, C)``; rhs: ``(..., C, N)``; output: ``(..., C, N)``
     """
@@ -192,19 +196,23 @@ def delta_rule_chunked(
     out_dtype, work = v.dtype, torch.promote_types(v.dtype, torch.float32)
     q, k, v, beta, S = (t.to(work) for t in (q, k, v, beta, S))
     g = None if g is None else g.to(work)
+    # An empty start (no initial_state) has S₀ = 0: the first chunk skips the S₀ terms, which
+    # are exact zeros (the same numbers, fewer operations to run and differentiate).
+    empty = initial_state is None
     outputs = []
     for start in range(0, q.shape[2], chunk_size):
         qc, kc, vc = (x[:, :, start : start + chunk_size] for x in (q, k, v))  # (B, H, C, ·)
         bc = beta[:, :, start : start + chunk_size]  # (B, H, C)
         G = torch.zeros_like(bc) if g is None else g[:, :, start : start + chunk_size].cumsum(dim=-1)  # (B, H, C)
         decays = _decays(G)  # (B, H, C, C)
-        C = qc.shape[2]
-        strictly_lower = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
-        system = (bc[..., :, None] * (kc @ kc.transpose(-1, -2)) * decays).masked_fill(~strictly_lower, 0.0)
-        system = system + torch.eye(C, dtype=q.dtype, device=q.device)  # (B, H, C, C), unit lower triangular
-        rhs = bc[..., None] * (vc - G.exp()[..., None] * (kc @ S))  # (B, H, C, D_v)
+        # diag(β) K Kᵀ ⊙ Γ is lower triangular (Γ is 0 above the diagonal); the unit solve
+        # reads only its strict lower part, which is strict_lower(...) of the system above.
+        system = bc[..., :, None] * (kc @ kc.transpose(-1, -2)) * decays  # (B, H, C, C)
+        rhs = bc[..., None] * (vc if empty else vc - G.exp()[..., None] * (kc @ S))  # (B, H, C, D_v)
         u = solve_unit_lower(system, rhs)  # (B, H, C, D_v)
-        outputs.append(G.exp()[..., None] * (qc @ S) + ((qc @ kc.transpose(-1, -2)) * decays) @ u)
+        out = ((qc @ kc.transpose(-1, -2)) * decays) @ u  # (B, H, C, D_v)
+        outputs.append(out if empty else G.exp()[..., None] * (qc @ S) + out)
+        empty = False
         to_end = (G[..., -1:] - G).exp()[..., None]  # (B, H, C, 1): decay from each token to the chunk's end
         S = G[..., -1, None, None].exp() * S + (to_end * kc).transpose(-1, -2) @ u  # (B, H, D_k, D_v)
     return torch.cat(outputs, dim=2).to(out_dtype), S.to(out_dtype)  # (B, H, T, D_v)
@@ -229,11 +237,9 @@ def delta_rule_matrix(
         q, k: ``(B, H, T, D_k)``; beta, g: ``(B, H, T)``; output: ``(B, H, T, T)``
     """
     q = _delta_setup(q, k, beta, g, scale)
-    T = q.shape[2]
     decays = _decays(torch.zeros_like(beta) if g is None else g.cumsum(dim=-1))  # (B, H, T, T)
-    strictly_lower = torch.ones(T, T, dtype=torch.bool, device=q.device).tril(-1)
-    system = (beta[..., :, None] * (k @ k.transpose(-1, -2)) * decays).masked_fill(~strictly_lower, 0.0)
-    system = system + torch.eye(T, dtype=q.dtype, device=q.device)  # (B, H, T, T)
+    # lower triangular; the unit solve reads its strict lower part (delta_rule_chunked)
+    system = beta[..., :, None] * (k @ k.transpose(-1, -2)) * decays  # (B, H, T, T)
     writes = solve_unit_lower(system, torch.diag_embed(beta))  # (B, H, T, T)
     return ((q @ k.transpose(-1, -2)) * decays) @ writes  # (B, H, T, T)
 

@@ -220,8 +220,9 @@ class GatedDeltaNet(nn.Module):
         key_width = self.n_heads * self.head_dim
         q, k, v = mixed.transpose(1, 2).split([key_width, key_width, mixed.shape[1] - 2 * key_width], dim=-1)
         r = self.n_value_heads // self.n_heads
-        # (B, H_k, T, D_k) -> (B, H_v, T, D_k): value head h reads query/key head h // r
-        q, k = (l2_normalize(split_heads(t, self.n_heads)).repeat_interleave(r, dim=1) for t in (q, k))
+        q, k = (l2_normalize(split_heads(t, self.n_heads)) for t in (q, k))  # (B, H_k, T, D_k)
+        if r > 1:  # (B, H_k, T, D_k) -> (B, H_v, T, D_k): value head h reads query/key head h // r
+            q, k = q.repeat_interleave(r, dim=1), k.repeat_interleave(r, dim=1)
         v = split_heads(v, self.n_value_heads)  # (B, H_v, T, D_v)
         beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (B, H_v, T)
         g = (-self.A_log.exp() * F.softplus(self.decay_proj(x) + self.dt_bias)).transpose(1, 2)  # (B, H_v, T)

@@ -77,3 +77,28 @@ def test_delta_rule_decay_forgets():
     g = torch.full((B, H, 5), -0.5, dtype=F64)
     _, S = dr.delta_rule_recurrent(q, k, v, torch.zeros_like(beta), g, initial_state=S0)
     torch.testing.assert_close(S, S0 * torch.exp(torch.tensor(-2.5, dtype=F64)), rtol=0, atol=1e-14)
+
+
+def test_solve_unit_lower_reads_only_the_strict_lower_triangle():
+    # The chunked form hands the solve diag(β) K Kᵀ ⊙ Γ, diagonal included: it must act as the
+    # unit lower-triangular matrix with that strict lower part, in the solve and its gradient.
+    system = randn(B, H, 6, 6, seed=11).requires_grad_()
+    rhs = randn(B, H, 6, 2, seed=12)
+    x = dr.solve_unit_lower(system, rhs)
+    unit = system.detach().tril(-1) + torch.eye(6, dtype=F64)
+    torch.testing.assert_close(x, torch.linalg.solve(unit, rhs), rtol=0, atol=1e-12)
+    x.sum().backward()
+    assert (system.grad.triu() == 0).all()  # the diagonal and above are never read
+    assert (system.grad.tril(-1) != 0).any()
+
+
+@pytest.mark.parametrize("chunk_size", [4, 64])
+def test_delta_rule_chunked_from_no_state_is_from_a_zero_state(chunk_size):
+    # No initial_state skips the first chunk's S₀ terms (exact zeros): the same numbers as a
+    # zero state passed in, which runs them.
+    q, k, v, beta, g = _delta_inputs(11, gated=True)
+    zeros = torch.zeros(B, H, D_K, D_V, dtype=F64)
+    out, S = dr.delta_rule_chunked(q, k, v, beta, g, chunk_size=chunk_size)
+    out0, S0 = dr.delta_rule_chunked(q, k, v, beta, g, chunk_size=chunk_size, initial_state=zeros)
+    torch.testing.assert_close(out, out0, rtol=0, atol=0)
+    torch.testing.assert_close(S, S0, rtol=0, atol=0)
