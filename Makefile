@@ -36,13 +36,9 @@ NBVAL := pytest --nbval book --nbval-sanitize-with tests/nbval_sanitize.cfg -q -
 .DEFAULT_GOAL := book
 
 ## ---- set-up (each step is skipped when already done) ----
-# --no-compile: pip would byte-compile every module of every package (torch's thousands
-# among them), nearly half of an install's time here (116 s -> 65 s for requirements.txt);
-# Python compiles, and caches, only the modules a process imports, when it first does.
-PIP_INSTALL := pip install -q --no-compile
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m $(PIP_INSTALL) -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -58,7 +54,7 @@ _vendor/.installed: node_modules/.installed tools/vendor_assets.py
 # Colab-like environment: Colab's ipywidgets 7.7, CPU torch, no attn_core.
 $(COLAB_VENV)/.installed: requirements-colab.txt
 	test -x $(COLAB_PY) || $(PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_PY) -m $(PIP_INSTALL) -r requirements-colab.txt
+	$(COLAB_PY) -m pip install -q -r requirements-colab.txt
 	touch $@
 
 # SmolLM2-135M-Instruct, the real LLM of the appendix "Reading a real language model": the
