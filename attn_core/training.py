@@ -23,17 +23,17 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_callable, check_choice, check_instance, check_int, check_number
+from .checks import check_callable, check_choice, check_instance, check_int, check_number, check_tensor
 from .moe import moe_aux_loss, update_selection_biases
 from .tasks import IGNORE_INDEX
 
-__all__ = ["TrainResult", "train", "lm_loss", "moe_lm_loss", "accuracy", "lr_at"]
+__all__ = ["TrainResult", "train", "lm_loss", "moe_lm_loss", "accuracy", "Evaluation", "evaluate", "lr_at"]
 
 SCHEDULES = ("constant", "cosine")
 
@@ -64,6 +64,11 @@ class TrainResult:
         return f"TrainResult(steps={self.steps}, final_loss={self.final_loss:.3f}, diverged={self.diverged})"
 
 
+def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    # (B, T, V) -> (B*T, V) and (B, T) -> (B*T,): one prediction per row
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
 def lm_loss(model: nn.Module, batch) -> torch.Tensor:
     """Mean cross-entropy of ``model(inputs)`` against ``targets``, over the scored positions.
 
@@ -71,28 +76,82 @@ def lm_loss(model: nn.Module, batch) -> torch.Tensor:
         batch: ``(inputs (B, T), targets (B, T))``; ``model(inputs)``: ``(B, T, V)``
     """
     inputs, targets = batch[0], batch[-1]
-    logits = model(inputs)  # (B, T, V)
-    # (B, T, V) -> (B*T, V) and (B, T) -> (B*T,): one prediction per row
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX)
+    return _token_loss(model(inputs), targets)  # model(inputs): (B, T, V)
+
+
+class Evaluation(NamedTuple):
+    """What :func:`evaluate` returns (a tuple: ``acc, loss = evaluate(...)``).
+
+    Attributes:
+        accuracy: Fraction of scored positions where the most likely token is the target.
+        loss: Mean cross-entropy over the scored positions (what :func:`lm_loss` computes).
+    """
+
+    accuracy: float
+    loss: float
+
+
+def _eval_logits(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
+    """Check a held-out batch, run ``model`` on it in eval mode; the logits and scored positions."""
+    check_tensor("inputs", inputs, ("B", "T"), integer=True)
+    check_tensor("targets", targets, ("B", "T"), integer=True)
+    if targets.shape != inputs.shape:
+        raise ValueError(
+            f"targets must have the shape of inputs, got targets {tuple(targets.shape)} "
+            f"and inputs {tuple(inputs.shape)}"
+        )
+    scored = targets != IGNORE_INDEX  # (B, T)
+    if not scored.any():
+        raise ValueError("targets has no scored positions (all equal IGNORE_INDEX)")
+    was_training = model.training
+    model.eval()
+    try:
+        logits = model(inputs)  # (B, T, V)
+    finally:
+        model.train(was_training)
+    return logits, scored
+
+
+def _accuracy(logits: torch.Tensor, targets: torch.Tensor, scored: torch.Tensor) -> float:
+    right = logits.argmax(dim=-1)[scored] == targets[scored]  # (number of scored positions,)
+    return right.float().mean().item()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> Evaluation:
+    """Accuracy and loss of ``model`` on held-out data, from one forward pass in eval mode.
+
+    The same numbers as :func:`accuracy` and :func:`lm_loss`, which would each run the
+    model; the model's train/eval mode is restored afterwards.
+
+    Shapes:
+        inputs, targets: ``(B, T)``; ``model(inputs)``: ``(B, T, V)``
+
+    Raises:
+        TypeError: ``inputs`` or ``targets`` is not an integer tensor.
+        ValueError: ``targets`` is not the shape of ``inputs``, or has no scored position
+            (every entry equals ``IGNORE_INDEX``).
+    """
+    logits, scored = _eval_logits(model, inputs, targets)
+    return Evaluation(_accuracy(logits, targets, scored), _token_loss(logits, targets).item())
 
 
 @torch.no_grad()
 def accuracy(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """Fraction of scored positions where the model's most likely next token is the target.
 
+    The model runs in eval mode; its mode is restored afterwards. :func:`evaluate` gives
+    the loss of the same forward pass too.
+
     Shapes:
-        inputs, targets: ``(B, T)``
+        inputs, targets: ``(B, T)``; ``model(inputs)``: ``(B, T, V)``
+
+    Raises:
+        TypeError: ``inputs`` or ``targets`` is not an integer tensor.
+        ValueError: ``targets`` is not the shape of ``inputs``, or has no scored position.
     """
-    was_training = model.training
-    model.eval()
-    try:
-        predictions = model(inputs).argmax(dim=-1)  # (B, T)
-    finally:
-        model.train(was_training)
-    scored = targets != IGNORE_INDEX
-    if not scored.any():
-        raise ValueError("targets has no scored positions (all equal IGNORE_INDEX)")
-    return (predictions[scored] == targets[scored]).float().mean().item()
+    logits, scored = _eval_logits(model, inputs, targets)
+    return _accuracy(logits, targets, scored)
 
 
 def moe_lm_loss(aux_weight: float = 0.0, bias_rate: float = 0.0) -> Callable[[nn.Module, tuple], torch.Tensor]:

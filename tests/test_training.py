@@ -12,7 +12,7 @@ from torch import nn
 
 from attn_core import DecoderConfig, DecoderLM, train
 from attn_core.tasks import IGNORE_INDEX, copy_task
-from attn_core.training import TrainResult, accuracy, lm_loss, lr_at
+from attn_core.training import Evaluation, TrainResult, accuracy, evaluate, lm_loss, lr_at
 
 BATCHES = functools.partial(copy_task, n=4, vocab_size=10)
 
@@ -115,6 +115,63 @@ def test_accuracy():
     assert accuracy(model, inputs, forced) == 1.0
     with pytest.raises(ValueError, match="no scored positions"):
         accuracy(model, inputs, torch.full_like(targets, IGNORE_INDEX))
+
+
+def test_evaluate_is_accuracy_and_lm_loss_of_one_forward_pass():
+    model = _tiny(dropout=0.1)  # in train mode: evaluate must switch dropout off
+    inputs, targets = BATCHES(8, generator=torch.Generator().manual_seed(1))
+    calls = []
+    handle = model.register_forward_hook(lambda *_: calls.append(1))
+    result = evaluate(model, inputs, targets)
+    handle.remove()
+    assert len(calls) == 1 and model.training  # one forward pass; the mode restored
+    assert isinstance(result, Evaluation) and isinstance(result.loss, float)
+    acc, loss = result  # a tuple
+    assert acc == accuracy(model, inputs, targets)
+    with torch.no_grad():
+        assert loss == lm_loss(model.eval(), (inputs, targets)).item()
+    assert model.training is False  # lm_loss leaves the mode alone: set above
+    assert 0.0 <= acc <= 1.0 and loss > 0
+    # a model right everywhere but in row 0: accuracy 1 and a loss near 0 once row 0 is
+    # not scored (IGNORE_INDEX), less than 1 while it is
+    wrong_row = torch.zeros_like(targets)
+    wrong_row[0] = 1
+
+    class Oracle(nn.Module):
+        def forward(self, idx):
+            predicted = (targets.clamp(min=0) + wrong_row) % 10  # (B, T)
+            return 50.0 * nn.functional.one_hot(predicted, 10).float()  # (B, T, 10)
+
+    assert evaluate(Oracle(), inputs, targets).accuracy < 1.0
+    row_0_ignored = targets.masked_fill(wrong_row.bool(), IGNORE_INDEX)
+    acc, loss = evaluate(Oracle(), inputs, row_0_ignored)
+    assert acc == 1.0 and loss < 1e-6
+
+
+@pytest.mark.parametrize("score", [accuracy, evaluate])
+@pytest.mark.parametrize(
+    "inputs,targets,error,message",
+    [
+        (torch.zeros(2, 4), torch.zeros(2, 4, dtype=torch.long), TypeError, "inputs must be an integer tensor"),
+        (torch.zeros(2, 4, dtype=torch.long), [0, 1], TypeError, "targets must be a torch.Tensor"),
+        (
+            torch.zeros(8, dtype=torch.long),
+            torch.zeros(8, dtype=torch.long),
+            ValueError,
+            r"inputs must have shape \(B, T\), got \(8,\)",
+        ),
+        (
+            torch.zeros(2, 4, dtype=torch.long),
+            torch.zeros(2, 5, dtype=torch.long),
+            ValueError,
+            r"targets must have the shape of inputs, got targets \(2, 5\) and inputs \(2, 4\)",
+        ),
+        (torch.zeros(2, 4, dtype=torch.long), torch.full((2, 4), IGNORE_INDEX), ValueError, "no scored positions"),
+    ],
+)
+def test_scores_refuse_bad_input(score, inputs, targets, error, message):
+    with pytest.raises(error, match=message):
+        score(_tiny(), inputs, targets)
 
 
 @pytest.mark.parametrize(
