@@ -91,8 +91,12 @@ class Evaluation(NamedTuple):
     loss: float
 
 
-def _eval_logits(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
-    """Check a held-out batch, run ``model`` on it in eval mode; the logits and scored positions."""
+def _eval_logits(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a held-out batch, run ``model`` on it in eval mode.
+
+    Shapes:
+        inputs, targets: ``(B, T)`` -> logits ``(B, T, V)``, scored positions ``(B, T)`` (bool)
+    """
     check_tensor("inputs", inputs, ("B", "T"), integer=True)
     check_tensor("targets", targets, ("B", "T"), integer=True)
     if targets.shape != inputs.shape:
