@@ -23,9 +23,13 @@ process, bfloat16, every pair measured side by side:
 
 Each time is the median over rounds of CUDA-event timings after warm-up (warm-ups are
 part of the run time); ``ratio`` is the median of per-round ratios ours / baseline, where
-the two run one after the other in every round. An entry that fails is recorded with its
-error and the run goes on. Results: ``benchmarks/results/gpu-<device>-<time>.json`` and
-``.md``. ``--quick`` shrinks every size (a smoke test, not a measurement).
+the two run one after the other in every round, with the 95% bootstrap interval of the
+book's timing rule (:func:`attn_core.measure.ratio_summary`). :func:`target_verdicts`
+holds each ratio to issue 30's target: "met" when the whole interval is within it, "not
+met" when the whole interval is beyond it, "within noise" otherwise. An entry that fails
+is recorded with its error and the run goes on. Results:
+``benchmarks/results/gpu-<device>-<time>.json`` and ``.md``. ``--quick`` shrinks every
+size (a smoke test, not a measurement).
 
 Shape legend:
     B, H, T, D   batch, heads, sequence length, head width
@@ -43,6 +47,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from attn_core.measure import Timing, paired_ratios, ratio_summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PIPELINED = 20  # calls back to back in host_entries' second timing
@@ -62,26 +68,32 @@ def side_by_side(fns: dict, *, rounds: int, warmup: int = 1, baseline: str) -> d
     """Time every function of ``fns`` once per round, in turn; medians and per-round ratios to ``baseline``.
 
     Returns:
-        ``{name: {"median_s", "ratio", "ratio_low", "ratio_high"}}``: the ratio is the median over
-        rounds of ``t_name / t_baseline`` (low/high: the smallest and largest round).
+        ``{name: {"median_s", "ratio", "ratio_low", "ratio_high", "ci_low", "ci_high", "rounds"}}``:
+        the ratio is the median over rounds of ``t_name / t_baseline``, ``ratio_low``/``ratio_high``
+        the smallest and largest round's, ``ci_low``/``ci_high`` the 95% bootstrap interval on the
+        median (:func:`attn_core.measure.ratio_summary`, the rule of the book's timed chapters).
     """
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     torch.cuda.synchronize()
-    times = {name: [] for name in fns}
+    times = {name: Timing(name) for name in fns}
     for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))  # no name always first
         for name in order:
-            times[name].append(_cuda_seconds(fns[name]))
+            times[name].seconds.append(_cuda_seconds(fns[name]))
     out = {}
-    for name, ts in times.items():
-        ratios = [t / b for t, b in zip(ts, times[baseline])]
+    for name, timing in times.items():
+        ratios = paired_ratios(timing, times[baseline])
+        summary = ratio_summary(timing, times[baseline])
         out[name] = {
-            "median_s": statistics.median(ts),
-            "ratio": statistics.median(ratios),
+            "median_s": timing.median,
+            "ratio": summary.median,
             "ratio_low": min(ratios),
             "ratio_high": max(ratios),
+            "ci_low": summary.ci_low,
+            "ci_high": summary.ci_high,
+            "rounds": summary.rounds,
         }
     return out
 
@@ -99,7 +111,9 @@ def attention_entries(quick: bool) -> list[dict]:
     from attn_core.flex import set_flex_mode
     from attn_core.kernel_switch import set_flash_mode
 
-    rounds = 5 if quick else 30
+    # A call takes 0.1-12 ms: 100 rounds cost seconds and narrow the interval on each ratio
+    # (30 rounds at (8, 16, 1024, 64) on an H200 gave per-round ratios from 0.86 to 1.24).
+    rounds = 5 if quick else 100
     shapes = [(2, 4, 256, 64)] if quick else [(8, 16, 1024, 64), (4, 16, 4096, 128)]
     rows = []
     for B, H, T, D in shapes:
@@ -117,7 +131,7 @@ def attention_entries(quick: bool) -> list[dict]:
     B, H, T, D = (1, 4, 1024, 64) if quick else (2, 16, 4096, 128)
     window = 128 if quick else 512
     q, k, v = _qkv(B, H, T, D)
-    sinks = torch.linspace(-1, 1, H, device="cuda", dtype=torch.bfloat16)
+    sinks = torch.linspace(-1, 1, q.shape[1], device=q.device, dtype=q.dtype)  # (H,)
 
     def forced(flash: str, flex: str, **kw):
         """attention() with the kernel switches set for this call (attn_core.kernel_switch)."""
@@ -269,6 +283,9 @@ def _row(entry, shape, ours, baseline, res) -> dict:
         "ratio": res[ours]["ratio"],
         "ratio_low": res[ours]["ratio_low"],
         "ratio_high": res[ours]["ratio_high"],
+        "ci_low": res[ours]["ci_low"],
+        "ci_high": res[ours]["ci_high"],
+        "rounds": res[ours]["rounds"],
     }
 
 
@@ -378,6 +395,48 @@ def training_entries(quick: bool, models) -> list[dict]:
     return [_row(f"training step fwd+bwd bf16, B={B}, T={T}", (B, T), "ours", "hf", res)]
 
 
+# --------------------------------------------------------------------------- targets
+# Issue 30's targets, each a bound on a ratio of times (ours / baseline, bf16) at the full
+# sizes (a --quick run measures none of them): a row is found by the start of its entry,
+# its shape and its ``ours``. A speed-up of at least s is a time ratio of at most 1/s.
+TARGETS = (
+    ("attention core ≤ 1.05× SDPA", "attention core vs SDPA", "(8, 16, 1024, 64)", "attn_core", 1.05),
+    ("attention core ≤ 1.05× SDPA", "attention core vs SDPA", "(4, 16, 4096, 128)", "attn_core", 1.05),
+    ("window 512 ≤ 0.85× full causal SDPA", "window 512 ", "(2, 16, 4096, 128)", "window_auto", 0.85),
+    ("sinks ≤ 2.1× causal SDPA", "sinks ", "(2, 16, 4096, 128)", "sinks_auto", 2.1),
+    ("B=1 decoding, eager: ≥ 1.0× HF's speed", "greedy decoding B=1,", "(1, 256)", "ours_eager", 1.0),
+    ("B=1 decoding, CUDA graphs: ≥ 5× HF's speed", "greedy decoding B=1,", "(1, 256)", "ours_static_cudagraphs", 0.2),
+    ("training step ≤ 1.05× HF's", "training step", "(4, 512)", "ours", 1.05),
+)
+
+
+def target_verdicts(rows: list[dict]) -> list[dict]:
+    """Each target of :data:`TARGETS` against its row: the median ratio, its interval and a verdict.
+
+    The verdict follows the interval, not the median alone: ``"met"`` when the whole 95%
+    interval is at or below the bound, ``"not met"`` when the whole interval is above it,
+    ``"within noise"`` when the bound falls inside it, and ``"not measured"`` when no row
+    matches (the entry failed, or the run was cut short). A row of an older run without an
+    interval is judged on its median alone.
+    """
+    out = []
+    for label, entry, shape, ours, bound in TARGETS:
+        found = [
+            r
+            for r in rows
+            if "error" not in r and r["entry"].startswith(entry) and r["ours"] == ours and r["shape"] == shape
+        ]
+        verdict = dict(target=label, entry=entry, shape=shape, ours=ours, bound=bound)
+        if not found:
+            out.append(dict(verdict, verdict="not measured"))
+            continue
+        r = found[0]
+        low, high = r.get("ci_low", r["ratio"]), r.get("ci_high", r["ratio"])
+        judged = "met" if high <= bound else "not met" if low > bound else "within noise"
+        out.append(dict(verdict, ratio=r["ratio"], ci_low=low, ci_high=high, verdict=judged))
+    return out
+
+
 # --------------------------------------------------------------------------- the run
 def _safe(name: str, fn, rows: list, log) -> object:
     t0 = time.perf_counter()
@@ -402,17 +461,23 @@ def markdown(result: dict) -> str:
         + ("QUICK smoke-test sizes, not a measurement; " if result["quick"] else "")
         + f"run took {result['seconds']:.0f} s.",
         "",
-        "| entry | shape | ours | baseline | ours ms | baseline ms | ratio (min–max) | tokens/s |",
-        "|---|---|---|---|---:|---:|---|---:|",
+        "| entry | shape | ours | baseline | ours ms | baseline ms | ratio (min–max) | 95% CI | tokens/s |",
+        "|---|---|---|---|---:|---:|---|---|---:|",
     ]
     for r in result["rows"]:
         if "error" in r:
             continue
         tps = f"{r['tokens_per_s']:.0f}" if "tokens_per_s" in r else ""
+        ci = f"{r['ci_low']:.3f}–{r['ci_high']:.3f} ({r['rounds']} rounds)" if "ci_low" in r else ""
         lines.append(
             f"| {r['entry']} | {r['shape']} | {r['ours']} | {r['baseline']} | {r['ours_ms']:.3f} | "
-            f"{r['baseline_ms']:.3f} | {r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f}) | {tps} |"
+            f"{r['baseline_ms']:.3f} | {r['ratio']:.3f} ({r['ratio_low']:.2f}–{r['ratio_high']:.2f}) | {ci} | {tps} |"
         )
+    lines += ["", "Issue 30's targets (a ratio of times; met: the whole 95% interval within the bound):", ""]
+    lines += ["| target | shape | ratio (95% CI) | bound | verdict |", "|---|---|---|---:|---|"]
+    for t in target_verdicts(result["rows"]):
+        measured = f"{t['ratio']:.3f} ({t['ci_low']:.3f}–{t['ci_high']:.3f})" if "ratio" in t else ""
+        lines.append(f"| {t['target']} | {t['shape']} | {measured} | {t['bound']:g} | {t['verdict']} |")
     if result.get("pipelined"):
         shape = result["pipelined"][0]["shape"]
         lines += ["", f"At {shape}, µs per call: one call per timing, {PIPELINED} back to back.", ""]
@@ -467,6 +532,7 @@ def run(quick: bool = False, log=print, out_dir: Path = RESULTS) -> dict:
 
     def save():  # after every part: a run cut short (a time limit) keeps what it measured
         result["seconds"] = time.perf_counter() - start
+        result["targets"] = target_verdicts(rows)
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
         stem.with_suffix(".md").write_text(markdown(result))
 

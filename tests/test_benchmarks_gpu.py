@@ -13,6 +13,7 @@ def _result():
     row = dict(
         entry="attention core vs SDPA (causal)", shape="(8, 16, 1024, 64)", ours="attn_core", baseline="sdpa",
         ours_ms=0.111, baseline_ms=0.078, ratio=1.449, ratio_low=1.30, ratio_high=2.13,
+        ci_low=1.38, ci_high=1.52, rounds=100,
     )  # fmt: skip
     decode = dict(row, entry="greedy decoding B=1", ours="ours_eager", baseline="hf_eager", tokens_per_s=49.3)
     failed = {"entry": "training step", "error": "OutOfMemoryError: CUDA out of memory"}
@@ -25,8 +26,11 @@ def test_markdown_has_one_line_per_pair_and_lists_the_errors():
     assert "# attn_core on NVIDIA H100 (torch 2.11, transformers 5.17)" in md
     assert (
         "| attention core vs SDPA (causal) | (8, 16, 1024, 64) | attn_core | sdpa | 0.111 | 0.078 "
-        "| 1.449 (1.30–2.13) |  |" in md
+        "| 1.449 (1.30–2.13) | 1.380–1.520 (100 rounds) |  |" in md
     )
+    # the targets follow the table: this run's core ratio is above 1.05 in its whole interval
+    assert "| attention core ≤ 1.05× SDPA | (8, 16, 1024, 64) | 1.449 (1.380–1.520) | 1.05 | not met |" in md
+    assert "| training step ≤ 1.05× HF's | (4, 512) |  | 1.05 | not measured |" in md
     assert "| 49 |" in md  # tokens/s of the decoding row
     assert "- training step: `OutOfMemoryError: CUDA out of memory`" in md
     assert "QUICK" not in md
@@ -49,6 +53,90 @@ def test_markdown_shows_the_host_part_when_it_was_measured():
     assert "back to back" not in gpu.markdown(_result())  # a run without the part
     no_profiler = dict(host, kernels={"shape": "(8, 16, 1024, 64)", "error": "RuntimeError: CUPTI"})
     assert "- not recorded: `RuntimeError: CUPTI`" in gpu.markdown(dict(_result(), **no_profiler))
+
+
+def _fake_timer(monkeypatch, seconds):
+    """Replace the CUDA-event timer: each call runs ``fn`` and returns the next of ``seconds[name]``."""
+    calls = []
+
+    def timed(fn):
+        fn()
+        calls.append(fn)
+        return next(seconds[fn])
+
+    monkeypatch.setattr(gpu, "_cuda_seconds", timed)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return calls
+
+
+def test_side_by_side_gives_each_ratio_its_rounds_spread_and_interval(monkeypatch):
+    base = lambda: None  # noqa: E731
+    ours = lambda: None  # noqa: E731
+    # 9 rounds: ours takes 1.1, 1.2, ..., 1.9 times the baseline's 1 ms
+    seconds = {base: iter([1e-3] * 9), ours: iter([1e-3 * (1 + i / 10) for i in range(1, 10)])}
+    calls = _fake_timer(monkeypatch, seconds)
+    res = gpu.side_by_side({"sdpa": base, "ours": ours}, rounds=9, warmup=2, baseline="sdpa")
+    assert len(calls) == 18  # the warm-up calls are not timed
+    assert calls[:4] == [base, ours, ours, base]  # who goes first alternates
+    r = res["ours"]
+    assert r["ratio"] == pytest.approx(1.5) and r["median_s"] == pytest.approx(1.5e-3)
+    assert (r["ratio_low"], r["ratio_high"]) == (pytest.approx(1.1), pytest.approx(1.9))
+    assert 1.1 <= r["ci_low"] < 1.5 < r["ci_high"] <= 1.9 and r["rounds"] == 9
+    assert res["sdpa"]["ratio"] == res["sdpa"]["ci_low"] == res["sdpa"]["ci_high"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "ci, verdict",
+    [((0.95, 1.04), "met"), ((1.06, 1.2), "not met"), ((1.0, 1.1), "within noise"), ((1.0, 1.05), "met")],
+)
+def test_a_target_is_met_only_when_its_whole_interval_is(ci, verdict):
+    row = dict(_result()["rows"][0], ratio=sum(ci) / 2, ci_low=ci[0], ci_high=ci[1])
+    (core,) = [t for t in gpu.target_verdicts([row]) if t["shape"] == "(8, 16, 1024, 64)"]
+    assert core["verdict"] == verdict and core["bound"] == 1.05
+    assert (core["ci_low"], core["ci_high"]) == ci
+
+
+def test_every_target_finds_its_row_and_nothing_else():
+    rows = [
+        dict(entry=t[1] + "x", shape=t[2], ours=t[3], baseline="b", ratio=t[4] / 2, ci_low=0.1, ci_high=t[4])
+        for t in gpu.TARGETS
+    ]
+    assert [t["verdict"] for t in gpu.target_verdicts(rows)] == ["met"] * len(gpu.TARGETS)
+    # a row of another shape, another path or a failed entry does not stand in for the target
+    other = [
+        dict(rows[0], shape="(2, 4, 256, 64)"),
+        dict(rows[0], ours="sdpa"),
+        {"entry": rows[0]["entry"], "error": "x"},
+    ]
+    assert gpu.target_verdicts(other)[0]["verdict"] == "not measured"
+    # a row of an older run, without an interval, is judged on its median
+    old = {k: v for k, v in rows[0].items() if not k.startswith("ci_")}
+    assert gpu.target_verdicts([dict(old, ratio=1.097)])[0]["verdict"] == "not met"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-in for a GPU run")
+def test_attention_entries_time_every_path_and_name_its_row(monkeypatch):
+    """The attention rows' logic on the CPU, with tiny tensors and the CUDA timer replaced."""
+    pytest.importorskip("triton")
+
+    def small_qkv(B, H, T, D, H_kv=None, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        return tuple(torch.randn(1, 2, 16, 16, generator=g, dtype=torch.bfloat16) for _ in range(3))
+
+    class Seconds(dict):
+        def __missing__(self, fn):  # every path takes 1 ms: each ratio is 1
+            return iter([1e-3] * 1000)
+
+    seconds = Seconds()
+    _fake_timer(monkeypatch, seconds)
+    monkeypatch.setattr(gpu, "_qkv", small_qkv)
+    rows = gpu.attention_entries(quick=True)
+    assert [r["ours"] for r in rows] == ["attn_core", "window_auto", "window_flex", "window_dense", "sinks_auto",
+                                         "sinks_flex_lse", "sinks_explicit"]  # fmt: skip
+    assert rows[0]["shape"] == "(2, 4, 256, 64)" and rows[1]["entry"].startswith("window 128 (attention()")
+    assert all(r["ratio"] == r["ci_low"] == r["ci_high"] == 1.0 and r["rounds"] == 5 for r in rows)
+    # quick sizes are not the targets' sizes: none of them is judged from a smoke test
+    assert {t["verdict"] for t in gpu.target_verdicts(rows)} == {"not measured"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-in for a GPU run")
