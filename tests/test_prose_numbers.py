@@ -1,0 +1,124 @@
+"""The numbers a chapter's text quotes are numbers its cells print (or explained exceptions).
+
+nbval compares every output with the committed one, but it masks the value slot of a
+measured claim (``… : 0.969 (held above 0.95)``): those digits cannot be the same on every
+machine. So when a maintainer re-executes a chapter, the printed values change, nbval
+passes, and a sentence that quoted the old value ("about 10.6 here") is left behind,
+wrong. This test reads the committed notebooks: every decimal number in a Markdown cell
+(outside math, code spans and links) must be one that a code cell of the same notebook
+prints or contains, after rounding it to the digits the text gives (0.969 → "0.97", a
+share 0.997 → "99.7%"). A number that comes from elsewhere (a paper, a published model
+size) or is worked out from printed ones is listed in ``NOT_PRINTED`` with its reason.
+
+It is a net, not a proof: a stale value that happens to equal another printed number
+passes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+
+# A decimal in prose: not part of a version (2.13.0), a section sign (§5.4) or a word.
+PROSE_NUMBER = re.compile(r"(?<![\w.§])(\d+\.\d+)(?![\w.])")
+ANY_NUMBER = re.compile(r"\d[\d,]*\.\d+|\d+")
+SKIPPED = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`|\[[^\]]*\]\([^)]*\)", re.DOTALL)
+
+# (notebook stem, number as the text writes it): why no cell prints it.
+NOT_PRINTED = {
+    ("03_multi_head_attention", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
+    ("12_kv_cache", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
+    ("15_sliding_window_and_sinks", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
+    ("appendix_explorer", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
+    ("appendix_reading_an_llm", "134.5"): "the introduction quotes the count cell 4 prints in full",
+    ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
+    ("appendix_explorer", "0.001"): "the value of attn_core.plots.LOG_FLOOR, which the text names",
+    ("07_multi_head_latent_attention", "0.06"): "worked out in the text: 0.01 radian per position, 6 positions",
+    ("07_multi_head_latent_attention", "0.09"): "worked out in the text: the slope of the slow cosine's sine",
+    ("07_multi_head_latent_attention", "0.54"): "worked out in the text: a tilt of 0.09 over 6 positions",
+    ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
+    ("12_kv_cache", "6.1"): "an exercise's number",
+    ("13_efficient_attention", "3.1"): "a section of Dao et al.",
+    ("14_variants_compared", "0.17"): "twice the widest printed seed range of MHA and MQA (0.087)",
+    ("14_variants_compared", "0.21"): "twice Gated DeltaNet's printed seed range (0.105)",
+    ("14_variants_compared", "0.06"): "the difference of the printed MQA and MHA means (3.574 - 3.518)",
+    ("14_variants_compared", "1.4"): "58,784 of 41,632 parameters used per token, both printed",
+    ("14_variants_compared", "93.3"): "DeepSeek-V2's abstract",
+    ("14_variants_compared", "5.76"): "DeepSeek-V2's abstract",
+    ("16_gated_attention", "5.55"): "2 ln 16, the divergence threshold the code writes as an expression",
+    ("16_gated_attention", "0.47"): "the difference of two printed means (3.130 - 2.660)",
+    ("17_linear_attention", "0.65"): "the middle of the printed range 0.63-0.69",
+    ("17_linear_attention", "7.5"): "5,040 of 66,848 parameters, both printed",
+    ("20_long_context", "0.125"): "chance for 8 answers, 1/8",
+}
+
+
+def _printed_numbers(nb: dict) -> set[Decimal]:
+    """Every number in the code cells' sources and text outputs (not images or HTML)."""
+    text = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        text.append("".join(cell["source"]))
+        for out in cell.get("outputs", []):
+            text.append("".join(out.get("text", "")))
+            text.append("".join(out.get("data", {}).get("text/plain", "")))
+    return {Decimal(m.replace(",", "")) for m in ANY_NUMBER.findall("\n".join(text))}
+
+
+def _quotes(number: str, printed: set[Decimal]) -> bool:
+    """Whether a printed number, rounded to the digits of ``number`` (or as a percentage), is ``number``."""
+    x = Decimal(number)
+    step = Decimal(1).scaleb(x.as_tuple().exponent)
+    for y in printed:
+        for value in (y, y * 100):
+            if any(value.quantize(step, rounding=r) == x for r in (ROUND_HALF_UP, ROUND_HALF_EVEN)):
+                return True
+    return False
+
+
+def _unprinted(path: Path) -> list[tuple[str, str]]:
+    """``(number, context)`` for each decimal of the notebook's text that no cell prints."""
+    nb = json.loads(path.read_text())
+    printed = _printed_numbers(nb)
+    found = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        prose = SKIPPED.sub(" ", "".join(cell["source"]))
+        for m in PROSE_NUMBER.finditer(prose):
+            if not _quotes(m.group(1), printed):
+                found.append((m.group(1), " ".join(prose[max(0, m.start() - 60) : m.end() + 20].split())))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_number_the_text_quotes_is_printed(path):
+    missing = [(n, ctx) for n, ctx in _unprinted(path) if (path.stem, n) not in NOT_PRINTED]
+    assert not missing, "the text quotes numbers no cell prints:\n" + "\n".join(f"  {n}: …{c}…" for n, c in missing)
+
+
+def test_every_exception_is_still_needed():
+    """An entry whose number is gone from the text, or is now printed, is removed rather than kept."""
+    unprinted = {(p.stem, n) for p in NOTEBOOKS for n, _ in _unprinted(p)}
+    assert set(NOT_PRINTED) <= unprinted, sorted(set(NOT_PRINTED) - unprinted)
+
+
+def test_the_check_catches_a_stale_value_and_reads_rounding():
+    nb = {
+        "cells": [
+            {"cell_type": "code", "source": ["print(ratio)"], "outputs": [{"text": ["ratio: 9.32, share 0.997\n"]}]},
+        ]
+    }
+    printed = _printed_numbers(nb)
+    assert _quotes("9.3", printed) and _quotes("9.32", printed) and _quotes("99.7", printed)
+    assert not _quotes("10.6", printed) and not _quotes("9.4", printed)
+    prose = SKIPPED.sub(" ", "about 10.6 here, $x = 2.5$, `torch==2.13.0`, §5.4, [v1.2](u)")
+    assert [m.group(1) for m in PROSE_NUMBER.finditer(prose)] == ["10.6"]
