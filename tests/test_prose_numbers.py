@@ -5,10 +5,11 @@ measured claim (``… : 0.969 (held above 0.95)``): those digits cannot be the s
 machine. So when a maintainer re-executes a chapter, the printed values change, nbval
 passes, and a sentence that quoted the old value ("about 10.6 here") is left behind,
 wrong. This test reads the committed notebooks: every decimal number in a Markdown cell
-(outside math, code spans and links) must be one that a code cell of the same notebook
-prints or contains, after rounding it to the digits the text gives (0.969 → "0.97", a
-share 0.997 → "99.7%"). A number that comes from elsewhere (a paper, a published model
-size) or is worked out from printed ones is listed in ``NOT_PRINTED`` with its reason.
+(outside math, code spans and links), and every whole number of a percentage or a factor,
+must be one that a code cell of the same notebook prints or contains, after rounding it to
+the digits the text gives (0.969 → "0.97", a share 0.997 → "99.7%"). A number that comes
+from elsewhere (a paper, a published model size) or is worked out from printed ones is
+listed in ``NOT_PRINTED`` with its reason.
 
 It is a net, not a proof: a stale value that happens to equal another printed number
 passes.
@@ -26,8 +27,9 @@ import pytest
 BOOK = Path(__file__).resolve().parents[1] / "book"
 NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 
-# A decimal in prose: not part of a version (2.13.0), a section sign (§5.4) or a word.
-PROSE_NUMBER = re.compile(r"(?<![\w.§])(\d+\.\d+)(?![\w.])")
+# A decimal in prose, or a whole number of a percentage or a factor ("75%", "22×", "6 times"):
+# not part of a version (2.13.0), a section sign (§5.4), a word or a thousands group.
+PROSE_NUMBER = re.compile(r"(?<![\w.§,])(\d+\.\d+(?![\w.])|\d+(?=%|×| times\b))")
 ANY_NUMBER = re.compile(r"\d[\d,]*\.\d+|\d+")
 SKIPPED = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`|\[[^\]]*\]\([^)]*\)", re.DOTALL)
 
@@ -39,12 +41,14 @@ NOT_PRINTED = {
     ("appendix_explorer", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_reading_an_llm", "134.5"): "the introduction quotes the count cell 4 prints in full",
     ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
+    ("appendix_reading_a_model", "31"): "1 - ln 2: a loss in nats read as bits",
     ("appendix_explorer", "0.001"): "the value of attn_core.plots.LOG_FLOOR, which the text names",
     ("07_multi_head_latent_attention", "0.06"): "worked out in the text: 0.01 radian per position, 6 positions",
     ("07_multi_head_latent_attention", "0.09"): "worked out in the text: the slope of the slow cosine's sine",
     ("07_multi_head_latent_attention", "0.54"): "worked out in the text: a tilt of 0.09 over 6 positions",
     ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
     ("12_kv_cache", "6.1"): "an exercise's number",
+    ("12_kv_cache", "55"): "5,581,312 over 100,672 parameters, both printed",
     ("13_efficient_attention", "3.1"): "a section of Dao et al.",
     ("14_variants_compared", "0.17"): "twice the widest printed seed range of MHA and MQA (0.087)",
     ("14_variants_compared", "0.21"): "twice Gated DeltaNet's printed seed range (0.105)",
@@ -120,5 +124,6 @@ def test_the_check_catches_a_stale_value_and_reads_rounding():
     printed = _printed_numbers(nb)
     assert _quotes("9.3", printed) and _quotes("9.32", printed) and _quotes("99.7", printed)
     assert not _quotes("10.6", printed) and not _quotes("9.4", printed)
-    prose = SKIPPED.sub(" ", "about 10.6 here, $x = 2.5$, `torch==2.13.0`, §5.4, [v1.2](u)")
-    assert [m.group(1) for m in PROSE_NUMBER.finditer(prose)] == ["10.6"]
+    prose = SKIPPED.sub(" ", "about 10.6 here, 22×, 75%, $x = 2.5$, `torch==2.13.0`, §5.4, [v1.2](u), 30 layers")
+    assert [m.group(1) for m in PROSE_NUMBER.finditer(prose)] == ["10.6", "22", "75"]
+    assert not _quotes("75", printed) and not _quotes("8", printed) and _quotes("9", printed)
