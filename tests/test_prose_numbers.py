@@ -13,6 +13,10 @@ listed in ``NOT_PRINTED`` with its reason.
 
 It is a net, not a proof: a stale value that happens to equal another printed number
 passes.
+
+The bounds are checked more strictly: a guarantee the text states ("held above 0.9") must be
+a bound that a cell of the chapter prints beside its value (``(held above 0.9)``), so that
+moving a bound in the code without the text fails here.
 """
 
 from __future__ import annotations
@@ -64,6 +68,25 @@ NOT_PRINTED = {
 }
 
 
+# "held above 0.9", "held below 15%", "held between 0.5 and 10" (text and printed claims alike)
+NUMBER = r"(\d+(?:\.\d+)?(?:e-?\d+)?)(%?)"
+HELD = re.compile(rf"held\s+(above|below|between)\s+{NUMBER}(?:\s+and\s+{NUMBER})?")
+
+
+def _bounds(text: str) -> set[tuple[str, Decimal]]:
+    """``(side, bound)`` of every "held ..." in ``text``; "between a and b" counts as above a and below b."""
+    found = set()
+    for side, low, low_pct, high, high_pct in HELD.findall(text):
+        low_d = Decimal(low) / (100 if low_pct else 1)
+        if side == "between":  # "between a" with no "and b" in reach is read as "above a"
+            found.add(("above", low_d))
+            if high:
+                found.add(("below", Decimal(high) / (100 if high_pct else 1)))
+        else:
+            found.add((side, low_d))
+    return found
+
+
 def _printed_numbers(nb: dict) -> set[Decimal]:
     """Every number in the code cells' sources and text outputs (not images or HTML)."""
     text = []
@@ -107,6 +130,30 @@ def _unprinted(path: Path) -> list[tuple[str, str]]:
 def test_every_number_the_text_quotes_is_printed(path):
     missing = [(n, ctx) for n, ctx in _unprinted(path) if (path.stem, n) not in NOT_PRINTED]
     assert not missing, "the text quotes numbers no cell prints:\n" + "\n".join(f"  {n}: …{c}…" for n, c in missing)
+
+
+def _outputs(nb: dict) -> str:
+    return "\n".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_bound_the_text_states_is_a_printed_bound(path):
+    nb = json.loads(path.read_text())
+    printed = _bounds(_outputs(nb))
+    stated = set()
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            stated |= _bounds(SKIPPED.sub(" ", "".join(cell["source"])))
+    assert stated <= printed, f"bounds the text states that no cell prints: {sorted(stated - printed)}"
+
+
+def test_bounds_read_percentages_and_ranges():
+    assert _bounds("held above 60%; held between 0.5 and\n10), held below 1e-3") == {
+        ("above", Decimal("0.6")),
+        ("above", Decimal("0.5")),
+        ("below", Decimal("10")),
+        ("below", Decimal("0.001")),
+    }
 
 
 def test_every_exception_is_still_needed():
