@@ -52,6 +52,8 @@ from attn_core.measure import Timing, paired_ratios, ratio_summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PIPELINED = 20  # calls back to back in host_entries' second timing
+# Where the tensors and models go, and their dtype (a CPU test stands in with "cpu", float32)
+DEVICE, DTYPE = "cuda", torch.bfloat16
 
 
 # --------------------------------------------------------------------------- timing
@@ -100,9 +102,9 @@ def side_by_side(fns: dict, *, rounds: int, warmup: int = 1, baseline: str) -> d
 
 # --------------------------------------------------------------------------- entries
 def _qkv(B, H, T, D, H_kv=None, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
     H_kv = H if H_kv is None else H_kv
-    kw = dict(device="cuda", dtype=torch.bfloat16, generator=g)
+    kw = dict(device=DEVICE, dtype=DTYPE, generator=g)
     return torch.randn(B, H, T, D, **kw), torch.randn(B, H_kv, T, D, **kw), torch.randn(B, H_kv, T, D, **kw)
 
 
@@ -310,8 +312,8 @@ def _llama(quick: bool):
         vocab_size=32000, max_position_embeddings=1024, tie_word_embeddings=False, attn_implementation="eager", **size
     )
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        hf = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    with torch.device(DEVICE):
+        hf = LlamaForCausalLM(config).to(DTYPE).eval()
     hf.generation_config.eos_token_id = None  # random weights: never stop early
     hf.generation_config.pad_token_id = 0
     ours = from_hf(hf).eval()
@@ -327,7 +329,7 @@ def decoding_entries(quick: bool, models) -> list[dict]:
     rows = []
     for B in (1, 16):
         idx = torch.randint(
-            0, 32000, (B, prompt), device="cuda", generator=torch.Generator(device="cuda").manual_seed(B)
+            0, 32000, (B, prompt), device=DEVICE, generator=torch.Generator(device=DEVICE).manual_seed(B)
         )
         fns = {
             "hf_eager": lambda idx=idx: hf.generate(idx, max_new_tokens=new, min_new_tokens=new, do_sample=False),
@@ -375,7 +377,7 @@ def decoding_entries(quick: bool, models) -> list[dict]:
 def training_entries(quick: bool, models) -> list[dict]:
     hf, ours, params = models
     B, T = (2, 64) if quick else (4, 512)
-    idx = torch.randint(0, 32000, (B, T), device="cuda", generator=torch.Generator(device="cuda").manual_seed(7))
+    idx = torch.randint(0, 32000, (B, T), device=DEVICE, generator=torch.Generator(device=DEVICE).manual_seed(7))
 
     def hf_step():
         hf.zero_grad(set_to_none=True)

@@ -184,3 +184,43 @@ def test_without_cuda_the_gpu_suite_is_skipped_and_run_refuses(capsys):
     assert "the gpu suite needs CUDA" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="the gpu suite needs CUDA"):
         gpu.run(quick=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-in for a GPU run")
+def test_decoding_and_training_entries_run_and_fill_their_rows(monkeypatch):
+    """The decoding and training rows' logic on the CPU: a tiny float32 LLaMA, the CUDA timer
+    replaced, and generate's compile= dropped (compiling is tested in test_static_cache; here it would
+    take a minute). A broken path costs a device session its minutes; here it costs seconds."""
+    pytest.importorskip("transformers")
+    import attn_core.generation
+
+    eager = attn_core.generation.generate
+    compiled = []
+
+    def generate_uncompiled(*args, compile=False, **kwargs):
+        compiled.append(compile)
+        return eager(*args, **kwargs)
+
+    monkeypatch.setattr(attn_core.generation, "generate", generate_uncompiled)
+    monkeypatch.setattr(gpu, "DEVICE", "cpu")
+    monkeypatch.setattr(gpu, "DTYPE", torch.float32)  # a CPU's bfloat16 products are slow
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def one_ms(fn):  # every call takes 1 ms
+        fn()
+        return 1e-3
+
+    monkeypatch.setattr(gpu, "_cuda_seconds", one_ms)
+    models = gpu._llama(quick=True)
+    rows = gpu.decoding_entries(True, models)  # quick
+    paths = ["ours_eager", "ours_static", "ours_static_compiled", "ours_static_cudagraphs", "hf_eager"]
+    assert [r["ours"] for r in rows] == paths * 2  # batch 1, then batch 16
+    assert [r["entry"].split(",")[0] for r in rows] == ["greedy decoding B=1"] * 5 + ["greedy decoding B=16"] * 5
+    assert {True, "reduce-overhead"} <= set(compiled)  # each compiled path asked for its mode
+    for r in rows:
+        B = int(r["shape"].strip("()").split(",")[0])
+        assert r["tokens_per_s"] == pytest.approx(B * 16 / 1e-3) and r["speedup_vs_hf"] == 1.0
+        assert ("compile_warmup_s" in r) == (r["ours"] in ("ours_static_compiled", "ours_static_cudagraphs"))
+    (train,) = gpu.training_entries(True, models)
+    assert train["shape"] == "(2, 64)" and train["ratio"] == train["ci_low"] == train["ci_high"] == 1.0
+    assert not any(p.grad is not None for m in models[:2] for p in m.parameters())  # gradients cleared
