@@ -55,14 +55,14 @@ def test_markdown_shows_the_host_part_when_it_was_measured():
     assert "- not recorded: `RuntimeError: CUPTI`" in gpu.markdown(dict(_result(), **no_profiler))
 
 
-def _fake_timer(monkeypatch, seconds):
-    """Replace the CUDA-event timer: each call runs ``fn`` and returns the next of ``seconds[name]``."""
+def _fake_timer(monkeypatch, seconds_of=lambda fn: 1e-3):
+    """Replace the CUDA-event timer: each call runs ``fn`` and takes ``seconds_of(fn)`` (1 ms)."""
     calls = []
 
     def timed(fn):
         fn()
         calls.append(fn)
-        return next(seconds[fn])
+        return seconds_of(fn)
 
     monkeypatch.setattr(gpu, "_cuda_seconds", timed)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
@@ -74,7 +74,7 @@ def test_side_by_side_gives_each_ratio_its_rounds_spread_and_interval(monkeypatc
     ours = lambda: None  # noqa: E731
     # 9 rounds: ours takes 1.1, 1.2, ..., 1.9 times the baseline's 1 ms
     seconds = {base: iter([1e-3] * 9), ours: iter([1e-3 * (1 + i / 10) for i in range(1, 10)])}
-    calls = _fake_timer(monkeypatch, seconds)
+    calls = _fake_timer(monkeypatch, lambda fn: next(seconds[fn]))
     res = gpu.side_by_side({"sdpa": base, "ours": ours}, rounds=9, warmup=2, baseline="sdpa")
     assert len(calls) == 18  # the warm-up calls are not timed
     assert calls[:4] == [base, ours, ours, base]  # who goes first alternates
@@ -123,12 +123,7 @@ def test_attention_entries_time_every_path_and_name_its_row(monkeypatch):
         g = torch.Generator().manual_seed(seed)
         return tuple(torch.randn(1, 2, 16, 16, generator=g, dtype=torch.bfloat16) for _ in range(3))
 
-    class Seconds(dict):
-        def __missing__(self, fn):  # every path takes 1 ms: each ratio is 1
-            return iter([1e-3] * 1000)
-
-    seconds = Seconds()
-    _fake_timer(monkeypatch, seconds)
+    _fake_timer(monkeypatch)  # every path takes 1 ms: each ratio is 1
     monkeypatch.setattr(gpu, "_qkv", small_qkv)
     rows = gpu.attention_entries(quick=True)
     assert [r["ours"] for r in rows] == ["attn_core", "window_auto", "window_flex", "window_dense", "sinks_auto",
@@ -204,13 +199,7 @@ def test_decoding_and_training_entries_run_and_fill_their_rows(monkeypatch):
     monkeypatch.setattr(attn_core.generation, "generate", generate_uncompiled)
     monkeypatch.setattr(gpu, "DEVICE", "cpu")
     monkeypatch.setattr(gpu, "DTYPE", torch.float32)  # a CPU's bfloat16 products are slow
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-
-    def one_ms(fn):  # every call takes 1 ms
-        fn()
-        return 1e-3
-
-    monkeypatch.setattr(gpu, "_cuda_seconds", one_ms)
+    _fake_timer(monkeypatch)  # every call takes 1 ms
     models = gpu._llama(quick=True)
     rows = gpu.decoding_entries(True, models)  # quick
     paths = ["ours_eager", "ours_static", "ours_static_compiled", "ours_static_cudagraphs", "hf_eager"]

@@ -87,17 +87,23 @@ def _bounds(text: str) -> set[tuple[str, Decimal]]:
     return found
 
 
-def _printed_numbers(nb: dict) -> set[Decimal]:
-    """Every number in the code cells' sources and text outputs (not images or HTML)."""
+def _printed(nb: dict, *, sources: bool = False) -> str:
+    """The code cells' text outputs (not images or HTML), and their sources if asked."""
     text = []
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
-        text.append("".join(cell["source"]))
+        if sources:
+            text.append("".join(cell["source"]))
         for out in cell.get("outputs", []):
             text.append("".join(out.get("text", "")))
             text.append("".join(out.get("data", {}).get("text/plain", "")))
-    return {Decimal(m.replace(",", "")) for m in ANY_NUMBER.findall("\n".join(text))}
+    return "\n".join(text)
+
+
+def _printed_numbers(nb: dict) -> set[Decimal]:
+    """Every number in the code cells' sources and text outputs."""
+    return {Decimal(m.replace(",", "")) for m in ANY_NUMBER.findall(_printed(nb, sources=True))}
 
 
 def _quotes(number: str, printed: set[Decimal]) -> bool:
@@ -132,14 +138,10 @@ def test_every_number_the_text_quotes_is_printed(path):
     assert not missing, "the text quotes numbers no cell prints:\n" + "\n".join(f"  {n}: …{c}…" for n, c in missing)
 
 
-def _outputs(nb: dict) -> str:
-    return "\n".join("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"])
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_bound_the_text_states_is_a_printed_bound(path):
     nb = json.loads(path.read_text())
-    printed = _bounds(_outputs(nb))
+    printed = _bounds(_printed(nb))
     stated = set()
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
