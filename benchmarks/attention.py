@@ -9,7 +9,7 @@ outputs are checked equal before anything is timed. Inference is timed (under
 Reported per implementation: median seconds per forward pass, the ratio to the baseline
 ("fused QKV + SDPA": one fused QKV projection, ``scaled_dot_product_attention`` with
 ``is_causal=True``, the output projection; the leanest composition of PyTorch primitives
-for this layer), and the achieved GFLOP/s (:func:`attn_core.measure.attention_layer_flops`,
+for this layer), and the achieved GFLOP/s (:func:`attn_core.teach.measure.attention_layer_flops`,
 causal pairs only) as a fraction of this machine's measured matmul throughput.
 
 The performance targets (the fast path against ``nn.MultiheadAttention`` and against the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from attn_core import MultiHeadAttention
-from attn_core.measure import attention_implementations, attention_layer_flops
+from attn_core.teach.measure import attention_implementations, attention_layer_flops
 
 from .common import paired_ratio, ratio_summary, time_interleaved
 

@@ -1,6 +1,6 @@
-"""Reporting helpers shared by the benchmark suites; the timing itself is :mod:`attn_core.measure.timing`.
+"""Reporting helpers shared by the benchmark suites; the timing itself is :mod:`attn_core.teach.measure.timing`.
 
-See :mod:`attn_core.measure.timing` for how timings are taken on a noisy machine (warm-up,
+See :mod:`attn_core.teach.measure.timing` for how timings are taken on a noisy machine (warm-up,
 interleaved rounds, medians, per-round ratios, CUDA synchronisation).
 """
 
@@ -11,7 +11,14 @@ import platform
 
 import torch
 
-from attn_core.measure.timing import Timing, matmul_throughput, paired_ratio, ratio_summary, sync, time_interleaved
+from attn_core.teach.measure.timing import (
+    Timing,
+    matmul_throughput,
+    paired_ratio,
+    ratio_summary,
+    sync,
+    time_interleaved,
+)
 
 __all__ = [
     "Timing",

@@ -97,7 +97,7 @@ def run(device: str, *, quick: bool, log=print) -> dict:
             "with cache": lambda n=n: generate(model, prompt, n, use_cache=True, temperature=0),
             "without cache": lambda n=n: generate(model, prompt, n, use_cache=False, temperature=0),
         }
-        if compiled:  # static caches, one compiled step (attn_core.static_cache)
+        if compiled:  # static caches, one compiled step (attn_core.caches.static)
             fns["with cache, compiled"] = lambda n=n: generate(model, prompt, n, temperature=0, compile=True)
             fns["with cache, compiled"]()  # compiles the step for this length (not timed)
         # No other warm-up call: check_equal above already ran both eager paths.

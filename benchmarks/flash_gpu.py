@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.flash_gpu [--out DIR]`` times, in bfloat16 and in one process:
 
-- ``attn_core.flash.flash_attention`` (the FlashAttention-2 kernel the reader writes),
+- ``attn_core.ops.backends.flash.flash_attention`` (the FlashAttention-2 kernel the reader writes),
   PyTorch's ``scaled_dot_product_attention`` (the baseline) and ``attn_core.attention``,
   forward and forward + backward, causal and not, at three shapes;
 - a sliding window of 512 keys and gpt-oss-style sinks at T = 4096, where
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import triton
 
-    from attn_core.flash import flash_attention
+    from attn_core.ops.backends.flash import flash_attention
 
     result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__)
     result["dense"] = dense_rows(flash_attention)

@@ -6,13 +6,13 @@ process, bfloat16, every pair measured side by side:
 - the attention core (``attn_core.attention``) vs SDPA, causal, at (8, 16, 1024, 64) and
   (4, 16, 4096, 128) (B, H, T, D);
 - a sliding window of 512 at T = 4096 vs full causal SDPA: ``attention()`` as it is (on
-  CUDA the Triton FlashAttention kernel, :mod:`attn_core.kernel_switch`), FlexAttention's
+  CUDA the Triton FlashAttention kernel, :mod:`attn_core.ops.backends.switch`), FlexAttention's
   block mask (``set_flash_mode("never")``) and the dense mask (both switches ``"never"``);
 - gpt-oss sinks vs causal SDPA: ``attention()`` as it is (the Triton kernel), FlexAttention +
   its log-sum-exp, and the explicit path;
 - greedy decoding (batch 1 and 16, a 128-token prompt + 128 new tokens) of a ~0.85 B
   LLaMA-shaped model built from a ``transformers`` ``LlamaConfig`` with random weights (no
-  download), converted with ``attn_core.convert.from_hf``, vs Hugging Face's eager
+  download), converted with ``attn_core.hf.convert.from_hf``, vs Hugging Face's eager
   ``generate`` in the same process: our eager path, our static caches, the static caches
   with ``torch.compile`` (``generate(..., compile=True)``) and with CUDA graphs
   (``compile="reduce-overhead"``);
@@ -24,7 +24,7 @@ process, bfloat16, every pair measured side by side:
 Each time is the median over rounds of CUDA-event timings after warm-up (warm-ups are
 part of the run time); ``ratio`` is the median of per-round ratios ours / baseline, where
 the two run one after the other in every round, with the 95% bootstrap interval of the
-book's timing rule (:func:`attn_core.measure.ratio_summary`). :func:`target_verdicts`
+book's timing rule (:func:`attn_core.teach.measure.ratio_summary`). :func:`target_verdicts`
 holds each ratio to issue 30's target: "met" when the whole interval is within it, "not
 met" when the whole interval is beyond it, "within noise" otherwise. An entry that fails
 is recorded with its error and the run goes on. Results:
@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attn_core.measure import Timing, paired_ratios, ratio_summary
+from attn_core.teach.measure import Timing, paired_ratios, ratio_summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PIPELINED = 20  # calls back to back in host_entries' second timing
@@ -73,7 +73,7 @@ def side_by_side(fns: dict, *, rounds: int, warmup: int = 1, baseline: str) -> d
         ``{name: {"median_s", "ratio", "ratio_low", "ratio_high", "ci_low", "ci_high", "rounds"}}``:
         the ratio is the median over rounds of ``t_name / t_baseline``, ``ratio_low``/``ratio_high``
         the smallest and largest round's, ``ci_low``/``ci_high`` the 95% bootstrap interval on the
-        median (:func:`attn_core.measure.ratio_summary`, the rule of the book's timed chapters).
+        median (:func:`attn_core.teach.measure.ratio_summary`, the rule of the book's timed chapters).
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -109,9 +109,9 @@ def _qkv(B, H, T, D, H_kv=None, seed=0):
 
 
 def attention_entries(quick: bool) -> list[dict]:
-    from attn_core.core import attention
-    from attn_core.flex import set_flex_mode
-    from attn_core.kernel_switch import set_flash_mode
+    from attn_core.ops.attention import attention
+    from attn_core.ops.backends.flex import set_flex_mode
+    from attn_core.ops.backends.switch import set_flash_mode
 
     # A call takes 0.1-12 ms: 100 rounds cost seconds and narrow the interval on each ratio
     # (30 rounds at (8, 16, 1024, 64) on an H200 gave per-round ratios from 0.86 to 1.24).
@@ -136,7 +136,7 @@ def attention_entries(quick: bool) -> list[dict]:
     sinks = torch.linspace(-1, 1, q.shape[1], device=q.device, dtype=q.dtype)  # (H,)
 
     def forced(flash: str, flex: str, **kw):
-        """attention() with the kernel switches set for this call (attn_core.kernel_switch)."""
+        """attention() with the kernel switches set for this call (attn_core.ops.backends.switch)."""
 
         def run():
             before = set_flash_mode(flash), set_flex_mode(flex)
@@ -218,8 +218,8 @@ def host_entries(quick: bool) -> dict:
         * ``kernels``: the CUDA kernels of causal SDPA and of ``attention()`` at the first
           core shape, so that a gap between the two can be told from a different kernel.
     """
-    from attn_core.core import attention
-    from attn_core.flash import flash_attention, flash_forward
+    from attn_core.ops.attention import attention
+    from attn_core.ops.backends.flash import flash_attention, flash_forward
 
     rounds = 3 if quick else 11
     big = (1, 4, 1024, 64) if quick else (2, 16, 4096, 128)
@@ -295,7 +295,7 @@ def _llama(quick: bool):
     """A random-weight LLaMA-shaped Hugging Face model (~0.85 B parameters; tiny with ``quick``) and its conversion."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attn_core.convert import from_hf
+    from attn_core.hf.convert import from_hf
 
     size = (
         dict(hidden_size=256, intermediate_size=704, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
@@ -322,7 +322,7 @@ def _llama(quick: bool):
 
 
 def decoding_entries(quick: bool, models) -> list[dict]:
-    from attn_core.generation import generate
+    from attn_core.model.generation import generate
 
     hf, ours, params = models
     prompt, new = (16, 16) if quick else (128, 128)

@@ -7,12 +7,12 @@ after the work counted here was cut, 1.11× (``attn_core/data/gpu``). That work 
 depend on the device, so the CPU can count it exactly, with no timing noise:
 
 * **kernel launches**: the ATen operators a step dispatches that compute a tensor
-  (:func:`attn_core.measure.launched_ops`: views such as ``transpose`` launch nothing);
+  (:func:`attn_core.teach.measure.launched_ops`: views such as ``transpose`` launch nothing);
 * **Python calls**: every function call ``cProfile`` sees during the step (Python
   functions and builtins), a proxy for the interpreter's share.
 
 Both models are the same tiny LLaMA (4 layers, GQA), ours converted from Hugging Face's
-with :func:`attn_core.convert.from_hf`, in float32 and bfloat16, after a 16-token prefill.
+with :func:`attn_core.hf.convert.from_hf`, in float32 and bfloat16, after a 16-token prefill.
 The token-id check of a CPU step reads two values (``min``, ``max``); on a GPU it is an
 asynchronous device assert instead.
 
@@ -27,7 +27,7 @@ from collections import Counter
 
 import torch
 
-from attn_core.measure import launched_ops
+from attn_core.teach.measure import launched_ops
 
 
 def count_step(step) -> dict:
@@ -43,7 +43,7 @@ def count_step(step) -> dict:
 def _models(dtype: torch.dtype, n_layers: int = 4):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attn_core.convert import from_hf
+    from attn_core.hf.convert import from_hf
 
     config = LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=n_layers,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from attn_core import attention
-from attn_core.efficient import tiled_attention
-from attn_core.measure import attention_score_bytes, peak_tensor_memory
+from attn_core.ops.efficient import tiled_attention
+from attn_core.teach.measure import attention_score_bytes, peak_tensor_memory
 
 FULL = dict(batch=1, n_heads=12, head_dim=64, Ts=[256, 512, 1024, 2048, 4096], block=256)
 QUICK = dict(batch=1, n_heads=2, head_dim=16, Ts=[128], block=32)

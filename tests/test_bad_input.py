@@ -13,13 +13,13 @@ import pytest
 import torch
 
 import attn_core as ac
-from attn_core import delta_rule as dr
-from attn_core import linear_attention as la
-from attn_core.indexer import IndexerKeyCache, LightningIndexer
-from attn_core.moe import MixtureOfExperts
-from attn_core.router import TopKRouter, load_balancing_loss
-from attn_core.simplified import ShapedAttention, centring_matrix
-from attn_core.sparse_attention import SparseAttention
+from attn_core.layers.indexer import IndexerKeyCache, LightningIndexer
+from attn_core.layers.simplified import ShapedAttention, centring_matrix
+from attn_core.layers.sparse_attention import SparseAttention
+from attn_core.modules.moe import MixtureOfExperts
+from attn_core.modules.router import TopKRouter, load_balancing_loss
+from attn_core.ops import delta_rule as dr
+from attn_core.ops import linear_attention as la
 
 F64 = torch.float64
 X = torch.randn(2, 5, 8)  # (B, T, d_model=8), float32 like the layers' weights
@@ -134,15 +134,15 @@ CASES = {
         ValueError,
         "key_cache was made for batch_size=3, but this call needs batch_size=2",
     ),
-    # --- conversion (see also tests/test_convert.py for the Hugging Face objects)
+    # --- conversion (see also tests/test_hf_convert.py for the Hugging Face objects)
     "from_hf_not_a_model": (lambda: ac.from_hf({"config": None}), TypeError, "model must be a Hugging Face causal LM"),
     "copy_attention_not_a_layer": (
-        lambda: ac.convert.copy_attention(torch.nn.Linear(2, 2), _mha()),
+        lambda: ac.hf.convert.copy_attention(torch.nn.Linear(2, 2), _mha()),
         TypeError,
         "attn must be an attn_core.MultiHeadAttention",
     ),
     "copy_attention_decoder_layer": (
-        lambda: ac.convert.copy_attention(_mha(), ac.TransformerBlock(8, 2)),
+        lambda: ac.hf.convert.copy_attention(_mha(), ac.TransformerBlock(8, 2)),
         TypeError,
         "hf_attn must be a Hugging Face attention layer",
     ),
@@ -236,17 +236,17 @@ CASES = {
     "mla_absorbed_int": (lambda: _mla()(X, absorbed=1), TypeError, "absorbed must be a bool"),
     # --- positions and lengths
     "position_mask_lists": (
-        lambda: ac.masks.position_mask([0, 1], [0, 1]),
+        lambda: ac.ops.masks.position_mask([0, 1], [0, 1]),
         TypeError,
         "q_pos must be a torch.Tensor, got list",
     ),
     "position_mask_2d": (
-        lambda: ac.masks.position_mask(torch.zeros(2, 2, dtype=torch.long), torch.arange(2)),
+        lambda: ac.ops.masks.position_mask(torch.zeros(2, 2, dtype=torch.long), torch.arange(2)),
         ValueError,
         r"q_pos must have shape \(T_q\), got \(2, 2\)",
     ),
     "position_mask_float": (
-        lambda: ac.masks.position_mask(torch.arange(2), torch.arange(2.0)),
+        lambda: ac.ops.masks.position_mask(torch.arange(2), torch.arange(2.0)),
         TypeError,
         "k_pos must be an integer tensor",
     ),

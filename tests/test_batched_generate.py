@@ -7,13 +7,13 @@ import test_parity_hf
 import torch
 
 from attn_core import DecoderConfig, DecoderLM
-from attn_core.generation import generate
-from attn_core.padding import positions_from_mask
+from attn_core.model.generation import generate
+from attn_core.model.padding import positions_from_mask
 
 transformers = pytest.importorskip("transformers", minversion="5.0")
 
 from attn_core.config import LayerPattern  # noqa: E402
-from attn_core.convert import from_hf  # noqa: E402
+from attn_core.hf.convert import from_hf  # noqa: E402
 
 exact_hf = test_parity_hf.exact_hf  # the fixture that lifts HF's float32 round trips
 llama_config, seeded = test_parity_hf.llama_config, test_parity_hf.seeded

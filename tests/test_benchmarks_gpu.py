@@ -187,16 +187,16 @@ def test_decoding_and_training_entries_run_and_fill_their_rows(monkeypatch):
     replaced, and generate's compile= dropped (compiling is tested in test_static_cache; here it would
     take a minute). A broken path costs a device session its minutes; here it costs seconds."""
     pytest.importorskip("transformers")
-    import attn_core.generation
+    import attn_core.model.generation
 
-    eager = attn_core.generation.generate
+    eager = attn_core.model.generation.generate
     compiled = []
 
     def generate_uncompiled(*args, compile=False, **kwargs):
         compiled.append(compile)
         return eager(*args, **kwargs)
 
-    monkeypatch.setattr(attn_core.generation, "generate", generate_uncompiled)
+    monkeypatch.setattr(attn_core.model.generation, "generate", generate_uncompiled)
     monkeypatch.setattr(gpu, "DEVICE", "cpu")
     monkeypatch.setattr(gpu, "DTYPE", torch.float32)  # a CPU's bfloat16 products are slow
     _fake_timer(monkeypatch)  # every call takes 1 ms

@@ -9,10 +9,10 @@ import torch
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadLatentAttention, parameter_count
 from attn_core.config import Indexer, LayerPattern, LinearLayers, MoE, Positions
-from attn_core.mla import default_rope_dim
-from attn_core.mlp import make_mlp, mlp_hidden_dim
-from attn_core.params import parameter_breakdown
-from attn_core.rope_scaling import LinearScaling, LongRopeScaling, YarnScaling
+from attn_core.layers.mla import default_rope_dim
+from attn_core.model.params import parameter_breakdown
+from attn_core.modules.mlp import make_mlp, mlp_hidden_dim
+from attn_core.positions.rope_scaling import LinearScaling, LongRopeScaling, YarnScaling
 from conftest import decoder
 
 
@@ -522,7 +522,7 @@ def _as_published(n: int, published: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
 def test_moe_presets_count_the_published_parameters(name):
-    from attn_core.params import active_parameter_count
+    from attn_core.model.params import active_parameter_count
 
     total, active, with_embedding, published_total, published_active = MOE_PUBLISHED[name]
     config = getattr(DecoderConfig, name)()
@@ -551,7 +551,7 @@ def test_moe_presets_equal_hugging_face_models_on_meta(name):
 
 
 def test_moe_fields_reach_the_modules():
-    from attn_core.moe import MixtureOfExperts
+    from attn_core.modules.moe import MixtureOfExperts
 
     config = DecoderConfig.llama_like(
         n_layers=3,
@@ -584,7 +584,7 @@ def test_moe_fields_reach_the_modules():
 
 
 def test_gpt_oss_and_qwen3_next_expert_fields_reach_the_modules():
-    from attn_core.mlp import ClampedSwiGLU
+    from attn_core.modules.mlp import ClampedSwiGLU
 
     gpt_oss = DecoderConfig.llama_like(
         n_layers=2, bias=True, moe=MoE(n_experts=4, expert_swiglu_limit=7.0, router_bias=True)

@@ -3,10 +3,10 @@
 DeepSeek scales its decoupled RoPE with YaRN (speeds, and the cos/sin tables times
 ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``) and multiplies the softmax
 scale of *every* score by ``mscale(factor, mscale_all_dim)²`` (Hugging Face's
-``yarn_apply_mscale``; :func:`~attn_core.rope_scaling.deepseek_softmax_factor`). Hugging Face's
-DeepseekV3Attention, copied by :func:`~attn_core.convert.copy_attention`, is the reference in
+``yarn_apply_mscale``; :func:`~attn_core.positions.rope_scaling.deepseek_softmax_factor`). Hugging Face's
+DeepseekV3Attention, copied by :func:`~attn_core.hf.convert.copy_attention`, is the reference in
 float64 (its float32 RoPE steps lifted by :func:`test_rope_scaling.hf_in_float64`).
-Whole tiny DeepSeek-V3 models (dense and MoE layers) convert with :func:`~attn_core.convert.from_hf`:
+Whole tiny DeepSeek-V3 models (dense and MoE layers) convert with :func:`~attn_core.hf.convert.from_hf`:
 logits and greedy generation with caches equal Hugging Face's.
 """
 
@@ -17,17 +17,17 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
-from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
+from test_hf_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, causal_bias, deepseek_config, max_diff, seeded, x_and_positions  # noqa: E402
-from test_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import DeepseekV3ForCausalLM, DynamicCache  # noqa: E402
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_deepseek  # noqa: E402
 
 from attn_core import MultiHeadLatentAttention  # noqa: E402
-from attn_core.convert import copy_attention, from_hf  # noqa: E402
-from attn_core.convert_config import config_from_hf  # noqa: E402
-from attn_core.rope_freqs import yarn_mscale  # noqa: E402
-from attn_core.rope_scaling import (  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
+from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.positions.rope_freqs import yarn_mscale  # noqa: E402
+from attn_core.positions.rope_scaling import (  # noqa: E402
     LinearScaling,
     YarnScaling,
     deepseek_softmax_factor,  # noqa: E402

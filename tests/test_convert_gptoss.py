@@ -1,10 +1,10 @@
 """gpt-oss's mixture of experts (issue 28): clamped SwiGLU experts with biases, a router with a bias.
 
 Hugging Face's ``GptOssMLP`` (``GptOssTopKRouter`` + ``GptOssExperts``) is the reference in
-float64, its weights copied by :func:`~attn_core.convert_modules.copy_moe` (interleaved gate/up
+float64, its weights copied by :func:`~attn_core.hf.weights.copy_moe` (interleaved gate/up
 columns, transposed storage, expert biases). Its attention (window, sinks) is held equal in
 ``tests/test_parity_hf_window.py``; whole tiny models (YaRN, sinks, a window of 3 on alternate
-layers, clamped experts) convert with :func:`~attn_core.convert.from_hf`: logits and greedy
+layers, clamped experts) convert with :func:`~attn_core.hf.convert.from_hf`: logits and greedy
 generation with caches equal Hugging Face's in float64 (:func:`test_rope_scaling.hf_in_float64`).
 """
 
@@ -15,19 +15,19 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
-from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
+from test_hf_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
-from test_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import GptOssConfig, GptOssForCausalLM  # noqa: E402
 from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: E402
 
 from attn_core import SwiGLU  # noqa: E402
-from attn_core.convert import from_hf  # noqa: E402
-from attn_core.convert_config import NOT_CONVERTED, config_from_hf  # noqa: E402
-from attn_core.convert_modules import copy_moe  # noqa: E402
-from attn_core.mlp import ClampedSwiGLU  # noqa: E402
-from attn_core.moe import MixtureOfExperts  # noqa: E402
-from attn_core.rope_scaling import YarnScaling  # noqa: E402
+from attn_core.hf.configs import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.weights import copy_moe  # noqa: E402
+from attn_core.modules.mlp import ClampedSwiGLU  # noqa: E402
+from attn_core.modules.moe import MixtureOfExperts  # noqa: E402
+from attn_core.positions.rope_scaling import YarnScaling  # noqa: E402
 
 F64 = torch.float64
 

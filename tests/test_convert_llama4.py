@@ -3,12 +3,12 @@
 Its mixture of experts (``Llama4TextMoe``: top-1 by logit, the token scaled by the sigmoid of its
 logit *before* the expert, a shared expert beside) is ``MixtureOfExperts(scoring="sigmoid",
 n_shared=1, weight_inputs=True)``, held equal to Hugging Face's block in float64 (copied by
-:func:`~attn_core.convert_modules.copy_moe`). Its QK-norm (an L2 norm without a gain, after RoPE) equals a
+:func:`~attn_core.hf.weights.copy_moe`). Its QK-norm (an L2 norm without a gain, after RoPE) equals a
 unit-gain per-head RMSNorm before RoPE: a rotation keeps a vector's length. Its chunked attention
 (``MultiHeadAttention(chunk=)``) and the NoPE layers' temperature (``temperature=``) are held to
 Hugging Face's attention layer here and to their definitions in ``tests/test_llama4_attention.py``;
 whole models (chunks of 4 < the 9 and 17 tokens, a NoPE temperature that steps every 3 positions,
-dense layers between MoE ones, Llama 3.1 rope scaling) convert with :func:`~attn_core.convert.from_hf`:
+dense layers between MoE ones, Llama 3.1 rope scaling) convert with :func:`~attn_core.hf.convert.from_hf`:
 logits and greedy generation with caches equal Hugging Face's in float64 (its float32 steps lifted).
 """
 
@@ -20,19 +20,19 @@ import torch
 pytest.importorskip("transformers", minversion="5.0")
 pytest.importorskip("transformers.models.llama4")
 
-from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
+from test_hf_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
-from test_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import Llama4ForCausalLM, Llama4TextConfig  # noqa: E402
 from transformers.models.llama4 import modeling_llama4 as hf_llama4  # noqa: E402
 
 from attn_core import MultiHeadAttention, RMSNorm, RotaryEmbedding  # noqa: E402
-from attn_core.convert import copy_attention, from_hf  # noqa: E402,E501
-from attn_core.convert_config import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402,E501
-from attn_core.convert_modules import copy_moe  # noqa: E402,E501
-from attn_core.moe import MixtureOfExperts  # noqa: E402
-from attn_core.params import parameter_count  # noqa: E402
-from attn_core.rope_scaling import Llama3Scaling  # noqa: E402
+from attn_core.hf.configs import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402,E501
+from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402,E501
+from attn_core.hf.weights import copy_moe  # noqa: E402,E501
+from attn_core.model.params import parameter_count  # noqa: E402
+from attn_core.modules.moe import MixtureOfExperts  # noqa: E402
+from attn_core.positions.rope_scaling import Llama3Scaling  # noqa: E402
 
 F64 = torch.float64
 

@@ -1,7 +1,7 @@
-"""attn_core.convert with OLMo 2 and OLMo 3 (issue 28): whole tiny models, float64, and their two mechanisms.
+"""attn_core.hf.convert with OLMo 2 and OLMo 3 (issue 28): whole tiny models, float64, and their two mechanisms.
 
 OLMo's block is ``x + norm(f(x))`` (``norm_position="post_sublayer"``) and its QK-norm spans
-all heads (``qk_norm="all_heads"``, :class:`~attn_core.norms.HeadsRMSNorm`); OLMo 3 adds sliding
+all heads (``qk_norm="all_heads"``, :class:`~attn_core.modules.norms.HeadsRMSNorm`); OLMo 3 adds sliding
 windows per ``layer_types`` and YaRN in its full layers only. Hugging Face's float32 steps
 (RMSNorm input, RoPE tables) are lifted to float64 by :func:`test_rope_scaling.hf_in_float64`.
 """
@@ -15,19 +15,19 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
-from test_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
+from test_hf_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, causal_bias, max_diff, seeded, x_and_positions  # noqa: E402
-from test_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import Olmo2Config, Olmo2ForCausalLM, Olmo3Config, Olmo3ForCausalLM  # noqa: E402
 from transformers.models.olmo2 import modeling_olmo2  # noqa: E402
 from transformers.models.olmo3 import modeling_olmo3  # noqa: E402
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding  # noqa: E402
-from attn_core.blocks import SandwichBlock  # noqa: E402
-from attn_core.convert import copy_attention, from_hf  # noqa: E402
-from attn_core.convert_config import NOT_CONVERTED, config_from_hf  # noqa: E402
-from attn_core.norms import HeadsRMSNorm, RMSNorm  # noqa: E402
-from attn_core.rope_scaling import YarnScaling  # noqa: E402
+from attn_core.hf.configs import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.model.blocks import SandwichBlock  # noqa: E402
+from attn_core.modules.norms import HeadsRMSNorm, RMSNorm  # noqa: E402
+from attn_core.positions.rope_scaling import YarnScaling  # noqa: E402
 
 F64 = torch.float64
 NO_SPECIAL_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)

@@ -1,9 +1,9 @@
 """Qwen3-Next's mixture of experts (issue 28): a shared expert scaled by a learned sigmoid gate per token.
 
 Hugging Face's ``Qwen3NextSparseMoeBlock`` is the reference in float64, copied by
-:func:`~attn_core.convert_modules.copy_moe` (``shared_expert``, ``shared_expert_gate``). Its other layers
+:func:`~attn_core.hf.weights.copy_moe` (``shared_expert``, ``shared_expert_gate``). Its other layers
 convert one by one (gated attention: ``tests/test_parity_hf_*``; Gated DeltaNet:
-``copy_gated_deltanet``). :func:`~attn_core.convert.from_hf` still refuses the whole model:
+``copy_gated_deltanet``). :func:`~attn_core.hf.convert.from_hf` still refuses the whole model:
 DecoderLM does not build its mixtures of experts with the shared gate yet.
 """
 
@@ -16,17 +16,17 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
-from test_convert import IDX, assert_greedy_generation_matches  # noqa: E402
+from test_hf_convert import IDX, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
-from test_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next as hf_qwen3_next  # noqa: E402
 
 from attn_core import DecoderLM, GatedDeltaNet  # noqa: E402
-from attn_core.convert import from_hf  # noqa: E402
-from attn_core.convert_config import NOT_CONVERTED, config_from_hf  # noqa: E402
-from attn_core.convert_modules import copy_moe  # noqa: E402
-from attn_core.moe import MixtureOfExperts  # noqa: E402
+from attn_core.hf.configs import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.weights import copy_moe  # noqa: E402
+from attn_core.modules.moe import MixtureOfExperts  # noqa: E402
 
 F64 = torch.float64
 

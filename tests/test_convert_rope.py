@@ -1,4 +1,4 @@
-"""attn_core.convert with rope scaling (issue 28) and SmolLM3's NoPE layers: whole tiny models, float64.
+"""attn_core.hf.convert with rope scaling (issue 28) and SmolLM3's NoPE layers: whole tiny models, float64.
 
 Hugging Face computes RoPE (and RMSNorm) in float32 whatever the model's dtype; the models
 here are built and run inside :func:`test_rope_scaling.hf_in_float64`, which lifts those
@@ -17,9 +17,9 @@ import torch
 
 pytest.importorskip("transformers", minversion="5.0")
 
-from test_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
+from test_hf_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
-from test_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64  # noqa: E402
 from transformers import (  # noqa: E402
     LlamaConfig,
     LlamaForCausalLM,
@@ -32,9 +32,9 @@ from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
 
 from attn_core import DecoderLM, generate  # noqa: E402
-from attn_core.convert import from_hf  # noqa: E402
-from attn_core.convert_config import config_from_hf  # noqa: E402
-from attn_core.rope_scaling import (  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
+from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.positions.rope_scaling import (  # noqa: E402
     DynamicNTKScaling,
     LinearScaling,
     Llama3Scaling,
@@ -223,7 +223,7 @@ def gemma3_modules():
 
 def test_gemma3_linear_scaling_in_the_full_layers():
     """Gemma 3 4B-27B: linear ×8 in the global layers, plain RoPE (base 1e4) in the sliding ones."""
-    from test_convert import tiny_gemma3
+    from test_hf_convert import tiny_gemma3
 
     with hf_in_float64(*gemma3_modules()):
         hf = tiny_gemma3(rope_parameters=GEMMA3_LINEAR)

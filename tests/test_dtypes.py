@@ -13,8 +13,8 @@ import torch
 
 from attn_core import DecoderConfig
 from attn_core.config import Indexer, LayerPattern, MoE, Positions
-from attn_core.delta_rule import delta_rule_chunked, delta_rule_recurrent, solve_unit_lower
-from attn_core.generation import generate
+from attn_core.model.generation import generate
+from attn_core.ops.delta_rule import delta_rule_chunked, delta_rule_recurrent, solve_unit_lower
 from conftest import PRESETS, decoder
 
 _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)

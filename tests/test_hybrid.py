@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from attn_core import DecoderConfig, DecoderLM, GatedDeltaNet, KVCache, MultiHeadAttention, generate
+from attn_core.caches.recurrent import GatedDeltaNetCache
 from attn_core.config import LayerPattern, LinearLayers
-from attn_core.gated_deltanet import GatedDeltaNetCache
-from attn_core.window import kv_cache_bytes, layer_pattern
+from attn_core.teach.window import kv_cache_bytes, layer_pattern
 
 # Three Gated DeltaNet layers per full attention layer (Qwen3-Next's full_attention_interval=4),
 # with two value heads per key head, as in Qwen3-Next.

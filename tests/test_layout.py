@@ -48,13 +48,16 @@ def test_no_private_name_imported_from_another_module(path):
 
 
 def _test_file_for(path: Path) -> list[Path]:
-    """The test files that may hold a module's tests: tests/test_<module>.py, where a module of a
-    sub-package is named with its package (measure/timing: test_measure_timing.py) or shares the
-    package's file (config/parts: test_config.py)."""
+    """The test files that may hold a module's tests: tests/test_<subpackage>_<module>.py, the module's
+    path with its dots as underscores (ops/backends/flash: test_ops_backends_flash.py). The config's
+    modules share test_config.py, and an exercise module may share test_teach_exercises.py."""
     rel = path.relative_to(PACKAGE).with_suffix("")
-    if rel.parts[0] == "exercises":
-        return [TESTS / f"test_exercises_{rel.parts[-1]}.py", TESTS / "test_exercises.py"]
-    return [TESTS / f"test_{'_'.join(rel.parts)}.py", TESTS / f"test_{rel.parts[0]}.py"]
+    candidates = [TESTS / f"test_{'_'.join(rel.parts)}.py"]
+    if rel.parts[0] == "config":
+        candidates.append(TESTS / "test_config.py")
+    if rel.parts[:2] == ("teach", "exercises"):
+        candidates.append(TESTS / "test_teach_exercises.py")
+    return candidates
 
 
 PUBLIC = [p for p in MODULES if not p.name.startswith("_") and p.name != "__main__.py"]
@@ -75,3 +78,90 @@ def test_library_comments_do_not_cite_chapters(path):
     # changes when chapters move). The exercise checks are book-side and keep their numbers.
     hits = [f"line {i}" for i, line in enumerate(path.read_text().splitlines(), 1) if CHAPTER.search(line)]
     assert hits == [], f"{_dotted(path)} cites chapter numbers at {hits}"
+
+
+# The floors of the package, lowest first: a module may import from its own subpackage and
+# from lower floors only. Subpackages on one floor do not import each other.
+RANK = {
+    "checks": 0,
+    "ops": 1,
+    "positions": 1,
+    "caches": 1,
+    "modules": 1,
+    "layers": 2,
+    "config": 3,
+    "model": 4,
+    "hf": 5,
+    "teach": 6,
+    "": 7,  # attn_core/__init__.py: the public names
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    parts = rel.parent.parts if rel.name == "__init__.py" else rel.with_suffix("").parts
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every attn_core import in one file, relative or absolute, at any depth."""
+    here = _module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("attn_core"):
+                target = node.module[len("attn_core") :].lstrip(".")
+            else:
+                continue
+            for alias in node.names:  # `from . import presets` imports a module
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.append((node.lineno, sub if sub in _ALL else target))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name[len("attn_core.") :]) for a in node.names if a.name.startswith("attn_core.")]
+    return found
+
+
+_ALL = {_module_name(p) for p in MODULES}
+
+
+def _floor(module: str) -> str:
+    return module.split(".")[0] if module else ""
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_dotted)
+def test_imports_go_down_the_floors(path):
+    here = _floor(_module_name(path))
+    upward = [
+        f"line {line}: {target or 'attn_core'} ({_floor(target) or '__init__'}, floor {RANK[_floor(target)]})"
+        for line, target in _imports(path)
+        if _floor(target) != here and RANK[_floor(target)] >= RANK[here]
+    ]
+    assert upward == [], f"{_dotted(path)} (floor {RANK[here]}) imports from its floor or above: {upward}"
+
+
+def test_no_import_cycles():
+    graph = {_module_name(p): {t for _, t in _imports(p) if t in _ALL} for p in MODULES}
+    # A package imports its own __init__ when one of its modules is imported: that edge is not a cycle.
+    for module, targets in graph.items():
+        targets.discard("")
+        targets.difference_update(m for m in list(targets) if module.startswith(m + ".") or module == m)
+    cycles, state = [], {}
+
+    def visit(module, stack):
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, stack + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == [], f"import cycles: {cycles}"

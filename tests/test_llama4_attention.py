@@ -1,10 +1,10 @@
 """Llama 4's attention mechanisms (issue 28): chunked attention and the NoPE layers' query temperature.
 
-* :func:`~attn_core.masks.position_mask` with ``chunk=c``: a query sees the earlier keys of its own
+* :func:`~attn_core.ops.masks.position_mask` with ``chunk=c``: a query sees the earlier keys of its own
   chunk only; held to Hugging Face's ``chunked_causal_mask_function``, to a loop, and to properties.
 * ``MultiHeadAttention(chunk=)``: the mask from absolute positions, so prefill + decoding with a
   full (or a static, right-aligned) cache equals the whole sequence.
-* :func:`~attn_core.positional.query_temperature` and ``MultiHeadAttention(temperature=)``: by hand,
+* :func:`~attn_core.positions.positional.query_temperature` and ``MultiHeadAttention(temperature=)``: by hand,
   against Hugging Face's formula, continued positions in decoding.
 * :class:`~attn_core.DecoderConfig`'s Llama 4 fields: where each acts, and bad values.
 Whole models against Hugging Face's: ``tests/test_convert_llama4.py``.
@@ -19,11 +19,11 @@ import torch
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention
 from attn_core.config import LayerPattern, Positions
-from attn_core.masks import position_mask
-from attn_core.params import parameter_count
-from attn_core.positional import check_temperature, query_temperature
-from attn_core.rope import RotaryEmbedding
-from attn_core.shapes import split_heads
+from attn_core.model.params import parameter_count
+from attn_core.ops.masks import position_mask
+from attn_core.ops.shapes import split_heads
+from attn_core.positions.positional import check_temperature, query_temperature
+from attn_core.positions.rope import RotaryEmbedding
 
 F64 = torch.float64
 

@@ -2,9 +2,9 @@
 
 * ``MultiHeadAttention(qkv_bias=True)`` (Qwen2, GLM-4): biases on q, k, v only;
 * ``MultiHeadAttention(scale=)`` (Gemma 2 27B, Granite): the score scale;
-* :class:`~attn_core.blocks.ParallelBlock` (Cohere, GPT-J): attention and MLP from one norm;
-* :class:`~attn_core.blocks.ScaledDropout` (Granite's residual multiplier) and
-  :class:`~attn_core.model.ScaledLinear` (Cohere's / Granite's logit scale);
+* :class:`~attn_core.model.blocks.ParallelBlock` (Cohere, GPT-J): attention and MLP from one norm;
+* :class:`~attn_core.model.blocks.ScaledDropout` (Granite's residual multiplier) and
+  :class:`~attn_core.model.decoder.ScaledLinear` (Cohere's / Granite's logit scale);
 * the DecoderConfig fields that build them, ``embedding_multiplier``, ``rope_full_layers``
   (Cohere 2's position-free global layers), ``rotary_dim`` and the lightning indexer
   (``index_n_heads``; DeepSeek-V3.2).
@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding, TransformerBlock
-from attn_core.blocks import ParallelBlock, ScaledDropout
 from attn_core.config import Indexer, LayerPattern, Positions
-from attn_core.model import ScaledLinear
-from attn_core.shapes import split_heads
-from attn_core.sparse_attention import SparseAttention, SparseCache
+from attn_core.layers.sparse_attention import SparseAttention, SparseCache
+from attn_core.model.blocks import ParallelBlock, ScaledDropout
+from attn_core.model.decoder import ScaledLinear
+from attn_core.ops.shapes import split_heads
 
 F64 = torch.float64
 

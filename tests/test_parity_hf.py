@@ -1,8 +1,8 @@
 """attn_core computes what Hugging Face's LLaMA, Qwen3 and DeepSeek-V3 compute (transformers as pinned).
 
 Tiny Hugging Face modules are built from configs (nothing is downloaded), their random
-weights are copied into attn_core (:func:`attn_core.convert.copy_attention`,
-:func:`attn_core.convert.from_hf`), and both run in float64. The outputs must agree to
+weights are copied into attn_core (:func:`attn_core.hf.convert.copy_attention`,
+:func:`attn_core.hf.convert.from_hf`), and both run in float64. The outputs must agree to
 1e-10: what is left is float64 rounding, summed in different orders.
 
 Hugging Face rounds to float32 on purpose in two places, whatever the model's dtype:
@@ -44,7 +44,7 @@ from attn_core import (  # noqa: E402
     generate,
     parameter_count,
 )
-from attn_core.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402
 
 F64 = torch.float64
 EXACT = 1e-10  # float64 rounding in another summation order

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attn_core import MultiHeadAttention, RotaryEmbedding
-from attn_core.convert import copy_attention
+from attn_core.hf.convert import copy_attention
 from conftest import F64, randn
 
 transformers = pytest.importorskip("transformers")

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from attn_core import GatedDeltaNet
-from attn_core import delta_rule as dr
-from attn_core import linear_attention as la
-from attn_core.convert_modules import copy_gated_deltanet
+from attn_core.hf.weights import copy_gated_deltanet
+from attn_core.ops import delta_rule as dr
+from attn_core.ops import linear_attention as la
 from conftest import F64, randn
 
 transformers = pytest.importorskip("transformers")

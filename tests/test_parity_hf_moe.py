@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from attn_core import MixtureOfExperts
-from attn_core.router import load_balancing_loss
+from attn_core.modules.router import load_balancing_loss
 from conftest import F64, randn
 
 transformers = pytest.importorskip("transformers")

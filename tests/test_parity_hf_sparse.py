@@ -27,7 +27,7 @@ from transformers import DeepseekV32Config, DynamicCache  # noqa: E402
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf_v32  # noqa: E402
 
 from attn_core import LightningIndexer, MultiHeadLatentAttention, SparseAttention  # noqa: E402
-from attn_core.convert import copy_attention  # noqa: E402
+from attn_core.hf.convert import copy_attention  # noqa: E402
 
 F64 = torch.float64
 EXACT = 1e-10  # float64 rounding in another summation order

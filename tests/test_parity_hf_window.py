@@ -33,7 +33,7 @@ from transformers.models.mistral import modeling_mistral as hf_mistral  # noqa: 
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RollingKVCache, RotaryEmbedding, generate  # noqa: E402
 from attn_core.config import LayerPattern  # noqa: E402
-from attn_core.convert import copy_attention  # noqa: E402
+from attn_core.hf.convert import copy_attention  # noqa: E402
 
 F64 = torch.float64
 EXACT = 1e-10  # float64 rounding in another summation order

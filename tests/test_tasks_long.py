@@ -1,4 +1,4 @@
-"""attn_core.tasks.needle_recall_task (chapter 20): invariants, determinism, bad input."""
+"""attn_core.teach.tasks.needle_recall_task (chapter 20): invariants, determinism, bad input."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.tasks import IGNORE_INDEX, QUERY, needle_recall_task
+from attn_core.teach.tasks import IGNORE_INDEX, QUERY, needle_recall_task
 
 
 def _g(seed: int = 0) -> torch.Generator:

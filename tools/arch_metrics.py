@@ -3,7 +3,7 @@
 Prints the figures the architecture issues quote: the largest modules, the longest
 functions, MultiHeadAttention's constructor parameters and forward branches, the
 configuration's fields, the public names, and how many library modules one must open to
-follow ``DecoderLM.forward`` (the transitive closure of ``attn_core.model``'s imports).
+follow ``DecoderLM.forward`` (the transitive closure of ``attn_core.model.decoder``'s imports).
 
 Usage: ``python tools/arch_metrics.py [package_dir]`` (default: attn_core).
 """

@@ -28,19 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 # name: (file in attn_core, text, replacement, what it breaks)
 BUGS = {
     "scale_1_over_d": (
-        "core.py",
+        "ops/attention.py",
         "scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)",
         "scale = 1.0 / q.shape[-1] if scale is None else float(scale)",
         "the default scale is 1/D instead of 1/sqrt(D)",
     ),
     "rope_sign": (
-        "rope.py",
+        "positions/rope.py",
         "cos, sin = angles.cos(), angles.sin()",
         "cos, sin = angles.cos(), (-angles).sin()",
         "RoPE rotates by -theta",
     ),
     "cache_offset": (
-        "multihead.py",
+        "layers/multihead.py",
         "past = 0 if kv_cache is None else kv_cache.size",
         "past = 0",
         "cached decoding restarts positions (RoPE, query temperature, band masks) at 0",

@@ -13,7 +13,7 @@ stderr. It writes
 * ``model.json``: the configuration, the training settings, the corpus (files and
   SHA-256), the parameter count, the loss curve and the final training and validation
   losses in bits per character, the wall and CPU time, the head scores of
-  ``attn_core.heads.score_heads`` and a greedy sample, both computed in float64.
+  ``attn_core.teach.heads.score_heads`` and a greedy sample, both computed in float64.
 
 The model is an attn_core ``DecoderLM``, GPT-2-like (learned positions, GELU MLP,
 pre-norm LayerNorm, tied embeddings), byte-level (vocabulary 256, no tokenizer): two
@@ -43,8 +43,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the repository's attn_core, also without an install
 
-from attn_core import DecoderConfig, DecoderLM, generate, heads, parameter_count, train  # noqa: E402
-from attn_core.pretrained import ByteCodec, bits_per_char, shakespeare_text  # noqa: E402
+from attn_core import DecoderConfig, DecoderLM, generate, parameter_count, train  # noqa: E402
+from attn_core.teach import heads  # noqa: E402
+from attn_core.teach.pretrained import ByteCodec, bits_per_char, shakespeare_text  # noqa: E402
 
 DATA_DIR = ROOT / "attn_core" / "data" / "shakespeare"
 PROMPT = "PROSPERO.\nNow, "  # the greedy sample's prompt (a validation-play speaker)

@@ -6,8 +6,8 @@ the layer pattern, the linear layers, the mixture of experts and the sparse-atte
 indexer. Each part checks itself; the config checks what ties the parts to the core (an
 option of the standard blocks' multi-head attention, a pattern of ``n_layers`` entries),
 each rule once. Optional sizes stay ``None`` and are resolved by the ``resolved_*``
-properties from the same defaults the modules use (:func:`~attn_core.mlp.mlp_hidden_dim`,
-:func:`~attn_core.mla.default_rope_dim`), so that a config and its model never disagree.
+properties from the same defaults the modules use (:func:`~attn_core.modules.mlp.mlp_hidden_dim`,
+:func:`~attn_core.layers.mla.default_rope_dim`), so that a config and its model never disagree.
 :meth:`DecoderConfig.layer` gives what one layer is (:class:`~attn_core.config.LayerSpec`).
 The presets (``DecoderConfig.gpt2_like``, ``llama3_8b``, ...) live in
 :mod:`~attn_core.config.presets`.
@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import check_bool, check_choice, check_instance, check_int, check_number
-from ..gating import GATE_KINDS
-from ..mla import default_rope_dim
-from ..mlp import MLP_KINDS, mlp_hidden_dim
-from ..norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
+from ..layers.gating import GATE_KINDS
+from ..layers.mla import default_rope_dim
+from ..modules.mlp import MLP_KINDS, mlp_hidden_dim
+from ..modules.norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
 from . import presets
 from .parts import Indexer, LayerPattern, LinearLayers, MoE, Positions, changed_fields_repr
 from .rules import check_moe_and_indexer, check_pattern, check_positions, check_standard_mha_options

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 from ..checks import check_bool, check_choice, check_instance, check_int, check_number
-from ..masks import check_window
-from ..positional import check_temperature
-from ..rope import ROPE_LAYOUTS
-from ..rope_scaling import RopeScaling
-from ..router import ROUTER_SCORINGS, check_router_rules
+from ..modules.router import ROUTER_SCORINGS, check_router_rules
+from ..ops.masks import check_window
+from ..positions.positional import check_temperature
+from ..positions.rope import ROPE_LAYOUTS
+from ..positions.rope_scaling import RopeScaling
 
 __all__ = [
     "POSITIONAL_KINDS",
@@ -78,7 +78,7 @@ class Positions:
             checkpoints) or ``"interleaved"`` (Meta's LLaMA code, DeepSeek's MLA checkpoints).
         rotary_dim: RoPE turns only the first ``rotary_dim`` dimensions of each query and key
             head (Hugging Face's ``partial_rotary_factor · head_dim``); ``None``: the whole head.
-        rope_scaling: Context extension of the RoPE (a :class:`~attn_core.rope_scaling.RopeScaling`:
+        rope_scaling: Context extension of the RoPE (a :class:`~attn_core.positions.rope_scaling.RopeScaling`:
             PI, NTK-aware, YaRN, Llama 3.1's, LongRoPE) or ``None``. The sliding layers' own
             RoPE (``sliding_rope_base``) is not scaled; with MLA it scales the decoupled RoPE.
         rope_layers: Per layer, whether it rotates its queries and keys (``False``: a NoPE
@@ -88,7 +88,7 @@ class Positions:
         rope_full_layers: ``False``: the ``"full"`` layers have no RoPE (Cohere 2, Llama 4's
             NoPE layers), the ``"sliding"`` ones keep it.
         nope_temperature: ``(floor_scale, attn_scale)``: the layers without RoPE multiply each
-            query by :func:`~attn_core.positional.query_temperature` of its position (Llama 4).
+            query by :func:`~attn_core.positions.positional.query_temperature` of its position (Llama 4).
         nope_qk_norm: ``False``: the QK-norm only in the layers with RoPE (Llama 4).
     """
 
@@ -153,7 +153,7 @@ class LayerPattern:
     Attributes:
         layer_types: ``"full"``, ``"sliding"``, ``"linear"`` (a :class:`~attn_core.GatedDeltaNet`
             in place of attention) or ``"chunked"`` (attention within chunks of
-            ``attention_chunk_size``, Llama 4) per layer; see :func:`~attn_core.window.layer_pattern`.
+            ``attention_chunk_size``, Llama 4) per layer; see :func:`~attn_core.teach.window.layer_pattern`.
             ``None``: every layer sliding when ``sliding_window`` is set, else every layer full.
         sliding_window: The window of the sliding layers: a query sees itself and the
             ``sliding_window - 1`` positions before it (a :class:`~attn_core.RollingKVCache`
@@ -283,7 +283,7 @@ class MoE:
         router_groups: Expert groups of group-limited routing (DeepSeek-V3's ``n_group``, 8).
         router_topk_groups: Groups a token may use (``topk_group``, 4).
         router_bias: A bias in the router's linear layer (gpt-oss).
-        expert_swiglu_limit: gpt-oss's clamped experts (:class:`~attn_core.mlp.ClampedSwiGLU`);
+        expert_swiglu_limit: gpt-oss's clamped experts (:class:`~attn_core.modules.mlp.ClampedSwiGLU`);
             ``None``: plain SwiGLU experts.
         shared_expert_d_ff: The shared experts' hidden width; ``None``: ``n_shared_experts · moe_d_ff``.
         shared_expert_gate: The shared experts' output times a learned sigmoid gate (Qwen3-Next).
@@ -339,7 +339,7 @@ class MoE:
         self._check_router(E, k)
 
     def _check_router(self, E: int, k: int) -> None:
-        """The router's rules (what :class:`~attn_core.moe.TopKRouter` would refuse), named by these fields."""
+        """The router's rules (what :class:`~attn_core.modules.moe.TopKRouter` would refuse), named by these fields."""
         if k > E:
             raise ValueError(f"experts_per_token={k} must be in 1..n_experts={E}")
         check_choice("router_scoring", self.router_scoring, ROUTER_SCORINGS)

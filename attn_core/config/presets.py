@@ -5,7 +5,7 @@ overrides replace whole fields, parts included (``positions=Positions(...)``).
 
 * :func:`gpt2_like` and :func:`llama_like`: toy presets.
 * :func:`llama3_8b`, :func:`qwen3_8b`, :func:`qwen3_0_6b`, :func:`deepseek_v3`: the shapes
-  of real models, whose parameter counts by formula (:mod:`attn_core.params`) equal the
+  of real models, whose parameter counts by formula (:mod:`attn_core.model.params`) equal the
   published ones; :func:`mixtral_8x7b`, :func:`gpt_oss_20b`, :func:`gpt_oss_120b` and
   :func:`deepseek_v3_moe` with their mixtures of experts (total and active counts).
 """

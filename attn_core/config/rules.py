@@ -3,23 +3,21 @@
 A part checks itself (:mod:`~attn_core.config.parts`); what needs the core sizes or another
 part is checked here, when the config is made: the options of the standard blocks'
 multi-head attention, what the positions need from the heads and the layer pattern, one
-pattern entry per layer, the MoE's SwiGLU experts and the indexer's MLA.
+pattern entry per layer, the MoE's SwiGLU experts and the indexer's MLA. Each rule takes the
+config being made (typed ``object``: importing :class:`~attn_core.config.DecoderConfig` here
+would close an import cycle, since the config calls these rules).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING
 
 from .parts import LinearLayers
-
-if TYPE_CHECKING:
-    from .core import DecoderConfig
 
 __all__ = ["check_moe_and_indexer", "check_pattern", "check_positions", "check_standard_mha_options"]
 
 
-def check_standard_mha_options(config: DecoderConfig) -> None:
+def check_standard_mha_options(config: object) -> None:
     """The one rule for every option of the standard blocks' multi-head attention."""
     p, pat = config.positions, config.pattern
     options = {
@@ -49,7 +47,7 @@ def check_standard_mha_options(config: DecoderConfig) -> None:
         )
 
 
-def _value(config: DecoderConfig, path: str) -> object:
+def _value(config: object, path: str) -> object:
     """The value at ``"part.field"`` or ``"field"``."""
     obj = config
     for name in path.split("."):
@@ -57,7 +55,7 @@ def _value(config: DecoderConfig, path: str) -> object:
     return obj
 
 
-def check_positions(config: DecoderConfig) -> None:
+def check_positions(config: object) -> None:
     """What the positions need from the core and the pattern (widths, layers, QK-norm)."""
     p, kinds = config.positions, config.resolved_layer_types
     if p.positional == "sinusoidal" and config.d_model % 2 != 0:
@@ -105,7 +103,7 @@ def check_positions(config: DecoderConfig) -> None:
         )
 
 
-def check_pattern(config: DecoderConfig) -> None:
+def check_pattern(config: object) -> None:
     """The pattern gives one entry per layer; the linear sizes configure existing ``"linear"`` layers."""
     pat = config.pattern
     for name in ("layer_types", "kv_share"):
@@ -125,7 +123,7 @@ def check_pattern(config: DecoderConfig) -> None:
     config.linear.sizes(config.n_heads, config.resolved_head_dim)  # value heads a multiple of key heads
 
 
-def check_moe_and_indexer(config: DecoderConfig) -> None:
+def check_moe_and_indexer(config: object) -> None:
     """MoE: SwiGLU experts in standard blocks, at least one MoE layer. Indexer: MLA in standard blocks."""
     m = config.moe
     if m is not None:

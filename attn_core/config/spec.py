@@ -2,7 +2,7 @@
 
 The config answers once, per layer, every question a layer's builder asks (its type,
 window, chunk, RoPE, QK-norm, query temperature, key/value source, MoE or dense MLP),
-so that :func:`~attn_core.layers.make_layer` reads one object instead of re-deriving the
+so that :func:`~attn_core.model.build.make_layer` reads one object instead of re-deriving the
 per-layer rules from the config's fields.
 """
 

@@ -1,7 +1,7 @@
 """The kernel-free explorer fits its map to the page's column, in headless Chromium.
 
 Unlike ``test_book.py`` this needs no built book: each test writes a page with explorers
-from ``attn_core.viz`` into a column of a given width and opens it from disk. Cells are
+from ``attn_core.teach.viz`` into a column of a given width and opens it from disk. Cells are
 22 px where they fit; a wider map gets smaller cells (down to 8 px) and labels every n-th
 token so that labels never overlap; only below 8 px does the view scroll sideways.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attn_core import viz
+from attn_core.teach import viz
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -1,0 +1,398 @@
+"""The one scaled dot-product attention core that every module in ``attn_core`` calls.
+
+    attention(Q, K, V) = softmax(Q Kᵀ · scale + bias, masked) V,   scale = 1/√d
+
+Two paths compute the same function:
+
+* the **explicit path** (``return_weights=True``) writes every step out, keeps the
+  softmax in float32 even for half-precision inputs, and returns the attention weights
+  so that they can be plotted;
+* the **fast path** (the default) hands the work to PyTorch's fused
+  ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), which never materialises
+  the weights. A test holds the two paths equal.
+
+Shape legend:
+    ...  any leading batch dimensions, typically ``(B, H)``
+    H    query heads; ``H_kv`` key/value heads (``H_kv`` divides ``H``: GQA/MQA)
+    T_q  number of queries, ``T_k`` number of keys (= values)
+    D    query/key width per head, ``D_v`` value width per head
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..checks import check_bool, check_mask, check_number, check_tensor
+from .backends.flex import flex_or_none, sink_correction, use_flex
+from .backends.switch import FLASH, flash_route
+from .masks import causal_mask, check_window
+
+__all__ = ["attention", "attend", "split_result", "check_qkv"]
+
+# ``enable_gqa`` arrived in PyTorch 2.5; attn_core supports torch>=2.2, so older
+# versions fall back to materialising the repeated key/value heads.
+_SDPA_HAS_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
+
+
+def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
+    """Check the arguments of :func:`attention`; return the number of query heads per key/value head.
+
+    Also the check of every other function that takes ``q, k, v`` the way :func:`attention`
+    does (e.g. :func:`attn_core.ops.efficient.tiled_attention`), so that they fail alike.
+
+    Raises:
+        TypeError, ValueError: As listed in :func:`attention`.
+    """
+    groups = _common_case_groups(q, k, v, mask, scale, dropout_p)
+    if groups is not None:
+        return groups
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, ("...", "T", "D"), floating=True)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
+    if not (q.dim() == k.dim() == v.dim()):
+        raise ValueError(
+            f"q, k, v must have the same number of dimensions, got q.shape={tuple(q.shape)}, "
+            f"k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension (D), got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        )
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"k and v must agree on all but the last dimension, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}"
+        )
+    groups = 1
+    if q.dim() >= 3 and k.shape[-3] not in (1, q.shape[-3]):
+        h, h_kv = q.shape[-3], k.shape[-3]
+        if h % h_kv != 0:
+            raise ValueError(
+                f"the number of query heads must be a multiple of the number of key/value heads, "
+                f"got {h} query heads (q.shape={tuple(q.shape)}) and {h_kv} key/value heads (k.shape={tuple(k.shape)})"
+            )
+        groups = h // h_kv
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-3], k.shape[:-3]) if q.dim() >= 3 else ()
+    except RuntimeError:
+        raise ValueError(
+            f"q and k batch dimensions do not broadcast: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        ) from None
+    heads = (q.shape[-3],) if q.dim() >= 3 else ()
+    scores_shape = (*batch, *heads, q.shape[-2], k.shape[-2])
+    check_mask("mask", mask, scores_shape, context=f" (from q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)})")
+    if scale is not None:
+        check_number("scale", scale, low=0.0, low_open=True)
+    check_number("dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
+    return groups
+
+
+def _common_case_groups(q, k, v, mask, scale, dropout_p) -> int | None:
+    """The groups of the common call, ``(B, H, T, D)`` tensors of one floating dtype and no options; else None.
+
+    A decoding step calls :func:`attention` once per layer per token: the general checks
+    (shape patterns, broadcasting, the mask) cost more than a small step's attention on a
+    GPU. This answers the one case every layer makes in a few comparisons; anything else,
+    well-formed or not, goes through the full checks and their messages.
+    """
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
+        return None
+    if mask is not None or scale is not None or type(dropout_p) is not float or dropout_p != 0.0:
+        return None
+    # Each attribute read of a tensor crosses into C++: read every shape and dtype once.
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
+        return None
+    dtype = q.dtype
+    if not (dtype.is_floating_point and k.dtype == dtype and v.dtype == dtype):
+        return None
+    B, H, _, D = q_shape
+    B_k, H_kv, T_k, D_k = k_shape
+    if D != D_k or B != B_k or v_shape[0] != B_k or v_shape[1] != H_kv or v_shape[2] != T_k or H % H_kv:
+        return None
+    return 1 if H_kv in (1, H) else H // H_kv
+
+
+def _combine_masks(mask, is_causal, T_q, T_k, device, window=None):
+    """Split ``mask`` into a boolean ``allowed`` part and a finite float ``bias`` part, adding causality (and a window).
+
+    Shapes:
+        mask: broadcastable to ``(..., T_q, T_k)``; allowed, bias: as ``mask`` (or ``(T_q, T_k)``), or None
+    """
+    allowed = bias = None
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            allowed = mask
+        else:
+            # An additive mask blocks a key with -inf, or with finfo(dtype).min (Hugging Face's
+            # convention). Read both as "blocked", so that a query whose keys are all blocked
+            # gets zeros as with a boolean mask, not NaN (-inf: softmax of -inf everywhere)
+            # nor the mean of the values (finfo.min: every score equally low).
+            blocked = mask <= torch.finfo(mask.dtype).min  # (..., T_q, T_k); a tensor op, no sync
+            allowed, bias = ~blocked, mask.masked_fill(blocked, 0.0)
+    if is_causal:
+        # Bottom-right aligned, so it is also right for T_q < T_k (decoding with a cache).
+        causal = causal_mask(T_q, T_k, window=window, device=device)  # (T_q, T_k)
+        allowed = causal if allowed is None else allowed & causal
+    return allowed, bias
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    softcap: float | None = None,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention.
+
+    Args:
+        q: Queries.
+        k: Keys. With a head axis, ``k`` may have fewer heads than ``q`` (grouped-query
+            attention): query head ``h`` then uses key/value head ``h // (H // H_kv)``,
+            the same order as ``repeat_interleave`` and PyTorch's ``enable_gqa``.
+        v: Values, one per key.
+        mask: Boolean (``True`` = may attend) or floating (added to the scores, e.g.
+            ALiBi), broadcastable to the scores' shape ``(..., H, T_q, T_k)``.
+        is_causal: Block attention to future keys. Aligned bottom-right, so it stays
+            correct when ``T_q < T_k``. Combined with ``mask`` if both are given.
+        scale: Multiplies the scores; defaults to ``1/√D``.
+        dropout_p: Probability of zeroing an attention weight (pass 0.0 in eval mode).
+        return_weights: Use the explicit path and also return the attention weights.
+        softcap: Attention-logit soft-capping (Gemma 2): the scaled scores become
+            ``softcap · tanh(scores / softcap)``, bounded in ``(-softcap, softcap)``,
+            before the mask and bias. SDPA cannot cap its scores, so a cap always takes
+            the explicit path. ``None``: no cap.
+        window: Sliding window (needs ``is_causal``): each query sees itself and the
+            ``window - 1`` keys before it (Mistral, Gemma, gpt-oss). SDPA gets it as a
+            mask; on CUDA, the Triton FlashAttention kernel or FlexAttention, which skip the
+            blocks outside the window (:mod:`attn_core.ops.backends.switch`).
+        sinks: One learned logit per query head that joins every softmax denominator
+            and takes its share of the mass without a value (gpt-oss's attention sinks):
+            ``w_j = exp(s_j) / (exp(sink_h) + Σ_k exp(s_k))``, so the weights sum to less
+            than 1. SDPA has no such term: sinks take the explicit path, or on CUDA
+            the Triton FlashAttention kernel, or FlexAttention's output renormalised with its
+            log-sum-exp (:mod:`attn_core.ops.backends.switch`).
+
+    Returns:
+        The output, or ``(output, weights)`` if ``return_weights``. The weights are the
+        softmax probabilities *before* dropout. A query whose keys are all masked gets
+        zero weights and a zero output, never NaN, on both paths and in the gradients,
+        whatever the mask's form: ``False`` in a boolean mask, ``-inf`` or
+        ``torch.finfo(dtype).min`` in a float one (both read as "blocked").
+
+    Shapes:
+        q: ``(..., H, T_q, D)``
+        k: ``(..., H_kv, T_k, D)``
+        v: ``(..., H_kv, T_k, D_v)``
+        mask: broadcastable to ``(..., H, T_q, T_k)``
+        sinks: ``(H,)``
+        output: ``(..., H, T_q, D_v)``
+        weights: ``(..., H, T_q, T_k)``
+
+    Raises:
+        TypeError: Non-tensor inputs, non-floating or mismatched dtypes, a mask that is
+            neither boolean nor floating, a non-bool ``is_causal`` or ``return_weights``.
+        ValueError: Mismatched ranks or widths, head counts that do not divide, a mask
+            that does not broadcast, a bad ``scale`` or ``dropout_p``, a ``softcap`` <= 0,
+            a ``window`` <= 0 or without ``is_causal``, ``sinks`` not of shape ``(H,)``.
+    """
+    groups = check_qkv(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)
+    check_bool("is_causal", is_causal)  # SDPA refuses a non-bool; the explicit path would take 1 or "no" as true
+    check_bool("return_weights", return_weights)
+    if softcap is not None:
+        softcap = check_number("softcap", softcap, low=0.0, low_open=True)
+    window = check_window(window)
+    if window is not None and not is_causal:
+        raise ValueError(f"window={window} is a causal sliding window: pass is_causal=True with it")
+    if sinks is not None:
+        check_tensor("sinks", sinks, ("H",), floating=True)
+        heads = q.shape[-3] if q.dim() >= 3 else 1
+        if sinks.shape[0] != heads:
+            raise ValueError(
+                f"sinks needs one logit per query head: got sinks.shape={tuple(sinks.shape)} for {heads} heads"
+            )
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    # The default scale is SDPA's own default too: SDPA is left to apply it, so that the
+    # common call reaches SDPA exactly as a direct call would. The other paths need the number.
+    sdpa_scale = None if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sdpa_scale is None else sdpa_scale
+    if is_causal and T_q == 1 and (window is None or T_k <= window):
+        # A single query (a decoding step) is the last position: it may see every key, so
+        # there is no mask to build, combine and apply in every layer at every step
+        # (unless a window hides the oldest keys).
+        is_causal, window = False, None
+    if (sinks is not None or window is not None) and softcap is None and not return_weights and mask is None:
+        fused = _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks)
+        if fused is not None:
+            return fused
+    if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
+        out, weights = _explicit(
+            q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks
+        )
+        return (out, weights) if return_weights else out
+    if return_weights:
+        return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
+    return _fast(q, k, v, mask, is_causal, sdpa_scale, dropout_p, groups, T_q, T_k, window=window)
+
+
+def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
+    """A window or sinks on a fused kernel, or None if none takes them.
+
+    The Triton FlashAttention kernel first (it skips the key blocks outside
+    the window and starts its online softmax at the sink), then FlexAttention
+    (a window block mask; sinks from its log-sum-exp). Neither drops weights:
+    dropout keeps the explicit path. Which kernels may run:
+    :mod:`attn_core.ops.backends.switch`.
+    """
+    if dropout_p != 0.0:
+        return None
+    options = dict(is_causal=is_causal, scale=scale, window=window)
+    key = flash_route(q, k, v, is_causal=is_causal, window=window, sinks=sinks)
+    if key is not None:
+        # attention() has checked every argument: skip the kernel's own checks
+        kernel = _flash_module()._flash_attention_checked
+        enter = functools.partial(kernel, q, k, v, sinks=sinks, **options)
+        out = FLASH.attempt(key, enter)
+        if out is not None:
+            return out
+    if use_flex(q, k, v):
+        fused = flex_or_none(q, k, v, return_lse=sinks is not None, **options)
+        if fused is not None:
+            out, lse = fused
+            return out if sinks is None else sink_correction(out, lse, sinks)
+    return None
+
+
+@functools.cache
+def _flash_module():
+    """:mod:`attn_core.ops.backends.flash`, imported on first use: importing Triton takes a fraction of a second."""
+    return importlib.import_module(".backends.flash", __package__)
+
+
+def split_result(
+    result: torch.Tensor | tuple[torch.Tensor, torch.Tensor], return_weights: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(output, weights)`` from what an attention call returned: the weights are ``None`` unless asked for.
+
+    :func:`attention` and every attention module return the output alone, or
+    ``(output, weights)`` when called with ``return_weights=True``; code that passes the
+    flag through (a block around its attention layer) unpacks the result here, once.
+    """
+    return result if return_weights else (result, None)
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_weights: bool = False, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`attention` with one return shape, ``(output, weights or None)``: what the layers call.
+
+    Shapes:
+        as :func:`attention`; weights ``None`` unless ``return_weights``
+    """
+    return split_result(attention(q, k, v, return_weights=return_weights, **kwargs), return_weights)
+
+
+def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None, window=None, sinks=None):
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    if groups > 1:
+        # Grouped heads without copying K/V: give each key/value head an axis of G query
+        # heads, let matmul broadcast K over it, then flatten back to H = H_kv * G heads.
+        q = q.unflatten(-3, (k.shape[-3], groups))  # (..., H_kv, G, T_q, D)
+        k, v = k.unsqueeze(-3), v.unsqueeze(-3)  # (..., H_kv, 1, T_k, D)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., [H_kv, G,] T_q, T_k)
+    if groups > 1:
+        scores = scores.flatten(-4, -3)  # (..., H, T_q, T_k)
+    # Softmax in (at least) float32: in float16 the sums lose digits and large scores
+    # overflow. float64 inputs stay float64.
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    if softcap is not None:
+        # Gemma 2's soft cap: near-linear for |s| << cap, never beyond ±cap; before the mask.
+        scores = softcap * torch.tanh(scores / softcap)
+    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device, window)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    if sinks is not None:
+        return _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups)
+    if allowed is not None:
+        fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # A row with every key masked would be softmax(-inf, ..., -inf) = NaN. Give it
+        # finite scores (any will do) and zero its weights after the softmax instead.
+        scores = scores.masked_fill(fully_masked, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if allowed is not None:
+        weights = weights.masked_fill(fully_masked, 0.0)
+    weights = weights.to(v.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    if groups > 1:
+        dropped = dropped.unflatten(-3, (k.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
+    out = dropped @ v  # (..., [H_kv, G,] T_q, D_v)
+    if groups > 1:
+        out = out.flatten(-4, -3)  # (..., H, T_q, D_v)
+    return out, weights
+
+
+def _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups):
+    """Softmax with one extra logit per head (the sink) in the denominator; the sink's own weight is dropped."""
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))  # a fully masked row gives all its mass to the sink
+    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (H,) -> (..., H, T_q, 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (..., H, T_q, T_k)
+    weights = weights.to(v.dtype)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    if groups > 1:  # v arrives as (..., H_kv, 1, T_k, D_v) from _explicit
+        dropped = dropped.unflatten(-3, (v.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
+        return (dropped @ v).flatten(-4, -3), weights  # (..., H_kv, G, T_q, D_v) -> (..., H, T_q, D_v)
+    return dropped @ v, weights  # (..., H, T_q, D_v)
+
+
+def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=None):
+    """The fast path: one SDPA call, a mask built only when SDPA's own ``is_causal`` cannot serve.
+
+    ``scale`` may be None (SDPA's default, 1/√D); every other argument is checked.
+
+    Shapes:
+        as :func:`attention`
+    """
+    sdpa_kwargs = {}
+    if groups > 1:
+        if _SDPA_HAS_GQA and q.dim() == 4:
+            sdpa_kwargs["enable_gqa"] = True
+        else:  # older PyTorch: repeat each key/value head for its G query heads
+            k = k.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D)
+            v = v.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D_v)
+    if mask is None and window is None and (not is_causal or T_q == T_k):
+        # SDPA's own is_causal is top-left aligned, which agrees with ours only when T_q == T_k.
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **sdpa_kwargs
+        )
+    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device, window)
+    fully_masked = None
+    if allowed is not None:
+        fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+        # Let fully masked rows attend everywhere (finite, NaN-free, also in the
+        # backward pass) and zero their output afterwards.
+        allowed = allowed | fully_masked
+    if bias is None:
+        attn_mask = allowed
+    elif allowed is None:
+        attn_mask = bias.to(q.dtype)
+    else:
+        attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs)
+    if fully_masked is not None:
+        out = out.masked_fill(fully_masked, 0.0)
+    return out

@@ -1,0 +1,12 @@
+"""The kernels behind :func:`attn_core.attention`, and when each one runs.
+
+* :mod:`.switch`: the process-wide mode of each optional fused kernel (auto, always, never)
+  and the inputs a kernel failed to build for.
+* :mod:`.flex`: FlexAttention for windows and sinks (CUDA; eager on the CPU for tests).
+* :mod:`.flash`, :mod:`.flash_kernels`: FlashAttention-2 in Triton: the Python side and the
+  kernels (compiled on CUDA, Triton's interpreter on the CPU).
+
+The explicit path (the reference) and PyTorch's SDPA are called from
+:mod:`attn_core.ops.attention`. Modules here import :mod:`attn_core.checks` and the rest of
+:mod:`attn_core.ops`; Triton is imported only when a Triton kernel is first used.
+"""

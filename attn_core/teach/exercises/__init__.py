@@ -1,0 +1,136 @@
+"""Check functions for the chapters' exercises: ``from attn_core.teach.exercises import check_...``.
+
+One module per chapter (``ch01.py``, ``ch02.py``, ...). Each check runs the learner's
+function against the reference in ``attn_core`` on a few seeded inputs, prints a short
+verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
+notebook keeps running).
+
+The notebooks import a chapter's checks from its module (``from attn_core.teach.exercises.ch05
+import check_max_batch``); this package re-exports them for ``from attn_core.teach.exercises
+import ...``. Two names exist in two chapters and are left to their modules here:
+``check_decode_intensity`` (``ch05``, ``ch06``) and ``check_causality_test``, which is
+``ch11``'s here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) and
+``check_cache_elements`` (``ch07``) are kept for their tests.
+"""
+
+from ._common import compare, report
+from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
+from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
+from .ch03 import check_mha_from_torch
+from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
+from .ch05 import check_decode_one_by_one, check_max_batch
+from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
+from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
+from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
+from .ch09 import check_placement_probe
+from .ch10 import check_parameter_formula, check_uniform_previous_score
+from .ch11 import check_causality_test, check_padded_shaped, check_shaped_decode_step
+from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
+from .ch13 import check_backward_from_lse, check_fa1_traffic, check_merge_stats
+from .ch14 import (
+    check_attention_parameters,
+    check_equivalent_groups,
+    check_kv_bytes_per_token,
+    check_stack_cache_bytes,
+)
+from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_streaming_positions
+from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projection_bound
+from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
+from .ch18 import check_window_plus_topk
+from .ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
+from .ch20 import check_ntk_base, check_partial_rope, check_yarn_logit_scale, check_yarn_ramp
+from .ch21 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
+from .reading_a_model import check_duplicate_token_score, check_uniform_sink_baseline
+from .reading_an_llm import check_gqa_cache_bytes, check_logit_difference, check_sink_mass
+
+__all__ = [
+    "report",
+    "compare",
+    # ch01
+    "check_score_scale",
+    "check_query_jacobian",
+    "check_scale_test",
+    # ch02
+    "check_padding_mask",
+    "check_packed_causal_mask",
+    "check_decode_mask",
+    # ch03
+    "check_mha_from_torch",
+    # ch04
+    "check_teacher_forcing",
+    "check_prefix_lm_mask",
+    "check_score_entries",
+    # ch05
+    "check_decode_one_by_one",
+    "check_max_batch",
+    # ch06
+    "check_gqa_to_mha",
+    "check_kv_bytes_per_gpu",
+    # ch07
+    "check_absorbed_query",
+    "check_decoupled_scores",
+    "check_absorbed_output",
+    "check_cache_elements",
+    # ch08
+    "check_sinusoidal",
+    "check_rope_rotation",
+    "check_alibi_slopes",
+    "check_alibi_reach",
+    # ch09
+    "check_placement_probe",
+    # ch10
+    "check_parameter_formula",
+    "check_uniform_previous_score",
+    # ch11
+    "check_causality_test",
+    "check_shaped_decode_step",
+    "check_padded_shaped",
+    # ch12
+    "check_token_passes",
+    "check_cache_bytes",
+    "check_greedy_decode",
+    # ch13
+    "check_merge_stats",
+    "check_fa1_traffic",
+    "check_backward_from_lse",
+    # ch14
+    "check_kv_bytes_per_token",
+    "check_attention_parameters",
+    "check_equivalent_groups",
+    "check_stack_cache_bytes",
+    # ch15
+    "check_ring_read",
+    "check_sink_attention",
+    "check_mixed_cache_bytes",
+    "check_streaming_positions",
+    # ch16
+    "check_qk_norm_bound",
+    "check_gate_parameters",
+    "check_whole_projection_bound",
+    # ch17
+    "check_linear_attention_step",
+    "check_delta_rule_step",
+    "check_state_bytes",
+    # ch18
+    "check_window_plus_topk",
+    # ch19
+    "check_router_logit_grad",
+    "check_sequence_balance_loss",
+    "check_capacity_keep",
+    # ch20
+    "check_yarn_ramp",
+    "check_ntk_base",
+    "check_partial_rope",
+    "check_yarn_logit_scale",
+    # ch21
+    "check_visited_tiles",
+    "check_softcap_kernel",
+    "check_combine_with_sink",
+    # reading_a_model
+    "check_uniform_sink_baseline",
+    "check_duplicate_token_score",
+    # reading_an_llm
+    "check_sink_mass",
+    "check_logit_difference",
+    "check_gqa_cache_bytes",
+]

@@ -1,0 +1,244 @@
+"""Checks for the exercises of chapter 3 (multi-head attention)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ...layers.multihead import MultiHeadAttention
+from ...ops.attention import attention as attn_core_attention
+from ._common import compare, report
+
+__all__ = ["check_mha_from_torch"]
+
+
+def _inputs(seed: int, *shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+def check_mha_from_torch(fn: Callable[[nn.MultiheadAttention], MultiHeadAttention]) -> bool:
+    """Exercise 3.3: ``fn(ref)`` builds a :class:`~attn_core.MultiHeadAttention` computing what ``ref`` computes.
+
+    ``ref`` is a ``torch.nn.MultiheadAttention(batch_first=True, bias=True)`` with random
+    weights: its stacked ``in_proj_weight``/``in_proj_bias`` (q, k, v) and ``out_proj`` must
+    be split into the four projections of ``MultiHeadAttention``. The check compares the
+    outputs on a random batch, in float64, and that ``ref`` was left untouched.
+
+    Shapes:
+        x: ``(B, T, d_model)``; both outputs ``(B, T, d_model)``
+    """
+    name = "3.3 weights from nn.MultiheadAttention"
+    with torch.random.fork_rng(devices=[]):  # building the layer must not move the notebook's RNG
+        torch.manual_seed(33)
+        ref = nn.MultiheadAttention(12, 3, bias=True, batch_first=True).double()
+        with torch.no_grad():
+            for p in ref.parameters():  # biases are zero at init: make every number count
+                p.normal_(0.0, 0.3)
+    before = {k: v.clone() for k, v in ref.state_dict().items()}
+    x = _inputs(32, 2, 5, 12)  # (B, T, d_model)
+    try:
+        with torch.random.fork_rng(devices=[]):  # nor must the learner's layer
+            layer = fn(ref)
+        if not isinstance(layer, MultiHeadAttention):
+            return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(layer).__name__}")
+        got = copy.deepcopy(layer).double()(x)  # compared in float64, whatever dtype it was built in
+    except Exception as e:
+        return report(name, False, f"{type(e).__name__}: {e}")
+    if any(not torch.equal(v, ref.state_dict()[k]) for k, v in before.items()):
+        return report(name, False, "the reference layer was modified: copy its weights, do not change them")
+    with torch.no_grad():
+        expected = ref(x, x, x, need_weights=False)[0]  # (B, T, d_model)
+    if layer.q_proj.bias is None:
+        return report(name, False, "the reference has biases: build MultiHeadAttention(..., bias=True)")
+    if layer.q_proj.weight.dtype != torch.float64:
+        return report(name, False, "the reference is float64: build the layer in float64 too (.double())")
+    return compare(name, got, expected, atol=1e-10)
+
+
+# ---- issue 25: exercises on where a head lives in the weights ----
+
+__all__ += ["check_ablate_head", "check_permute_heads", "check_qk_circuit"]
+
+
+def _layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) -> MultiHeadAttention:
+    """A float64 layer with every weight and bias random (biases start at zero otherwise)."""
+    with torch.random.fork_rng(devices=[]):  # the check must not move the notebook's RNG
+        torch.manual_seed(seed)
+        layer = MultiHeadAttention(d_model, n_heads, bias=bias).double()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.normal_(0.0, 0.4)
+    return layer.eval()
+
+
+def _head_terms(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+    """Each head's term ``z^(h) W_O^(h)`` of the output (no output bias).
+
+    Shapes:
+        x: ``(B, T, d_model)``; output: ``(B, H, T, d_model)``
+    """
+    H = layer.n_heads
+    D = layer.q_proj.weight.shape[0] // H
+    q, k, v = (p(x).unflatten(-1, (H, D)).transpose(1, 2) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    z = attn_core_attention(q, k, v)  # (B, H, T, D)
+    w_o = layer.out_proj.weight.T.reshape(H, D, -1)  # (H·D, d_model) -> (H, D, d_model)
+    return torch.einsum("bhtd,hdm->bhtm", z, w_o)
+
+
+def _surgery(layer: MultiHeadAttention, h: int, how: str) -> MultiHeadAttention:
+    """The wrong (and one right) ways to switch head ``h`` off, for the hints."""
+    out = copy.deepcopy(layer)
+    D = layer.q_proj.weight.shape[0] // layer.n_heads
+    rows = slice(h * D, (h + 1) * D)
+    with torch.no_grad():
+        if how in ("q", "k", "v", "v_and_bias"):
+            proj = getattr(out, ("v" if how == "v_and_bias" else how) + "_proj")
+            proj.weight[rows] = 0.0
+            if how == "v_and_bias":
+                proj.bias[rows] = 0.0
+        elif how == "out_rows":
+            out.out_proj.weight[rows] = 0.0  # output features, not head h's inputs
+        elif how == "out_cols_next":
+            nxt = (h + 1) % layer.n_heads
+            out.out_proj.weight[:, nxt * D : (nxt + 1) * D] = 0.0
+    return out
+
+
+_ABLATION_HINTS = {
+    "q": "zero queries give every key the same score: the head still adds the average of its values",
+    "k": "zero keys give every key the same score: the head still adds the average of its values",
+    "v": "the value bias is still there: every weighted average of it is that bias, times W_O^(h)",
+    "out_rows": "that zeroes output features (rows of out_proj.weight), not head h's input columns",
+    "out_cols_next": "that switched off the next head: head h owns columns h·D .. (h+1)·D - 1",
+}
+
+
+def check_ablate_head(fn: Callable[[MultiHeadAttention, int], MultiHeadAttention]) -> bool:
+    """Exercise 3.1: ``fn(layer, h)`` returns a copy of ``layer`` with head ``h`` switched off.
+
+    Switched off means: the copy's output is the layer's output minus head ``h``'s term
+    ``z^(h) W_O^(h)`` of the sum over heads, and nothing else changes (the output bias,
+    shared by all heads, stays). Only weights may change; ``layer`` itself must not. The
+    layer has biases, all random.
+
+    Shapes:
+        x: ``(B, T, d_model)``; both outputs ``(B, T, d_model)``
+    """
+    name = "3.1 ablate a head"
+    x = _inputs(34, 2, 6, 12)  # (B, T, d_model)
+    for h in (0, 2):
+        layer = _layer(35 + h)
+        before = {k: v.clone() for k, v in layer.state_dict().items()}
+        try:
+            got_layer = fn(layer, h)
+            if not isinstance(got_layer, MultiHeadAttention):
+                return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(got_layer).__name__}")
+            with torch.no_grad():
+                got = got_layer(x)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if any(not torch.equal(v, layer.state_dict()[k]) for k, v in before.items()):
+            return report(name, False, "the layer itself was modified: change a copy (copy.deepcopy)")
+        with torch.no_grad():
+            expected = layer(x) - _head_terms(layer, x)[:, h]  # (B, T, d_model)
+            if not ((got - expected).abs().max() <= 1e-10):
+                for how, hint in _ABLATION_HINTS.items():
+                    if torch.allclose(got, _surgery(layer, h, how)(x), atol=1e-10):
+                        return report(name, False, f"head {h}: {hint}")
+                return compare(f"{name} (head {h})", got, expected, atol=1e-10)
+    return report(name, True, "heads 0 and 2 removed exactly, output bias kept")
+
+
+def check_permute_heads(fn: Callable[[MultiHeadAttention, list], MultiHeadAttention]) -> bool:
+    """Exercise 3.2: ``fn(layer, order)`` returns a copy whose head ``i`` is ``layer``'s head ``order[i]``.
+
+    The copy must compute the same output as ``layer`` (a reordering of heads is a
+    symmetry of the layer), and its per-head attention maps must be the layer's maps in
+    the new order. The layer has biases, all random.
+
+    Shapes:
+        x: ``(B, T, d_model)``; weights ``(B, H, T, T)``
+    """
+    name = "3.2 reorder the heads"
+    x = _inputs(36, 2, 6, 16)  # (B, T, d_model)
+    layer = _layer(37, d_model=16, n_heads=4)
+    with torch.no_grad():
+        want_out, want_w = layer(x, return_weights=True)  # (B, T, d), (B, H, T, T)
+    for order in ([2, 0, 3, 1], [1, 0, 2, 3]):
+        try:
+            got_layer = fn(layer, list(order))
+            if not isinstance(got_layer, MultiHeadAttention):
+                return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(got_layer).__name__}")
+            with torch.no_grad():
+                got_out, got_w = got_layer(x, return_weights=True)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not torch.allclose(got_w, want_w[:, order], atol=1e-10):
+            if torch.allclose(got_w, want_w, atol=1e-10):
+                return report(name, False, f"order {order}: the heads' maps did not move")
+            inverse = torch.argsort(torch.tensor(order)).tolist()
+            if torch.allclose(got_w, want_w[:, inverse], atol=1e-10):
+                return report(name, False, f"order {order}: the inverse order (new head order[i] = old head i)")
+            return report(name, False, f"order {order}: the maps are not the old heads' maps in the new order")
+        if not torch.allclose(got_out, want_out, atol=1e-10):
+            return report(
+                name, False, f"order {order}: the maps moved but the output changed: W_O must follow its heads"
+            )
+    return report(name, True, "2 orders: same output, maps reordered")
+
+
+def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> bool:
+    """Exercise 3.3: ``fn(layer, h)`` returns head ``h``'s QK circuit, a ``(d_model, d_model)`` matrix ``M``.
+
+    ``M`` is defined by ``weights_h = softmax(X M Xᵀ)`` for every input ``X`` (the layer has
+    no biases): the scale is inside ``M``. The check compares ``softmax(X M Xᵀ)`` with the
+    layer's own per-head weights, and ``M`` with the exact matrix.
+
+    Shapes:
+        X: ``(T, d_model)``; M: ``(d_model, d_model)``, of rank at most ``D``
+    """
+    name = "3.3 QK circuit"
+    layer = _layer(38, bias=False)
+    H, d = layer.n_heads, 12
+    D = d // H
+    x = _inputs(39, 1, 7, d)  # (B, T, d_model)
+    with torch.no_grad():
+        _, weights = layer(x, return_weights=True)  # (B, H, T, T)
+    for h in (1, 2):
+        try:
+            M = fn(layer, h)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(M, torch.Tensor) or M.shape != (d, d):
+            shape = tuple(M.shape) if isinstance(M, torch.Tensor) else type(M).__name__
+            return report(name, False, f"head {h}: expected a ({d}, {d}) tensor, got {shape}")
+        M = M.detach().double()
+        rows = slice(h * D, (h + 1) * D)
+        w_q, w_k = layer.q_proj.weight[rows].detach(), layer.k_proj.weight[rows].detach()  # (D, d) each
+        exact = w_q.T @ w_k / math.sqrt(D)  # (d, d)
+        if not torch.allclose(M, exact, atol=1e-10):
+            if torch.allclose(M, exact.T, atol=1e-10):
+                hint = "transposed: query side on the left, X M Xᵀ[i, j] = x_i M x_jᵀ"
+            elif torch.allclose(M, exact * math.sqrt(D), atol=1e-10):
+                hint = "the 1/√D scale is missing"
+            elif torch.allclose(M, exact * math.sqrt(D / d), atol=1e-10):
+                hint = "scaled by 1/√d_model instead of 1/√D"
+            else:
+                cols = slice(h * D, (h + 1) * D)
+                wrong = layer.q_proj.weight[:, cols].detach() @ layer.k_proj.weight[:, cols].detach().T / math.sqrt(D)
+                hint = (
+                    "head h's slice is rows h·D..(h+1)·D-1 of nn.Linear's (out, in) weight"
+                    if torch.allclose(M, wrong, atol=1e-10)
+                    else "not the head's circuit"
+                )
+            return report(name, False, f"head {h}: {hint}")
+        got_w = torch.softmax(x[0] @ M @ x[0].T, dim=-1)  # (T, T)
+        if not torch.allclose(got_w, weights[0, h], atol=1e-10):  # pragma: no cover - follows from `exact`
+            return report(name, False, f"head {h}: softmax(X M Xᵀ) is not the head's weights")
+    rank = int(torch.linalg.matrix_rank(exact).item())
+    return report(name, True, f"heads 1 and 2 reproduced; M is {d}x{d} but of rank {rank} = D")

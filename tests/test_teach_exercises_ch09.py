@@ -1,0 +1,111 @@
+"""attn_core.teach.exercises.ch09 (the exercises of issue 25): each check passes a right answer and
+fails the plausible wrong ones, printing why and never raising."""
+
+from __future__ import annotations
+
+import torch
+
+from attn_core.teach.exercises.ch09 import check_placement_probe
+
+
+def _probe_parts(step, d):
+    x = torch.randn(4, 8, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    out = step(x)
+    rms = lambda t: t.pow(2).mean(-1).sqrt()  # noqa: E731 - per token
+    out_is_normed = torch.allclose(rms(out), torch.ones_like(rms(out)), atol=1e-4)
+    inc = out - x
+    inc_is_normed = torch.allclose(rms(inc), torch.ones_like(rms(inc)), atol=1e-4)
+    # x + g(norm(x)): the increment does not change when x is scaled
+    scale_free = torch.allclose(step(2 * x) - 2 * x, inc, atol=1e-5)
+    return out_is_normed, inc_is_normed, scale_free
+
+
+def right(step, d):
+    out_is_normed, inc_is_normed, scale_free = _probe_parts(step, d)
+    if out_is_normed:
+        return "post"
+    if inc_is_normed:
+        return "sandwich" if scale_free else "olmo2"
+    return "pre"
+
+
+def no_scale_test(step, d):  # cannot tell sandwich from OLMo 2
+    out_is_normed, inc_is_normed, _ = _probe_parts(step, d)
+    return "post" if out_is_normed else "olmo2" if inc_is_normed else "pre"
+
+
+def no_increment_test(step, d):  # cannot tell sandwich from pre, nor OLMo 2 from pre
+    out_is_normed, _, scale_free = _probe_parts(step, d)
+    return "post" if out_is_normed else "pre"
+
+
+def scale_only(step, d):  # "the output is normalised" read from the mean, not the RMS
+    x = torch.randn(4, 8, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
+    out = step(x)
+    if out.mean(-1).abs().max() < 1e-6:
+        return "post"
+    _, inc_is_normed, scale_free = _probe_parts(step, d)
+    if inc_is_normed:
+        return "sandwich" if scale_free else "olmo2"
+    return "pre"
+
+
+def test_placement_probe(capsys):
+    assert check_placement_probe(right)
+    assert "correct" in capsys.readouterr().out
+    expected = {
+        no_scale_test: "sandwich (d=16) called 'olmo2'",
+        no_increment_test: "olmo2 (d=16) called 'pre'",
+        scale_only: "post (d=16) called 'pre'",
+        (lambda step, d: "pre"): "post (d=16) called 'pre'",
+    }
+    for wrong, words in expected.items():
+        assert not check_placement_probe(wrong)
+        assert words in capsys.readouterr().out
+    assert not check_placement_probe(lambda step, d: step(torch.zeros(3)))
+    assert "RuntimeError" in capsys.readouterr().out or "Error" in capsys.readouterr().out
+
+
+# ---- 9.2: RMSNorm's backward pass by hand ----
+
+from attn_core.teach.exercises.ch09 import check_rms_norm_backward  # noqa: E402
+
+
+def rms_backward(x, w, g, eps, *, variant="right"):
+    d = x.shape[-1]
+    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    gw = g * w
+    if variant == "right":
+        return r * gw - r**3 * x * (gw * x).sum(-1, keepdim=True) / d
+    if variant == "rms constant":
+        return r * gw
+    if variant == "no 1/d":
+        return r * gw - r**3 * x * (gw * x).sum(-1, keepdim=True)
+    if variant == "no gain":
+        return r * g - r**3 * x * (g * x).sum(-1, keepdim=True) / d
+    if variant == "eps outside":  # 1/(rms + eps) instead of 1/sqrt(ms + eps)
+        rr = 1 / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps)
+        return rr * gw - rr**3 * x * (gw * x).sum(-1, keepdim=True) / d
+    if variant == "float32":  # loses digits: not within 1e-8
+        return rms_backward(x.float(), w.float(), g.float(), eps)
+    raise ValueError(variant)
+
+
+def test_rms_norm_backward(capsys):
+    assert check_rms_norm_backward(rms_backward)
+    out = capsys.readouterr().out
+    assert "correct" in out and "< 1e-10 at eps=1e-12" in out
+    expected = {
+        "rms constant": "term along x",
+        "no 1/d": "is a mean",
+        "no gain": "gain w",
+        "eps outside": "max abs difference",
+        "float32": "max abs difference",
+    }
+    for variant, words in expected.items():
+        assert not check_rms_norm_backward(lambda x, w, g, eps, v=variant: rms_backward(x, w, g, eps, variant=v))
+        assert words in capsys.readouterr().out, variant
+    assert not check_rms_norm_backward(lambda x, w, g, eps: 1 / 0)
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert not check_rms_norm_backward(lambda x, w, g, eps: rms_backward(x, w, g, eps)[..., :4])
+    assert "shape" in capsys.readouterr().out

@@ -1,0 +1,124 @@
+"""attn_core.teach.exercises.ch19.
+
+Each check passes a correct answer and fails wrong ones (printing why, never raising).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attn_core.teach.exercises.ch19 import check_capacity_keep
+
+
+def _keep(experts, E, capacity):
+    N, k = experts.shape
+    keep = torch.zeros(N, k, dtype=torch.bool)
+    used = [0] * E
+    for slot in range(k):
+        for t in range(N):
+            e = int(experts[t, slot])
+            if used[e] < capacity:
+                keep[t, slot], used[e] = True, used[e] + 1
+    return keep
+
+
+def _keep_token_major(experts, E, capacity):  # token by token: a token's second choice before later first choices
+    N, k = experts.shape
+    keep = torch.zeros(N, k, dtype=torch.bool)
+    used = [0] * E
+    for t in range(N):
+        for slot in range(k):
+            e = int(experts[t, slot])
+            if used[e] < capacity:
+                keep[t, slot], used[e] = True, used[e] + 1
+    return keep
+
+
+def test_capacity_keep(capsys):
+    assert check_capacity_keep(_keep)
+    assert "correct" in capsys.readouterr().out
+    assert not check_capacity_keep(_keep_token_major)
+    assert "first choices come first" in capsys.readouterr().out
+    assert not check_capacity_keep(lambda e, E, c: torch.ones_like(e, dtype=torch.bool))
+    assert "more than capacity" in capsys.readouterr().out
+    assert not check_capacity_keep(lambda e, E, c: None)
+
+
+# --- the new 19.1 and 19.2 (check_router_logit_grad, check_sequence_balance_loss)
+
+
+def _router_grad(logits, expert_out, grad_out, k):
+    """By hand: ∂L/∂w_j = grad_out · expert_j(x); the softmax over the k kept logits."""
+    top, experts = logits.topk(k, dim=-1)  # (N, k)
+    w = torch.softmax(top, -1)  # (N, k)
+    chosen = expert_out.gather(1, experts[..., None].expand(-1, -1, expert_out.shape[-1]))
+    g_w = (chosen * grad_out[:, None]).sum(-1)  # (N, k)
+    g_top = w * (g_w - (w * g_w).sum(-1, keepdim=True))  # the softmax's Jacobian
+    return torch.zeros_like(logits).scatter(1, experts, g_top)
+
+
+def _router_grad_softmax_first(logits, expert_out, grad_out, k):  # softmax over all E: unchosen get a gradient
+    p = torch.softmax(logits, -1)
+    w, experts = p.topk(k, dim=-1)
+    chosen = expert_out.gather(1, experts[..., None].expand(-1, -1, expert_out.shape[-1]))
+    g_w = (chosen * grad_out[:, None]).sum(-1)
+    g_p = torch.zeros_like(logits).scatter(1, experts, g_w)
+    return p * (g_p - (p * g_p).sum(-1, keepdim=True))
+
+
+def test_router_logit_grad(capsys):
+    from attn_core.teach.exercises.ch19 import check_router_logit_grad
+
+    assert check_router_logit_grad(_router_grad)
+    assert "correct" in capsys.readouterr().out
+    assert not check_router_logit_grad(_router_grad_softmax_first)
+    assert "outside a token's top" in capsys.readouterr().out
+
+    def no_jacobian(z, out, g, k):  # ∂L/∂w put on the logits as they are
+        top, experts = z.topk(k, dim=-1)
+        chosen = out.gather(1, experts[..., None].expand(-1, -1, out.shape[-1]))
+        return torch.zeros_like(z).scatter(1, experts, (chosen * g[:, None]).sum(-1))
+
+    assert not check_router_logit_grad(no_jacobian)
+    assert "autograd" in capsys.readouterr().out
+    assert not check_router_logit_grad(lambda z, out, g, k: -_router_grad(z, out, g, k))  # sign
+    assert not check_router_logit_grad(lambda z, out, g, k: _router_grad(z, out, g, k)[:, :-1])  # shape
+    assert not check_router_logit_grad(lambda z, out, g, k: 1 / 0)
+    assert "ZeroDivisionError" in capsys.readouterr().out
+
+
+def _seq_balance(scores, experts, E):
+    B, T, k = experts.shape
+    counts = torch.stack([torch.bincount(experts[b].flatten(), minlength=E) for b in range(B)]).to(scores.dtype)
+    f = counts * E / (k * T)
+    P = (scores / scores.sum(-1, keepdim=True)).mean(1)
+    return (f * P).sum(-1).mean()
+
+
+def test_sequence_balance_loss(capsys):
+    from attn_core.teach.exercises.ch19 import check_sequence_balance_loss
+
+    assert check_sequence_balance_loss(_seq_balance)
+    assert "correct" in capsys.readouterr().out
+
+    def batch_wise(scores, experts, E):  # counts and P pooled over the batch: blind to per-sequence skew
+        B, T, k = experts.shape
+        f = torch.bincount(experts.flatten(), minlength=E).to(scores.dtype) * E / (k * T * B)
+        P = (scores / scores.sum(-1, keepdim=True)).mean((0, 1))
+        return (f * P).sum()
+
+    assert not check_sequence_balance_loss(batch_wise)
+    assert "skewed" in capsys.readouterr().out
+
+    def unnormalised(scores, experts, E):  # raw sigmoid scores as P
+        B, T, k = experts.shape
+        counts = torch.stack([torch.bincount(experts[b].flatten(), minlength=E) for b in range(B)])
+        return (counts.to(scores.dtype) * E / (k * T) * scores.mean(1)).sum(-1).mean()
+
+    assert not check_sequence_balance_loss(unnormalised)
+    assert not check_sequence_balance_loss(lambda s, e, E: _seq_balance(s, e, E) * e.shape[-1])  # E/T, no 1/k
+    assert not check_sequence_balance_loss(lambda s, e, E: _seq_balance(s, e, E).detach())
+    assert "differentiable" in capsys.readouterr().out
+    assert not check_sequence_balance_loss(lambda s, e, E: [1.0])
+    assert not check_sequence_balance_loss(lambda s, e, E: 1 / 0)
+    assert "ZeroDivisionError" in capsys.readouterr().out
