@@ -1,6 +1,6 @@
 """Suite ``memory``: peak memory of the attention forward pass against the sequence length.
 
-Measured with :func:`attn_core.peak_tensor_memory`: a ``TorchDispatchMode`` adds up the
+Measured with :func:`attn_core.teach.measure.peak_tensor_memory`: a ``TorchDispatchMode`` adds up the
 storage of every tensor that PyTorch operators create during the call, subtracts it
 when the last tensor using that storage is freed, and records the maximum. Inputs are
 created beforehand and not counted; the forward pass runs under ``torch.no_grad()``.
