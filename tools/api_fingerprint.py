@@ -25,10 +25,14 @@ Usage::
 
 ``--map`` names a Python file defining ``MAP``, old module -> new module (dotted, relative to
 ``attn_core``; a package maps with its submodules). The diff maps BEFORE's module paths
-through it, so a name that only moved is no difference; it prints every differing row and
-exits with 1 if there is any. Backends are forced through ``attn_core.ops.backends``
-(``use``/``set_mode``) where it exists, else through the old ``set_flash_mode`` and
-``set_flex_mode``, wherever they are.
+through it (and the absolute names a function's own imports import), so a name that only moved
+is no difference; it prints every differing row and exits with 1 if there is any.
+``--code-only`` ignores docstrings and comments; ``--allow-added`` prints rows only in AFTER
+(a new package's ``__all__``, a new API) without counting them.
+
+Backends are forced through ``attn_core.ops.backends`` (``use``/``set_mode``) where it exists,
+else through the old ``set_flash_mode`` and ``set_flex_mode``, wherever they are; which backend
+ran is logged by wrapping the functions named in :data:`SPY_NAMES`, wherever they are.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import itertools
 import json
@@ -62,6 +67,7 @@ SPY_NAMES = {"_explicit": "explicit", "_fast": "sdpa", "_flash_attention_checked
 #: The grid's kernel settings: (name, modes to force).
 SETTINGS = (("default", {}), ("flash_always", {"flash": "always"}), ("flex_always", {"flex": "always"}))
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_DOTTED = re.compile(r"\battn_core(?:\.\w+)+")  # a dotted attn_core path in text: the diff maps it
 
 
 def sha(data: bytes | str) -> str:
@@ -155,7 +161,9 @@ def stable_repr(value, depth: int = 0) -> str:
 
 
 def source_hashes(obj) -> dict:
-    """Hashes of ``obj``'s source: ``code`` (the AST without docstrings), ``doc`` (the docstrings), ``text``."""
+    """Hashes of ``obj``'s source: ``code`` (the AST without docstrings and without where imports come from),
+    ``doc`` (the docstrings), ``text``; and ``imports``, what its own import statements import, absolute
+    (``attn_core.masks.causal_mask``), so that the diff can map them."""
     for target in (obj, getattr(obj, "fn", None), getattr(obj, "__func__", None)):  # .fn: a Triton kernel
         if target is None:
             continue
@@ -183,7 +191,26 @@ def source_hashes(obj) -> dict:
             ):
                 docs.append(first.value.value)
                 node.body = body[1:] or [ast.Pass()]
-    return {"code": sha(ast.dump(tree, include_attributes=False)), "doc": sha("\0".join(docs)), "text": sha(source)}
+    imports = []
+    package = getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__package__", None)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                relative = "." * node.level + base
+                base = importlib.util.resolve_name(relative, package) if package else relative
+            imports += [f"{base}.{alias.name}" for alias in node.names]
+            node.module, node.level = "", 0
+        elif isinstance(node, ast.Import):
+            imports += [alias.name for alias in node.names]
+            for alias in node.names:
+                alias.name = ""
+    for node in ast.walk(tree):  # paths named in strings (messages, commands): out of the hash, into "imports"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.search(node.value):
+            imports += [f"(text) {name}" for name in _DOTTED.findall(node.value)]
+            node.value = _DOTTED.sub("attn_core.*", node.value)
+    hashes = {"code": sha(ast.dump(tree, include_attributes=False)), "doc": sha("\0".join(docs)), "text": sha(source)}
+    return {**hashes, **({"imports": sorted(imports)} if imports else {})}
 
 
 def signature(obj) -> str | None:
@@ -232,7 +259,8 @@ def api_rows(modules: dict, errors: dict) -> dict:
                 row["signature"] = signature(obj)
             else:
                 row["type"] = type(obj).__name__
-                row["value"] = sha(stable_repr(obj))
+                value = stable_repr(obj)
+                row["value"] = value if len(value) <= 200 else sha(value)
             if kind == "class":
                 row["bases"] = [b.__qualname__ for b in obj.__bases__]
                 row["methods"] = class_methods(obj)
@@ -602,7 +630,7 @@ def mapper(move_map: dict):
     return new
 
 
-def diff(before_path: Path, after_path: Path, map_file: Path | None, code_only: bool) -> int:
+def diff(before_path: Path, after_path: Path, map_file: Path | None, code_only: bool, allow_added: bool) -> int:
     before = json.loads(before_path.read_text(encoding="utf-8"))
     after = json.loads(after_path.read_text(encoding="utf-8"))
     new = mapper(runpy.run_path(str(map_file))["MAP"] if map_file else {})
@@ -612,6 +640,13 @@ def diff(before_path: Path, after_path: Path, map_file: Path | None, code_only: 
         row = {**row, "module": new(row["module"])}
         if "defined_in" in row:
             row["defined_in"] = new(row["defined_in"])
+        for field in ("signature", "value"):
+            if isinstance(row.get(field), str):
+                row[field] = _DOTTED.sub(lambda m: new(m.group()), row[field])
+        if "methods" in row:
+            row["methods"] = {k: _DOTTED.sub(lambda m: new(m.group()), v or "") or v for k, v in row["methods"].items()}
+        if "imports" in row:
+            row["imports"] = sorted(_DOTTED.sub(lambda m: new(m.group()), name) for name in row["imports"])
         api[f"{row['module']}:{row['name']}"] = row
     before["api"] = api
     differences = 0
@@ -627,6 +662,8 @@ def diff(before_path: Path, after_path: Path, map_file: Path | None, code_only: 
                 print(f"- {section} {key}: {json.dumps(old_rows[key])[:300]}")
             elif key not in old_rows:
                 print(f"+ {section} {key}: {json.dumps(new_rows[key])[:300]}")
+                if allow_added:
+                    continue
             else:
                 a, b = old_rows[key], new_rows[key]
                 if isinstance(a, dict) and isinstance(b, dict):
@@ -656,6 +693,7 @@ def main(argv=None) -> int:
     parser.add_argument("--diff", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="compare two fingerprints")
     parser.add_argument("--map", type=Path, help="a Python file defining MAP, old module -> new (for --diff)")
     parser.add_argument("--code-only", action="store_true", help="--diff: ignore docstring and comment changes")
+    parser.add_argument("--allow-added", action="store_true", help="--diff: print rows only in AFTER, not counted")
     here = Path(__file__).resolve().parent.parent
     parser.add_argument("--root", type=Path, default=here, help="the checkout to read (default: this tool's)")
     parser.add_argument(
@@ -666,7 +704,7 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.diff:
-        return diff(*args.diff, args.map, args.code_only)
+        return diff(*args.diff, args.map, args.code_only, args.allow_added)
     if args.out is None:
         parser.error("give OUT.json or --diff BEFORE AFTER")
     root = args.root.resolve()
