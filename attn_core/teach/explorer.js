@@ -1,4 +1,4 @@
-// The kernel-free attention explorer: the browser side of attn_core.viz.AttentionExplorer.
+// The kernel-free attention explorer: the browser side of attn_core.teach.viz.AttentionExplorer.
 // Python embeds the data (scores, tokens, masks, constants) as JSON next to this script and
 // replaces __UID__ with the explorer's id; this code builds the controls and redraws the map
 // on every input, with no kernel.
