@@ -40,6 +40,33 @@ __all__ = ["TransformerBlock", "SandwichBlock", "ParallelBlock", "ScaledDropout"
 SANDWICH_POSITIONS = ("sandwich", "post_sublayer")
 
 
+def _attention(
+    d_model: int, n_heads: int, attention: nn.Module | None, options: dict, *, bias: bool, dropout: float, norm_eps
+) -> nn.Module:
+    """A block's attention: a :class:`MultiHeadAttention` built with the given ``options``, or ``attention`` itself.
+
+    ``options`` are the block's arguments that configure the built-in attention (``None``: not given). Beside
+    ``attention=`` each given one is refused, as a mismatched ``n_heads`` is: nothing is silently ignored.
+    """
+    for name in ("causal", "sinks", "qkv_bias"):
+        if options[name] is not None:  # None: not given; a flag must be a bool (not 1 or "no")
+            check_bool(name, options[name])
+    given = {name: value for name, value in options.items() if value is not None}
+    if attention is None:  # what is not given keeps MultiHeadAttention's default, but a block is causal unless told
+        eps = {} if norm_eps is None else {"norm_eps": norm_eps}
+        return MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout, **{"causal": True, **given}, **eps)
+    check_instance("attention", attention, nn.Module)
+    if given:
+        got = ", ".join(f"{name}={value!r}" for name, value in given.items())
+        raise ValueError(
+            f"{', '.join(given)} configure the built-in attention; with attention= they would be ignored: "
+            f"set them on the attention module instead (got {got})"
+        )
+    if getattr(attention, "n_heads", n_heads) != n_heads:
+        raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
+    return attention
+
+
 class TransformerBlock(nn.Module):
     """One transformer block: an attention sub-layer and an MLP sub-layer on the residual stream.
 
@@ -108,11 +135,11 @@ class TransformerBlock(nn.Module):
             ``None``: the ``mlp`` kind of width ``d_ff``.
 
     Raises:
-        ValueError: ``norm_position="sandwich"``/``"post_sublayer"`` or ``parallel=True`` given
-            to this class itself (build a :class:`SandwichBlock` or :class:`ParallelBlock`, or
-            call :func:`make_block`); ``attention=`` given together with ``n_kv_heads``, ``rope``, ``causal``,
-            ``head_dim``, ``qk_norm``, ``gate`` or ``softcap``, or with an ``n_heads`` that differs from
-            ``attention.n_heads``.
+        ValueError: ``norm_position="sandwich"``/``"post_sublayer"`` or ``parallel=True`` given to this class
+            itself (build a :class:`SandwichBlock` or :class:`ParallelBlock`, or call :func:`make_block`);
+            ``attention=`` given together with an option of the built-in attention (``n_kv_heads``, ``rope``,
+            ``causal``, ``head_dim``, ``qk_norm``, ``gate``, ``softcap``, ``window``, ``sinks``, ``qkv_bias``,
+            ``scale``), or with an ``n_heads`` that differs from ``attention.n_heads``.
 
     Shapes:
         x: ``(B, T, d_model)``; output: ``(B, T, d_model)``; weights: ``(B, H, T, T_k)``
@@ -154,52 +181,12 @@ class TransformerBlock(nn.Module):
         self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         self.d_model = d_model
         self.dropout_p = check_number("dropout", dropout, low=0.0, high=1.0, high_open=True)
-        check_bool("parallel", parallel)
-        residual_scale = check_number("residual_scale", residual_scale, low=0.0, low_open=True)
-        if parallel and norm_position != "pre":
-            raise ValueError(
-                f"parallel=True reads one pre-norm for both sub-layers, got norm_position={norm_position!r}"
-            )
-        if type(self) is TransformerBlock and (norm_position in SANDWICH_POSITIONS or parallel):
-            raise ValueError(
-                f"TransformerBlock computes the pre- and post-norm blocks, got norm_position={norm_position!r}, "
-                f"parallel={parallel!r}: build a SandwichBlock or ParallelBlock, or call make_block(...)"
-            )
-        for name, flag in (("causal", causal), ("sinks", sinks), ("qkv_bias", qkv_bias)):
-            if flag is not None:  # None: the default; bool(flag) below would take 1 or "no" as true
-                check_bool(name, flag)
-        if attention is None:
-            attention = MultiHeadAttention(
-                d_model,
-                n_heads,
-                n_kv_heads=n_kv_heads,
-                causal=causal is not False,
-                bias=bias,
-                dropout=dropout,
-                rope=rope,
-                head_dim=head_dim,
-                qk_norm=False if qk_norm is None else qk_norm,  # False, True or "all_heads" (checked there)
-                **({} if norm_eps is None else {"norm_eps": norm_eps}),
-                gate=gate,
-                softcap=softcap,
-                window=window,
-                sinks=bool(sinks),
-                qkv_bias=bool(qkv_bias),
-                scale=scale,
-            )
-        else:
-            check_instance("attention", attention, nn.Module)
-            built_in = dict(n_kv_heads=n_kv_heads, rope=rope, causal=causal, head_dim=head_dim, qk_norm=qk_norm)
-            built_in.update(gate=gate, softcap=softcap, window=window, sinks=sinks, qkv_bias=qkv_bias, scale=scale)
-            given = {k: v for k, v in built_in.items() if v is not None}
-            if given:
-                got = ", ".join(f"{k}={v!r}" for k, v in given.items())
-                raise ValueError(
-                    f"{', '.join(given)} configure the built-in attention; with attention= they would be ignored: "
-                    f"set them on the attention module instead (got {got})"
-                )
-            if getattr(attention, "n_heads", n_heads) != n_heads:
-                raise ValueError(f"n_heads={n_heads} does not match attention.n_heads={attention.n_heads}")
+        residual_scale = self._check_wiring(norm_position, parallel, residual_scale)
+        # The built-in attention's options (None: not given), one table to build it or to refuse them beside attention=.
+        options = dict(n_kv_heads=n_kv_heads, rope=rope, causal=causal, head_dim=head_dim, qk_norm=qk_norm, gate=gate)
+        options.update(softcap=softcap, window=window, sinks=sinks, qkv_bias=qkv_bias, scale=scale)
+        attention = _attention(d_model, n_heads, attention, options, bias=bias, dropout=dropout, norm_eps=norm_eps)
+        # The sub-layers in the order of the stream (and of the state dict); only the attention and MLP draw weights.
         sandwich = norm_position in SANDWICH_POSITIONS  # a norm on each sub-layer's output
         # OLMo 2/3 have no norm before a sub-layer: x + norm(f(x)).
         pre_norm = nn.Identity() if norm_position == "post_sublayer" else None
@@ -215,6 +202,21 @@ class TransformerBlock(nn.Module):
         # A plain Dropout unless the branches are scaled (then the modules print as they always did).
         scaled = residual_scale != 1.0
         self.resid_dropout = ScaledDropout(self.dropout_p, residual_scale) if scaled else Dropout(self.dropout_p)
+
+    def _check_wiring(self, norm_position: str, parallel: bool, residual_scale: float) -> float:
+        """Check that this class computes ``norm_position`` and ``parallel``; return the checked ``residual_scale``."""
+        check_bool("parallel", parallel)
+        residual_scale = check_number("residual_scale", residual_scale, low=0.0, low_open=True)
+        if parallel and norm_position != "pre":
+            raise ValueError(
+                f"parallel=True reads one pre-norm for both sub-layers, got norm_position={norm_position!r}"
+            )
+        if type(self) is TransformerBlock and (norm_position in SANDWICH_POSITIONS or parallel):
+            raise ValueError(
+                f"TransformerBlock computes the pre- and post-norm blocks, got norm_position={norm_position!r}, "
+                f"parallel={parallel!r}: build a SandwichBlock or ParallelBlock, or call make_block(...)"
+            )
+        return residual_scale
 
     def make_cache(
         self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None, device=None

@@ -47,7 +47,10 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
 
 
-def _check_args(model, idx, max_new_tokens, temperature, top_k, generator) -> None:
+def _check_args(
+    model, idx, max_new_tokens, use_cache, temperature, top_k, generator, static, compile, attention_mask
+) -> None:
+    """Check :func:`generate`'s arguments; raise naming the first bad value."""
     check_instance("model", model, nn.Module)
     check_tensor("idx", idx, ("B", "T"), integer=True)
     if idx.shape[1] == 0:
@@ -63,6 +66,33 @@ def _check_args(model, idx, max_new_tokens, temperature, top_k, generator) -> No
             f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} - 1 = "
             f"{idx.shape[1] + max_new_tokens - 1} positions exceed the model's max_len={max_len}"
         )
+    check_bool("static", static)
+    if not isinstance(compile, (bool, str)):
+        raise TypeError(f"compile must be a bool or a torch.compile mode (str), got {type(compile).__name__}")
+    if (static or compile) and not use_cache:
+        raise ValueError(f"static={static}, compile={compile!r} decode with caches: pass use_cache=True")
+    if attention_mask is not None:
+        check_tensor("attention_mask", attention_mask, ("B", "T"))
+        if attention_mask.shape != idx.shape:
+            raise ValueError(
+                f"attention_mask must have the prompt's shape {tuple(idx.shape)}, got {tuple(attention_mask.shape)}"
+            )
+        if static or compile:
+            raise ValueError("attention_mask (a padded batch) is not supported with static caches or compile")
+
+
+def _padded(mask: torch.Tensor | None) -> dict:
+    """The ``attention_mask`` keyword only when there is a mask: a model without padding support still works."""
+    return {} if mask is None else {"attention_mask": mask}
+
+
+def _grow(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The mask with one more column of tokens.
+
+    Shapes:
+        mask: ``(B, T_k)``; output: ``(B, T_k + 1)``
+    """
+    return None if mask is None else torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
 
 
 @torch.no_grad()
@@ -125,63 +155,32 @@ def generate(
         TypeError, ValueError: Bad arguments, naming the value; a sequence longer than
             the model's ``config.max_len``.
     """
-    _check_args(model, idx, max_new_tokens, temperature, top_k, generator)
-    check_bool("static", static)
-    if not isinstance(compile, (bool, str)):
-        raise TypeError(f"compile must be a bool or a torch.compile mode (str), got {type(compile).__name__}")
-    if (static or compile) and not use_cache:
-        raise ValueError(f"static={static}, compile={compile!r} decode with caches: pass use_cache=True")
-    if attention_mask is not None:
-        check_tensor("attention_mask", attention_mask, ("B", "T"))
-        if attention_mask.shape != idx.shape:
-            raise ValueError(
-                f"attention_mask must have the prompt's shape {tuple(idx.shape)}, got {tuple(attention_mask.shape)}"
-            )
-        if static or compile:
-            raise ValueError("attention_mask (a padded batch) is not supported with static caches or compile")
+    _check_args(model, idx, max_new_tokens, use_cache, temperature, top_k, generator, static, compile, attention_mask)
     step_model = model
     if compile:
         step_model = torch.compile(model) if compile is True else torch.compile(model, mode=compile)
     mask = attention_mask
-
-    def padded(m):  # the keyword only when there is a mask: a model without padding support still works
-        return {} if m is None else {"attention_mask": m}
-
-    def grow(m):  # one more column of tokens: (B, T_k) -> (B, T_k + 1)
-        return None if m is None else torch.cat((m, m.new_ones(m.shape[0], 1)), dim=1)
-
     was_training = model.training
     model.eval()
     try:
         idx = idx.long()
         B, T = idx.shape
-        collected = []
+        cached = {}  # without a cache, every step runs the model on the whole sequence again
         if use_cache:
-            if static or compile:
-                caches = model.make_caches(B, T + max_new_tokens - 1, static=True)
-            else:
-                caches = model.make_caches(B, T + max_new_tokens - 1)
-            logits = model(idx, caches=caches, **padded(mask))  # (B, T, V): the prompt in one causal pass
-            collected.append(logits)
-            for step in range(max_new_tokens):
-                nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
-                idx = torch.cat((idx, nxt), dim=1)  # (B, T + step + 1)
-                mask = grow(mask)
-                if step + 1 < max_new_tokens:
-                    logits = step_model(nxt, caches=caches, **padded(mask))  # (B, 1, V): only the new token
-                    if compile:  # CUDA graphs replay into the same output memory: keep a copy
-                        logits = logits.clone()
-                    collected.append(logits)
-        else:
-            logits = model(idx, **padded(mask))  # (B, T, V)
-            collected.append(logits)
-            for step in range(max_new_tokens):
-                nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
-                idx = torch.cat((idx, nxt), dim=1)
-                mask = grow(mask)
-                if step + 1 < max_new_tokens:
-                    logits = model(idx, **padded(mask))  # (B, T + step + 1, V): everything again
-                    collected.append(logits[:, -1:])
+            static_kw = {"static": True} if static or compile else {}
+            cached = {"caches": model.make_caches(B, T + max_new_tokens - 1, **static_kw)}
+        logits = model(idx, **cached, **_padded(mask))
+        collected = [logits]  # (B, T, V): the prompt in one causal pass (with a cache: prefilled into it)
+        for step in range(max_new_tokens):
+            nxt = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, generator=generator)
+            idx = torch.cat((idx, nxt), dim=1)  # (B, T + step + 1)
+            mask = _grow(mask)
+            if step + 1 < max_new_tokens:  # the last new token is never fed back
+                # With a cache only the new token, (B, 1, V); without, everything again, (B, T + step + 1, V).
+                logits = step_model(nxt if use_cache else idx, **cached, **_padded(mask))
+                if compile:  # CUDA graphs replay into the same output memory: keep a copy
+                    logits = logits.clone()
+                collected.append(logits[:, -1:])
     finally:
         model.train(was_training)
     if return_logits:

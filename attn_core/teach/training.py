@@ -239,6 +239,67 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+def _check_train_args(model, batch_fn, steps, warmup, batch_size, seed, lr, weight_decay, grad_clip, schedule) -> None:
+    """Check :func:`train`'s arguments up to ``schedule``; raise naming the first bad value."""
+    check_instance("model", model, nn.Module)
+    check_callable("batch_fn", batch_fn)
+    check_int("steps", steps, minimum=1)
+    check_int("warmup", warmup, minimum=0)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("seed", seed, minimum=0)
+    check_number("lr", lr, low=0.0, low_open=True)
+    check_number("weight_decay", weight_decay, low=0.0)
+    if grad_clip is not None:
+        check_number("grad_clip", grad_clip, low=0.0, low_open=True)
+    check_choice("schedule", schedule, SCHEDULES)
+
+
+def _adamw(
+    model: nn.Module, *, lr: float, betas: tuple[float, float], weight_decay: float
+) -> tuple[torch.optim.AdamW, list[nn.Parameter]]:
+    """AdamW over the trainable parameters, decaying matrices only; and those parameters (to clip)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
+    groups = [  # norm gains, biases and scalar gains (dim < 2) are not pulled towards zero
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas), params
+
+
+def _optimizer_step(optimizer, loss: torch.Tensor, params: list[nn.Parameter], grad_clip: float | None) -> None:
+    """Backpropagate ``loss``, clip the global gradient norm (unless ``grad_clip`` is None), update."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+
+
+def _measure(callback: Callable[[int, nn.Module], object], step: int, model: nn.Module) -> None:
+    """Call ``callback(step, model)`` without changing the training: no graph, the random state put back."""
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        callback(step, model)
+    model.train()
+
+
+def _result(losses: list[float], lrs: list[float], tokens: int, seconds: float) -> TrainResult:
+    """The :class:`TrainResult` of a loop that recorded ``losses`` (the last one inf/NaN if it diverged)."""
+    diverged = not math.isfinite(losses[-1])
+    tail = losses[-min(20, len(losses)) :]
+    final = math.nan if diverged else sum(tail) / len(tail)
+    return TrainResult(
+        losses=losses,
+        final_loss=final,
+        seconds=seconds,
+        tokens_per_second=tokens / max(seconds, 1e-9),
+        steps=len(losses),
+        lrs=lrs,
+        diverged=diverged,
+    )
+
+
 def train(
     model: nn.Module,
     batch_fn: Callable[..., tuple],
@@ -292,30 +353,12 @@ def train(
     Raises:
         TypeError, ValueError: Bad arguments, naming the value.
     """
-    check_instance("model", model, nn.Module)
-    check_callable("batch_fn", batch_fn)
-    check_int("steps", steps, minimum=1)
-    check_int("warmup", warmup, minimum=0)
-    check_int("batch_size", batch_size, minimum=1)
-    check_int("seed", seed, minimum=0)
-    check_number("lr", lr, low=0.0, low_open=True)
-    check_number("weight_decay", weight_decay, low=0.0)
-    if grad_clip is not None:
-        check_number("grad_clip", grad_clip, low=0.0, low_open=True)
-    check_choice("schedule", schedule, SCHEDULES)
+    _check_train_args(model, batch_fn, steps, warmup, batch_size, seed, lr, weight_decay, grad_clip, schedule)
     if callback is not None:
         check_callable("callback", callback)
     check_int("callback_every", callback_every, minimum=1)
     loss_fn = lm_loss if loss_fn is None else loss_fn
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameters")
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)
+    optimizer, params = _adamw(model, lr=lr, betas=betas, weight_decay=weight_decay)
     generator = torch.Generator().manual_seed(seed)
     bar = _Progress(steps) if progress else None
     losses, lrs, tokens = [], [], 0
@@ -330,38 +373,20 @@ def train(
                 group["lr"] = step_lr
             batch = batch_fn(batch_size, generator=generator)
             loss = loss_fn(model, batch)
-            if not torch.isfinite(loss):
-                # Diverged: record it and stop (an experiment may be *about* divergence).
-                losses.append(loss.item())
-                lrs.append(step_lr)
-                break
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                nn.utils.clip_grad_norm_(params, grad_clip)
-            optimizer.step()
+            diverged = not torch.isfinite(loss)
+            if not diverged:
+                _optimizer_step(optimizer, loss, params, grad_clip)
             losses.append(loss.item())
             lrs.append(step_lr)
+            if diverged:  # record it and stop (an experiment may be *about* divergence)
+                break
             tokens += batch[0].numel()
             if bar is not None:
                 bar.update(step, losses[-1])
             if callback is not None and ((step + 1) % callback_every == 0 or step + 1 == steps):
-                # Measuring must not change the training: no graph, the random state put back.
-                with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                    callback(step + 1, model)
-                model.train()
+                _measure(callback, step + 1, model)
         seconds = time.perf_counter() - start
-    diverged = not math.isfinite(losses[-1])
-    tail = losses[-min(20, len(losses)) :]
-    final = math.nan if diverged else sum(tail) / len(tail)
+    result = _result(losses, lrs, tokens, seconds)
     if bar is not None:
-        bar.close(final)
-    return TrainResult(
-        losses=losses,
-        final_loss=final,
-        seconds=seconds,
-        tokens_per_second=tokens / max(seconds, 1e-9),
-        steps=len(losses),
-        lrs=lrs,
-        diverged=diverged,
-    )
+        bar.close(result.final_loss)
+    return result
