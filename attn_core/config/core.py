@@ -29,14 +29,13 @@ from ..layers.mla import default_rope_dim
 from ..modules.mlp import MLP_KINDS, mlp_hidden_dim
 from ..modules.norms import NORM_KINDS, NORM_POSITIONS, check_qk_norm
 from . import presets
-from .parts import Indexer, LayerPattern, LinearLayers, MoE, Positions, changed_fields_repr
+from .parts import PARTS, Indexer, LayerPattern, LinearLayers, MoE, Positions, changed_fields_repr
 from .rules import check_moe_and_indexer, check_pattern, check_positions, check_standard_mha_options
 from .spec import LayerSpec
 
 __all__ = ["DecoderConfig"]
 
 ATTENTION_KINDS = ("mha", "mla")
-_PARTS = {"positions": Positions, "pattern": LayerPattern, "linear": LinearLayers, "moe": MoE, "indexer": Indexer}
 BLOCK_KINDS = ("standard", "sas", "sas-p")
 
 
@@ -150,7 +149,7 @@ class DecoderConfig:
     __repr__ = changed_fields_repr
 
     def __post_init__(self) -> None:
-        for name, part in _PARTS.items():  # a part given as a dict (e.g. read back from JSON): store the part
+        for name, part in PARTS.items():  # a part given as a dict (e.g. read back from JSON): store the part
             if isinstance(getattr(self, name), dict):
                 object.__setattr__(self, name, part(**getattr(self, name)))
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "max_len"):

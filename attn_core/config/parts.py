@@ -12,6 +12,8 @@ type per layer) is checked once, by :class:`~attn_core.config.DecoderConfig`.
 * :class:`LinearLayers`: the sizes of the ``"linear"`` (Gated DeltaNet) layers.
 * :class:`MoE`: the mixture-of-experts MLPs and their router.
 * :class:`Indexer`: DeepSeek Sparse Attention's lightning indexer.
+
+:data:`PARTS` maps each part's field name in the config to its class.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..positions.rope_scaling import RopeScaling
 __all__ = [
     "POSITIONAL_KINDS",
     "LAYER_TYPES",
+    "PARTS",
     "changed_fields_repr",
     "Indexer",
     "LayerPattern",
@@ -379,3 +382,8 @@ class Indexer:
         check_int("index_head_dim", self.index_head_dim)
         if self.index_topk is not None:
             check_int("index_topk", self.index_topk)
+
+
+#: Each part by its field name in :class:`~attn_core.config.DecoderConfig`: the config rebuilds a part
+#: given as a dict from it, and :func:`~attn_core.hf.configs.assemble_config` sorts flat values into parts.
+PARTS = {"positions": Positions, "pattern": LayerPattern, "linear": LinearLayers, "moe": MoE, "indexer": Indexer}

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ..config import DecoderConfig, Indexer, LayerPattern, LinearLayers, MoE, Positions
+from ..config import PARTS, DecoderConfig
 from ..positions.rope_scaling import scaling_from_hf
 from .families import FAMILY_FIELDS
 
@@ -355,18 +355,16 @@ def _rope_per_layer_type(t: str, hf, kinds: list[str], default_theta: dict) -> d
     return rope
 
 
-_PARTS = {"positions": Positions, "pattern": LayerPattern, "linear": LinearLayers, "moe": MoE, "indexer": Indexer}
-
-
 def assemble_config(values: dict) -> DecoderConfig:
     """The :class:`~attn_core.DecoderConfig` of ``values``, keyed by field name: the names of a part's
     fields (``rope_base``, ``n_experts``, ...) go into that part, the others are the config's own.
 
     The readers of Hugging Face configs collect one name per value, as Hugging Face does;
-    this puts each into its part once, so that no reader needs to know which part holds it.
+    this puts each into its part once (:data:`~attn_core.config.PARTS`), so that no reader needs to
+    know which part holds it.
     """
     core = dict(values)
-    for name, part in _PARTS.items():
+    for name, part in PARTS.items():
         mine = {f.name: core.pop(f.name) for f in fields(part) if f.name in core}
         if mine:
             core[name] = part(**mine)
