@@ -26,12 +26,12 @@ from transformers.models.deepseek_v3 import modeling_deepseek_v3 as hf_deepseek 
 from attn_core import MultiHeadLatentAttention  # noqa: E402
 from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.hf.rope import scaling_from_hf  # noqa: E402
 from attn_core.positions.rope_freqs import yarn_mscale  # noqa: E402
 from attn_core.positions.rope_scaling import (  # noqa: E402
     LinearScaling,
     YarnScaling,
     deepseek_softmax_factor,  # noqa: E402
-    scaling_from_hf,
 )
 
 F64 = torch.float64

@@ -14,6 +14,7 @@ import types
 import pytest
 import torch
 
+from attn_core.hf.rope import scaling_from_hf
 from attn_core.positions.rope import RotaryEmbedding
 from attn_core.positions.rope_freqs import (
     default_inv_freq,
@@ -31,7 +32,6 @@ from attn_core.positions.rope_scaling import (
     NTKScaling,
     RopeScaling,
     YarnScaling,
-    scaling_from_hf,
 )
 from conftest import F64
 
@@ -428,8 +428,6 @@ def test_scalings_are_frozen_hashable_values():
     assert lr.short_factor == (1.0, 2.0) and hash(lr) == hash(LongRopeScaling((1.0, 2.0), (3.0, 4.0), 16))
     assert set(SCALINGS) == {"linear", "ntk", "dynamic", "yarn", "llama3", "longrope"}
     assert "YarnScaling(factor=4.0" in repr(RotaryEmbedding(8, scaling=a))
-    assert scaling_from_hf({"rope_type": "default", "rope_theta": 1e4}, max_position_embeddings=8) is None
-    assert scaling_from_hf({"type": "linear", "factor": 2.0}, max_position_embeddings=8) == LinearScaling(2.0)
 
 
 # ---------------------------------------------------------------- bad parameters
@@ -473,28 +471,6 @@ def test_bad_parameters_raise_value_errors_naming_them():
         RotaryEmbedding(8, scaling={"rope_type": "yarn", "factor": 4.0})
     with pytest.raises(NotImplementedError):
         RopeScaling().frequencies(10000.0, 8)
-
-
-def test_scaling_from_hf_bad_dicts():
-    with pytest.raises(ValueError, match="rope_type='foo'"):
-        scaling_from_hf({"rope_type": "foo", "factor": 2.0}, max_position_embeddings=64)
-    with pytest.raises(ValueError, match="rope_type='proportional'"):
-        scaling_from_hf({"rope_type": "proportional", "rope_theta": 1e4}, max_position_embeddings=64)
-    with pytest.raises(ValueError, match="rope_type='ntk'"):  # ours, not a Hugging Face rope_type
-        scaling_from_hf({"rope_type": "ntk", "factor": 2.0}, max_position_embeddings=64)
-    with pytest.raises(ValueError, match="need 'original_max_position_embeddings'"):
-        scaling_from_hf({"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=64)
-    with pytest.raises(ValueError, match="need 'factor'"):
-        scaling_from_hf({"rope_type": "linear"}, max_position_embeddings=64)
-    with pytest.raises(ValueError, match="need 'low_freq_factor'"):
-        scaling_from_hf(
-            {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8, "high_freq_factor": 4.0},
-            max_position_embeddings=64,
-        )
-    with pytest.raises(ValueError, match="factor=0.5"):  # YaRN's factor from a context ratio below 1
-        scaling_from_hf({"rope_type": "yarn", "original_max_position_embeddings": 128}, max_position_embeddings=64)
-    with pytest.raises(ValueError, match="max_position_embeddings=0"):
-        scaling_from_hf({"rope_type": "linear", "factor": 2.0}, max_position_embeddings=0)
 
 
 # ---------------------------------------------------------------- in an attention layer
@@ -640,28 +616,11 @@ def test_attention_with_partial_rotation_and_yarn_matches_hugging_face_qwen3_nex
         assert (mha(x) - want).abs().max().item() > 1e-3
 
 
-def test_production_configs_read_by_scaling_from_hf():
-    """gpt-oss's default config (YaRN ×32 from 4096, no truncation): HF's speeds, float64."""
-    config = transformers.GptOssConfig()
-    scaling = scaling_from_hf(config.rope_parameters, max_position_embeddings=config.max_position_embeddings)
-    assert scaling == YarnScaling(32.0, 4096, truncate=False)
-    with hf_in_float64():
-        want, factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS["yarn"](config)
-    got, got_factor = scaling.frequencies(config.rope_parameters["rope_theta"], config.head_dim)
-    assert rel_diff(got, want) < EXACT and got_factor == pytest.approx(factor, rel=1e-15)
-    # Plain configs give no scaling; nested (per-layer-type) ones must be read per layer type.
-    qwen3_next = transformers.Qwen3NextConfig()
-    assert scaling_from_hf(qwen3_next.rope_parameters, max_position_embeddings=32768) is None
-    gemma3 = transformers.Gemma3TextConfig()
-    with pytest.raises(ValueError, match=r"nested by layer type \(\['full_attention', 'sliding_attention'\]\)"):
-        scaling_from_hf(gemma3.rope_parameters, max_position_embeddings=gemma3.max_position_embeddings)
-    assert scaling_from_hf(gemma3.rope_parameters["full_attention"], max_position_embeddings=8) is None
-
-
 def test_docstring_examples():
     import doctest
 
     from attn_core.positions import rope_freqs, rope_scaling
 
+    # scaling_from_hf's examples moved with it to attn_core.hf.rope: tests/test_hf_rope.py runs those 3.
     results = [doctest.testmod(rope_freqs), doctest.testmod(rope_scaling)]
-    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) >= 3
+    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) >= 1

@@ -5,6 +5,7 @@
   refused with the reason.
 * :mod:`.weights`: the weights of one attention layer, MLP or MoE copied across.
 * :mod:`.families`: what each supported family adds to the LLaMA reading.
+* :mod:`.rope`: Hugging Face's RoPE settings (``rope_parameters``) read into attn_core's scalings.
 * :mod:`.smollm2`: SmolLM2-135M-Instruct offline, converted once and cached.
 
 May import everything below it (the model, the config, layers, floor 1); never

@@ -13,7 +13,7 @@ What is read, per family:
 
 * RoPE: Hugging Face's ``rope_parameters`` (``rope_theta``/``rope_scaling`` in 4.x) become
   ``positions.rope_base`` and ``positions.rope_scaling`` (PI, dynamic NTK, YaRN, Llama 3.1's,
-  LongRoPE; :func:`~attn_core.positions.rope_scaling.scaling_from_hf`); Gemma 3 and OLMo 3 have a RoPE
+  LongRoPE; :func:`~attn_core.hf.rope.scaling_from_hf`); Gemma 3 and OLMo 3 have a RoPE
   per layer type (``positions.sliding_rope_base``); SmolLM3's ``no_rope_layers`` become
   ``positions.rope_layers``.
 * Windows: Mistral's in every layer, Qwen3's, Gemma's, OLMo 3's and gpt-oss's per
@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..config import PARTS, DecoderConfig
-from ..positions.rope_scaling import scaling_from_hf
 from .families import FAMILY_FIELDS
+from .rope import scaling_from_hf
 
 __all__ = ["NOT_CONVERTED", "SUPPORTED_MODEL_TYPES", "assemble_config", "config_from_hf", "refuse"]
 
@@ -66,7 +66,7 @@ NOT_CONVERTED = {
 
 def _rope_scaling(t: str, hf, kind: str) -> dict:
     """``rope_scaling`` of the DecoderConfig: Hugging Face's ``rope_parameters`` (``rope_scaling`` in 4.x)
-    read by :func:`~attn_core.positions.rope_scaling.scaling_from_hf`; {} for plain RoPE."""
+    read by :func:`~attn_core.hf.rope.scaling_from_hf`; {} for plain RoPE."""
     if kind == "default":
         return {}
     params = dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})

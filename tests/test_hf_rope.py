@@ -1,7 +1,8 @@
-"""attn_core.hf.convert with rope scaling (issue 28) and SmolLM3's NoPE layers: whole tiny models, float64.
+"""attn_core.hf.rope: Hugging Face's rope_parameters read (scaling_from_hf), and whole tiny models converted with
+rope scaling (issue 28) and with SmolLM3's NoPE layers, float64.
 
 Hugging Face computes RoPE (and RMSNorm) in float32 whatever the model's dtype; the models
-here are built and run inside :func:`test_rope_scaling.hf_in_float64`, which lifts those
+here are built and run inside :func:`test_positions_rope_scaling.hf_in_float64`, which lifts those
 steps to float64 with the formulas unchanged (the scaled ``inv_freq`` included, which is
 computed when the model is built). ``original_max_position_embeddings`` is 8 (dynamic NTK:
 ``max_position_embeddings`` 8), so that the 9 tokens of ``IDX`` and the 17 of greedy
@@ -19,14 +20,19 @@ pytest.importorskip("transformers", minversion="5.0")
 
 from test_hf_convert import IDX, SMALL, assert_greedy_generation_matches  # noqa: E402
 from test_parity_hf import EXACT, max_diff, seeded  # noqa: E402
-from test_positions_rope_scaling import hf_in_float64  # noqa: E402
+from test_positions_rope_scaling import EXACT as ROPE_EXACT  # noqa: E402
+from test_positions_rope_scaling import hf_in_float64, rel_diff  # noqa: E402
 from transformers import (  # noqa: E402
+    Gemma3TextConfig,
+    GptOssConfig,
     LlamaConfig,
     LlamaForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3NextConfig,
+    modeling_rope_utils,
 )
 from transformers.models.qwen2 import modeling_qwen2  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
@@ -34,6 +40,7 @@ from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
 from attn_core import DecoderLM, generate  # noqa: E402
 from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.rope import scaling_from_hf  # noqa: E402
 from attn_core.positions.rope_scaling import (  # noqa: E402
     DynamicNTKScaling,
     LinearScaling,
@@ -277,3 +284,60 @@ def test_phi3_longrope_short_and_long_factors():
     # Not checked: greedy generation past 8 positions. Phi3ForCausalLM.prepare_inputs_for_generation drops
     # its cache when the sequence crosses original_max_position_embeddings and re-runs the prompt, so every key
     # is re-rotated with the long factors; attn_core's generate keeps the keys cached with the short ones.
+
+
+# ---------------------------------------------------------------- scaling_from_hf: one rope_parameters dict read
+
+
+def test_scaling_from_hf_plain_and_4x_keys():
+    assert scaling_from_hf({"rope_type": "default", "rope_theta": 1e4}, max_position_embeddings=8) is None
+    assert scaling_from_hf({"type": "linear", "factor": 2.0}, max_position_embeddings=8) == LinearScaling(2.0)
+
+
+def test_scaling_from_hf_bad_dicts():
+    with pytest.raises(ValueError, match="rope_type='foo'"):
+        scaling_from_hf({"rope_type": "foo", "factor": 2.0}, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="rope_type='proportional'"):
+        scaling_from_hf({"rope_type": "proportional", "rope_theta": 1e4}, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="rope_type='ntk'"):  # ours, not a Hugging Face rope_type
+        scaling_from_hf({"rope_type": "ntk", "factor": 2.0}, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="need 'original_max_position_embeddings'"):
+        scaling_from_hf({"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="need 'factor'"):
+        scaling_from_hf({"rope_type": "linear"}, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="need 'low_freq_factor'"):
+        scaling_from_hf(
+            {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8, "high_freq_factor": 4.0},
+            max_position_embeddings=64,
+        )
+    with pytest.raises(ValueError, match="factor=0.5"):  # YaRN's factor from a context ratio below 1
+        scaling_from_hf({"rope_type": "yarn", "original_max_position_embeddings": 128}, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="max_position_embeddings=0"):
+        scaling_from_hf({"rope_type": "linear", "factor": 2.0}, max_position_embeddings=0)
+
+
+def test_production_configs_read_by_scaling_from_hf():
+    """gpt-oss's default config (YaRN ×32 from 4096, no truncation): HF's speeds, float64."""
+    config = GptOssConfig()
+    scaling = scaling_from_hf(config.rope_parameters, max_position_embeddings=config.max_position_embeddings)
+    assert scaling == YarnScaling(32.0, 4096, truncate=False)
+    with hf_in_float64():
+        want, factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS["yarn"](config)
+    got, got_factor = scaling.frequencies(config.rope_parameters["rope_theta"], config.head_dim)
+    assert rel_diff(got, want) < ROPE_EXACT and got_factor == pytest.approx(factor, rel=1e-15)
+    # Plain configs give no scaling; nested (per-layer-type) ones must be read per layer type.
+    qwen3_next = Qwen3NextConfig()
+    assert scaling_from_hf(qwen3_next.rope_parameters, max_position_embeddings=32768) is None
+    gemma3 = Gemma3TextConfig()
+    with pytest.raises(ValueError, match=r"nested by layer type \(\['full_attention', 'sliding_attention'\]\)"):
+        scaling_from_hf(gemma3.rope_parameters, max_position_embeddings=gemma3.max_position_embeddings)
+    assert scaling_from_hf(gemma3.rope_parameters["full_attention"], max_position_embeddings=8) is None
+
+
+def test_docstring_examples():
+    import doctest
+
+    from attn_core.hf import rope
+
+    result = doctest.testmod(rope)
+    assert result.failed == 0 and result.attempted >= 3
