@@ -1,7 +1,8 @@
 """Tests for attn_core.hf.configs: Hugging Face configs read into DecoderConfig's parts.
 
-The whole-model parity (logits and generation equal to Hugging Face's) is in test_convert*.py;
-here each field lands in its part, and what cannot be computed exactly is refused by name.
+The whole-model parity (logits and generation equal to Hugging Face's) is in test_hf_convert.py and
+test_hf_families*.py; here each field lands in its part, and what cannot be computed exactly is
+refused by name.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import pytest
 from transformers import LlamaConfig, MistralConfig, MixtralConfig, Qwen3Config
 
 from attn_core.config import LayerPattern, MoE, Positions
-from attn_core.hf.configs import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf, refuse
+from attn_core.hf.configs import config_from_hf
+from attn_core.hf.families import NOT_CONVERTED, SUPPORTED_MODEL_TYPES
+from attn_core.hf.families.base import refuse
 
 SMALL = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4)
 

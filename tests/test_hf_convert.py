@@ -49,8 +49,9 @@ from transformers.models.mixtral import modeling_mixtral as hf_mixtral  # noqa: 
 from transformers.models.qwen3_moe import modeling_qwen3_moe as hf_qwen3_moe  # noqa: E402
 
 from attn_core import DecoderLM, MixtureOfExperts, generate, parameter_count  # noqa: E402
-from attn_core.hf.configs import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.families import NOT_CONVERTED, SUPPORTED_MODEL_TYPES  # noqa: E402
 
 IDX = torch.randint(0, 61, (2, 9), generator=torch.Generator().manual_seed(0))
 SMALL = dict(

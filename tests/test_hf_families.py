@@ -1,5 +1,9 @@
-"""attn_core.hf.convert for the open-weight families of issue 29: Qwen2, Gemma 2 with any query_pre_attn_scalar,
-Granite, Phi-3, Cohere 2, DeepSeek-V3.2 and GLM-4-MoE.
+"""attn_core.hf.families: the registry, and the families of issue 29 converted: Qwen2, Gemma 2 with any
+query_pre_attn_scalar, Granite, Phi-3, Cohere 2, DeepSeek-V3.2 and GLM-4-MoE.
+
+The shared test file of ``attn_core/hf/families/*`` (tests/test_layout.py); the families with
+more to test have their own (``test_hf_families_<family>.py``), LLaMA, Mistral, Qwen3, Gemma 3
+and the MoE models are in ``test_hf_convert.py``.
 
 Tiny random models built from configs (nothing downloaded), float64 weights everywhere
 (:func:`test_parity_hf.seeded`, norm gains included). The exact comparisons lift Hugging
@@ -47,8 +51,11 @@ from transformers.models.phi3 import modeling_phi3 as hf_phi3  # noqa: E402
 from transformers.models.qwen2 import modeling_qwen2 as hf_qwen2  # noqa: E402
 
 from attn_core import parameter_count  # noqa: E402
-from attn_core.hf.configs import SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.families import FAMILIES, NOT_CONVERTED, SUPPORTED_MODEL_TYPES, experts_family, family_of  # noqa: E402
+from attn_core.hf.families.base import Family  # noqa: E402
+from attn_core.hf.families.llama import LLAMA  # noqa: E402
 from attn_core.layers.sparse_attention import SparseAttention  # noqa: E402
 
 HF_MODULES = [hf_qwen2, hf_granite, hf_phi3, hf_glm4_moe]
@@ -422,3 +429,59 @@ def test_copy_attention_splits_phi3_and_checks_the_scale(exact_families):
     copy_attention(scaled, granite_attn)
     with pytest.raises(TypeError, match="ours"):
         copy_indexer(ours, hf_attn)
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def test_supported_list_keeps_its_order():
+    # The appendix prints this list: a new family is appended, none moves.
+    assert SUPPORTED_MODEL_TYPES[:20] == (
+        "llama", "mistral", "qwen3", "deepseek_v3", "deepseek_v32", "gemma2", "gemma3_text", "mixtral", "qwen3_moe",
+        "qwen2", "granite", "phi3", "cohere2", "glm4_moe", "smollm3", "olmo2", "olmo3", "qwen3_next", "gpt_oss",
+        "llama4_text",
+    )  # fmt: skip
+    assert SUPPORTED_MODEL_TYPES == tuple(FAMILIES) and not set(FAMILIES) & set(NOT_CONVERTED)
+
+
+def test_every_family_file_is_registered():
+    """A record defined in a family file but missing from the registry (or registered twice) fails here."""
+    import importlib
+    import pkgutil
+
+    import attn_core.hf.families as package
+
+    defined = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        records = [value for value in vars(module).values() if isinstance(value, Family)]
+        assert records or info.name == "base", f"hf/families/{info.name}.py defines no Family"
+        defined += records
+    assert sorted(f.model_type for f in defined) == sorted(FAMILIES)  # each once
+    assert all(FAMILIES[f.model_type] is f for f in defined)
+
+
+def test_the_shared_readers_name_no_family():
+    """hf/configs.py, convert.py and weights.py ask the family record; no model type or HF class name in their code."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import attn_core.hf
+
+    names = set(SUPPORTED_MODEL_TYPES) | set(NOT_CONVERTED)
+    hf_class = re.compile(r"^[A-Z][A-Za-z0-9]*(Attention|Experts|MLP|Moe|Model|ForCausalLM)$")
+    for name in ("configs", "convert", "weights"):
+        tree = ast.parse((Path(attn_core.hf.__file__).parent / f"{name}.py").read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef))
+                      and n.body and isinstance(n.body[0], ast.Expr)}  # fmt: skip
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   and id(n) not in docstrings]  # fmt: skip
+        assert [s for s in strings if s in names or hf_class.match(s)] == [], name
+
+
+def test_a_module_is_read_as_its_configs_family():
+    assert family_of(object()) is LLAMA and experts_family(torch.nn.ModuleList()) is LLAMA
+    assert family_of(torch.nn.Linear(2, 2)) is LLAMA
+    phi3 = hf_phi3.Phi3MLP(Phi3Config(hidden_size=8, intermediate_size=12, num_attention_heads=2))
+    assert family_of(phi3) is FAMILIES["phi3"]

@@ -1,7 +1,7 @@
 """Tests for attn_core.hf.weights: Hugging Face sub-modules' weights copied into ours.
 
 Each copy is checked by running both modules on the same input (float64, exact to rounding);
-the whole models are in test_convert*.py.
+the whole models are in test_hf_convert.py and test_hf_families*.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 * :func:`~attn_core.positions.positional.query_temperature` and ``MultiHeadAttention(temperature=)``: by hand,
   against Hugging Face's formula, continued positions in decoding.
 * :class:`~attn_core.DecoderConfig`'s Llama 4 fields: where each acts, and bad values.
-Whole models against Hugging Face's: ``tests/test_convert_llama4.py``.
+Whole models against Hugging Face's: ``tests/test_hf_families_llama4.py``.
 """
 
 from __future__ import annotations

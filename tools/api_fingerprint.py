@@ -445,7 +445,9 @@ def hf_config_rows(modules: dict) -> tuple[dict, dict]:
     config_from_hf = find_function(modules, "config_from_hf")
     if config_from_hf is None:
         return {"<config_from_hf>": "error: not found"}, {}
-    home = modules[config_from_hf.__module__]
+    # The module that lists SUPPORTED_MODEL_TYPES in its __all__ (the family registry), else config_from_hf's.
+    listing = (m for m in modules.values() if "SUPPORTED_MODEL_TYPES" in getattr(m, "__all__", ()))
+    home = next(listing, modules[config_from_hf.__module__])
     model_types = getattr(home, "SUPPORTED_MODEL_TYPES", None)
     if model_types is None:
         return {"<SUPPORTED_MODEL_TYPES>": f"error: not in {home.__name__}"}, {}

@@ -5,8 +5,11 @@
 refused, is said there), builds the :class:`~attn_core.DecoderLM` and copies every weight
 into it: attention (:func:`copy_attention`: multi-head, latent, Llama 4's chunked and NoPE
 layers), the lightning indexer (:func:`copy_indexer`), mixtures of experts (:func:`copy_moe`)
-and Gated DeltaNet layers (:func:`copy_gated_deltanet`). Gemma's and Qwen3-Next's RMSNorms
-multiply by ``1 + weight``: their gains are copied as ``1 + weight`` (:data:`OFFSET_NORM_TYPES`).
+and Gated DeltaNet layers (:func:`copy_gated_deltanet`). The copy is LLaMA's; where a family lays
+its weights out otherwise, its :class:`~attn_core.hf.families.base.Family` says so
+(``norm_offset``: Gemma's and Qwen3-Next's RMSNorms multiply by ``1 + weight``, their gains are
+copied as such; ``attention_view``: Phi-3's fused ``qkv_proj``; ``mlp_name``: Llama 4's
+``feed_forward``; ``check_attention``: Llama 4's per-layer options).
 
 attn_core does not depend on ``transformers``: this module never imports it. It reads
 the model object it is given (its ``config`` and its modules), so any version of
@@ -55,17 +58,10 @@ from ..layers.sparse_attention import SparseAttention
 from ..model.decoder import DecoderLM
 from ..modules.moe import MixtureOfExperts
 from .configs import config_from_hf
-from .families import unfused_attention
+from .families import FAMILIES, Family, family_of
 from .weights import copy_gated_deltanet, copy_indexer, copy_mlp, copy_moe, copy_norm, copy_weights
 
-__all__ = ["OFFSET_NORM_TYPES", "copy_attention", "from_hf"]
-
-
-OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "qwen3_next")
-
-
-def _hf_model_type(hf_attn: nn.Module) -> str | None:
-    return getattr(getattr(hf_attn, "config", None), "model_type", None)
+__all__ = ["copy_attention", "from_hf"]
 
 
 def _check_attention_kinds(attn: object, hf_attn: object) -> None:
@@ -105,7 +101,7 @@ def _check_same_widths(attn: nn.Module, hf_attn: nn.Module) -> None:
             )
 
 
-def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
+def _check_same_attention(attn: nn.Module, hf_attn: nn.Module, family: Family) -> None:
     """Refuse to copy into a layer that would compute something else (a missing sink, cap, window, gate, scale)."""
     name = type(hf_attn).__name__
     has_sinks = getattr(hf_attn, "sinks", None) is not None
@@ -125,34 +121,13 @@ def _check_same_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
             f"{name} scales its scores by {scaling:.6g}, the layer by {ours:.6g}: build it with scale={scaling!r} "
             "(Gemma's query_pre_attn_scalar**-0.5, Granite's attention_multiplier)"
         )
-    if name == "Llama4TextAttention":  # RoPE or not, its chunk, its temperature, its QK-norm
-        _check_llama4_attention(attn, hf_attn)
+    family.check_attention(attn, hf_attn)  # e.g. Llama 4's RoPE or not, chunk, temperature, QK-norm per layer
     gated = hf_attn.q_proj.weight.shape[0] == 2 * attn.n_heads * attn.head_dim
     if gated != (attn.gate_proj is not None) or (gated and attn.gate_proj.out_features != attn.n_heads * attn.head_dim):
         raise ValueError(
             f"{name} {'makes an' if gated else 'has no'} output gate per query element: "
             f"build the layer with gate={'elementwise' if gated else None!r}"
         )
-
-
-def _check_llama4_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
-    """A ``Llama4TextAttention`` layer's RoPE, chunk, temperature and QK-norm must be the layer's."""
-    name, config = type(hf_attn).__name__, hf_attn.config
-    rope = bool(hf_attn.use_rope)
-    chunked = config.layer_types[hf_attn.layer_idx] == "chunked_attention"
-    expected = {
-        "rope": (rope, attn.rope is not None),
-        "chunk": (config.attention_chunk_size if chunked else None, attn.chunk),
-        "temperature": (
-            (float(hf_attn.floor_scale), float(hf_attn.attn_scale)) if hf_attn.attn_temperature_tuning and not rope
-            else None,
-            attn.temperature,
-        ),
-        "qk_norm": (hasattr(hf_attn, "qk_norm"), attn.q_norm is not None),
-    }  # fmt: skip
-    for key, (theirs, ours) in expected.items():
-        if theirs != ours:
-            raise ValueError(f"{name} (layer {hf_attn.layer_idx}) has {key}={theirs!r}, the layer {key}={ours!r}")
 
 
 def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
@@ -185,11 +160,11 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
             layer's), naming the difference.
     """
     _check_attention_kinds(attn, hf_attn)
-    if isinstance(getattr(hf_attn, "qkv_proj", None), nn.Module):  # Phi-3: one fused projection
-        hf_attn = unfused_attention(hf_attn)
+    family = family_of(hf_attn)
+    hf_attn = family.attention_view(hf_attn)  # Phi-3: its fused qkv_proj seen as three projections
     if not hasattr(attn, "d_latent"):  # multi-head attention and its GQA/MQA forms
         _check_same_widths(attn, hf_attn)
-        _check_same_attention(attn, hf_attn)
+        _check_same_attention(attn, hf_attn, family)
         q_proj = hf_attn.q_proj
         if attn.gate_proj is None:
             copy_weights(attn.q_proj, q_proj)
@@ -202,14 +177,13 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
         for name in ("k_proj", "v_proj"):
             copy_weights(getattr(attn, name), getattr(hf_attn, name))
         copy_weights(attn.out_proj, hf_attn.o_proj)
-        if attn.q_norm is not None and hasattr(hf_attn, "qk_norm"):  # Llama 4: an L2 norm without a gain
+        if attn.q_norm is not None and not family.qk_norm_gain:  # Llama 4: an L2 norm without a gain
             with torch.no_grad():
                 attn.q_norm.weight.fill_(1.0)
                 attn.k_norm.weight.fill_(1.0)
         elif attn.q_norm is not None:
-            offset = 1.0 if _hf_model_type(hf_attn) in OFFSET_NORM_TYPES else 0.0
-            copy_weights(attn.q_norm, hf_attn.q_norm.weight + offset)
-            copy_weights(attn.k_norm, hf_attn.k_norm.weight + offset)
+            copy_weights(attn.q_norm, hf_attn.q_norm.weight + family.norm_offset)
+            copy_weights(attn.k_norm, hf_attn.k_norm.weight + family.norm_offset)
         if attn.sinks is not None:
             with torch.no_grad():
                 attn.sinks.copy_(hf_attn.sinks)
@@ -236,12 +210,11 @@ def copy_attention(attn: nn.Module, hf_attn: nn.Module) -> None:
 def from_hf(model: nn.Module) -> DecoderLM:
     """A :class:`~attn_core.DecoderLM` with the weights of a Hugging Face causal LM.
 
-    Works with the ``...ForCausalLM`` objects of :data:`SUPPORTED_MODEL_TYPES` (LLaMA, Mistral,
-    Qwen2, Qwen3, DeepSeek-V3 and V3.2, Gemma 2 and 3, Mixtral, Qwen3-MoE, Granite, Phi-3,
-    Cohere 2, GLM-4-MoE, SmolLM3, OLMo 2 and 3, Qwen3-Next, gpt-oss, Llama 4's text model; random-initialised or from
+    Works with the ``...ForCausalLM`` objects of :data:`~attn_core.hf.families.SUPPORTED_MODEL_TYPES`
+    (one file each under ``attn_core/hf/families``; random-initialised or from
     ``from_pretrained``); the result has the model's dtype and device and is in eval mode. Its logits
     equal the Hugging Face model's up to rounding (float64: ~1e-14 measured, held below 1e-10; see
-    ``tests/test_parity_hf.py`` and ``tests/test_convert*.py``).
+    ``tests/test_parity_hf.py``, ``tests/test_hf_convert.py`` and ``tests/test_hf_families*.py``).
 
     Args:
         model: The Hugging Face model (``transformers`` itself is not imported here).
@@ -266,7 +239,8 @@ def from_hf(model: nn.Module) -> DecoderLM:
     weight = model.get_input_embeddings().weight
     ours = DecoderLM(c).to(dtype=weight.dtype, device=weight.device)
     core = model.model
-    offset = 1.0 if model.config.model_type in OFFSET_NORM_TYPES else 0.0  # Gemma's gains are 1 + weight
+    family = FAMILIES[model.config.model_type]  # config_from_hf has refused the others
+    offset = family.norm_offset  # Gemma's gains are 1 + weight
     copy_weights(ours.tok_emb, core.embed_tokens)
     copy_norm(ours.final_norm, core.norm, offset)
     if not c.tie_weights:
@@ -283,7 +257,7 @@ def from_hf(model: nn.Module) -> DecoderLM:
             copy_norm(block.mlp_post_norm, layer.post_feedforward_layernorm, offset)
         elif not c.parallel_block and c.norm_position != "post_sublayer":  # Cohere's parallel block has one norm
             copy_norm(block.mlp_norm, layer.post_attention_layernorm, offset)
-        hf_mlp = layer.feed_forward if hasattr(layer, "feed_forward") else layer.mlp  # Llama 4's name
+        hf_mlp = getattr(layer, family.mlp_name)  # Llama 4's is feed_forward
         if isinstance(block.mlp, MixtureOfExperts):
             copy_moe(block.mlp, hf_mlp)
         else:

@@ -1,12 +1,15 @@
-"""Hugging Face's RoPE settings read into attn_core's: :func:`scaling_from_hf`.
+"""Hugging Face's RoPE settings read into attn_core's: :func:`scaling_from_hf` and the readers of a config.
 
 Hugging Face keeps a model's RoPE in ``config.rope_parameters`` (transformers 5: ``rope_type``,
 ``rope_theta`` and the scaling's keys in one dict) or in ``rope_theta`` and ``rope_scaling``
 (4.x). :func:`scaling_from_hf` turns one such dict into a scaling of
-:mod:`attn_core.positions.rope_scaling`.
+:mod:`attn_core.positions.rope_scaling`; :func:`rope_parameters` and :func:`rope_base_and_type`
+read a config of either version; :func:`plain_rope` gives the positions of a model with one RoPE
+in every layer (LLaMA's, the default of :class:`~attn_core.hf.families.base.Family`) and
+:func:`partial_rotary` the rotated width of a ``partial_rotary_factor``.
 
-It reads Hugging Face's names, so it lives with the converter (floor 5), not with the
-positional encodings it produces: :mod:`attn_core.positions` never imports ``hf``.
+These read Hugging Face's names, so they live with the converter (floor 5), not with the
+positional encodings they produce: :mod:`attn_core.positions` never imports ``hf``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,41 @@ from ..positions.rope_scaling import (
     YarnScaling,
 )
 
-__all__ = ["scaling_from_hf"]
+__all__ = ["partial_rotary", "plain_rope", "rope_base_and_type", "rope_parameters", "scaling_from_hf"]
+
+
+def rope_parameters(hf) -> dict:
+    """A config's RoPE dict: ``rope_parameters`` (transformers 5) or ``rope_scaling`` (4.x); ``{}`` if neither."""
+    return dict(getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {})
+
+
+def rope_base_and_type(hf) -> tuple[float, str]:
+    """RoPE's base and type, from ``rope_parameters`` (transformers 5) or ``rope_theta``/``rope_scaling`` (4.x)."""
+    params = dict(getattr(hf, "rope_parameters", None) or {})
+    scaling = getattr(hf, "rope_scaling", None) or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    base = params.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+    return float(base), kind
+
+
+def plain_rope(hf) -> dict:
+    """``rope_base`` and ``rope_scaling`` of one RoPE in every layer (LLaMA's): PI, dynamic NTK, YaRN, Llama 3.1's
+    or LongRoPE as :func:`scaling_from_hf` reads them; no ``rope_scaling`` for plain RoPE."""
+    base, kind = rope_base_and_type(hf)
+    if kind == "default":
+        return dict(rope_base=base)
+    scaling = scaling_from_hf(rope_parameters(hf), max_position_embeddings=hf.max_position_embeddings)
+    return dict(rope_base=base, rope_scaling=scaling)
+
+
+def partial_rotary(hf) -> dict:
+    """``rotary_dim`` for a ``partial_rotary_factor`` other than 1 (Hugging Face's ``int(head_dim · factor)``)."""
+    factor = dict(getattr(hf, "rope_parameters", None) or {}).get("partial_rotary_factor", None)
+    factor = getattr(hf, "partial_rotary_factor", 1.0) if factor is None else factor
+    if factor == 1.0:
+        return {}
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    return dict(rotary_dim=int(head_dim * factor))
 
 
 def scaling_from_hf(rope_parameters: Mapping[str, object], *, max_position_embeddings: int) -> RopeScaling | None:

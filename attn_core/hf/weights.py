@@ -21,7 +21,7 @@ from ..checks import check_instance
 from ..layers.gated_deltanet import GatedDeltaNet
 from ..layers.indexer import LightningIndexer
 from ..modules.moe import MixtureOfExperts
-from .families import unfused_mlp
+from .families import experts_family, family_of
 
 __all__ = ["copy_gated_deltanet", "copy_indexer", "copy_mlp", "copy_moe", "copy_norm", "copy_weights"]
 
@@ -50,8 +50,9 @@ def copy_norm(dst: nn.Module, src: nn.Module, offset: float) -> None:
 
 
 def copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:
-    """A gated MLP: ``gate_proj``, ``up_proj``, ``down_proj`` (Phi-3's fused ``gate_up_proj`` seen split)."""
-    hf_mlp = unfused_mlp(hf_mlp)
+    """A gated MLP: ``gate_proj``, ``up_proj``, ``down_proj`` (a family's other layout seen as these: its
+    ``mlp_view``, e.g. Phi-3's fused ``gate_up_proj`` split)."""
+    hf_mlp = family_of(hf_mlp).mlp_view(hf_mlp)
     for name in ("gate_proj", "up_proj", "down_proj"):
         copy_weights(getattr(ours, name), getattr(hf_mlp, name))
 
@@ -59,58 +60,37 @@ def copy_mlp(ours: nn.Module, hf_mlp: nn.Module) -> None:
 @torch.no_grad()
 def copy_moe(ours: MixtureOfExperts, hf: nn.Module) -> MixtureOfExperts:
     """Copy a Hugging Face sparse-MoE block into :class:`~attn_core.MixtureOfExperts` (Mixtral, Qwen3-MoE,
-    DeepSeek-V3, gpt-oss, Qwen3-Next).
+    DeepSeek-V3, gpt-oss, Qwen3-Next, Llama 4).
 
-    Transformers 5 stacks the experts: ``experts.gate_up_proj`` ``(E, 2f, d)`` (the gate's
-    rows first) and ``experts.down_proj`` ``(E, d, f)``; 4.x has a list of experts with
-    ``gate_proj/up_proj/down_proj`` (Qwen3-MoE, DeepSeek) or ``w1/w3/w2`` (Mixtral). The
-    router is ``gate.weight`` ``(E, d)``; DeepSeek-V3's ``gate.e_score_correction_bias``
-    becomes the ``selection_bias``, its ``shared_experts`` the ``shared`` SwiGLU.
-
-    gpt-oss (``GptOssMLP``): the router is ``router`` (weight and bias), and its experts are
-    stored transposed with biases, gate and up *interleaved*: ``gate_up_proj`` ``(E, d, 2f)``
-    whose even columns are the gate's and odd ones the up projection's,
-    ``gate_up_proj_bias`` ``(E, 2f)`` likewise, ``down_proj`` ``(E, f, d)``, ``down_proj_bias``
-    ``(E, d)``. Qwen3-Next (``Qwen3NextSparseMoeBlock``): one ``shared_expert`` and its
-    ``shared_expert_gate`` ``(1, d)``. Llama 4 (``Llama4TextMoe``, into a ``MixtureOfExperts(scoring=
-    "sigmoid", n_shared=1, weight_inputs=True)``): the router is ``router``, the experts
-    ``gate_up_proj`` ``(E, d, 2f)`` (the gate's columns first) and ``down_proj`` ``(E, f, d)``.
+    The router is ``gate.weight`` ``(E, d)`` (gpt-oss's and Llama 4's: ``router``, with a bias
+    in gpt-oss); DeepSeek-V3's ``gate.e_score_correction_bias`` becomes the ``selection_bias``,
+    its ``shared_experts`` the ``shared`` SwiGLU; Qwen3-Next's and Llama 4's one ``shared_expert``
+    too, and Qwen3-Next's ``shared_expert_gate`` ``(1, d)`` the ``shared_gate``. The experts are
+    read in the layout of their family (:func:`~attn_core.hf.families.experts_family`): the
+    stacked or listed layouts of :func:`~attn_core.hf.families.base.stacked_or_listed_expert`,
+    gpt-oss's interleaved one (:func:`~attn_core.hf.families.gpt_oss.gpt_oss_expert`) or Llama 4's
+    transposed one (:func:`~attn_core.hf.families.llama4.llama4_expert`, into a
+    ``MixtureOfExperts(scoring="sigmoid", n_shared=1, weight_inputs=True)``).
 
     Raises:
         ValueError: A shape that does not match (another number of experts, widths), or
             shared experts (or their gate) on one side only.
     """
-    router = getattr(hf, "router", None) if getattr(hf, "gate", None) is None else hf.gate
+    router = getattr(hf, "router", None) if getattr(hf, "gate", None) is None else hf.gate  # gpt-oss, Llama 4: router
     copy_weights(ours.router.proj, router)
     correction = getattr(router, "e_score_correction_bias", None)
     if correction is not None:
         ours.router.selection_bias.copy_(correction)
     experts = hf.experts
-    stacked = getattr(experts, "gate_up_proj", None)
-    interleaved = getattr(experts, "gate_up_proj_bias", None) is not None  # gpt-oss: x @ W + b, columns alternate
-    # Llama 4: x @ W too, (E, d, 2f) with the gate's f columns first (its own class, no bias, no flag).
-    transposed = not interleaved and type(experts).__name__ == "Llama4TextExperts"
-    if transposed != ours.weight_inputs:  # Llama 4 scales each token before its expert, the others after
+    family = experts_family(experts)  # gpt-oss's and Llama 4's own layouts; the others are LLaMA's
+    if family.experts_weigh_inputs != ours.weight_inputs:  # Llama 4 scales each token before its expert
+        weighs = family.experts_weigh_inputs
         raise ValueError(
-            f"{type(experts).__name__} {'weights its inputs' if transposed else 'weights its outputs'}: build the "
-            f"MixtureOfExperts with weight_inputs={transposed}"
+            f"{type(experts).__name__} {'weights its inputs' if weighs else 'weights its outputs'}: build the "
+            f"MixtureOfExperts with weight_inputs={weighs}"
         )
     for e, expert in enumerate(ours.experts):
-        bias = {}
-        if transposed:
-            gate, up = stacked[e].t().chunk(2, dim=0)  # (d, 2f) -> (2f, d) -> the gate's f rows, then up's
-            down = experts.down_proj[e].t()  # (f, d) -> (d, f)
-        elif interleaved:
-            w, b = stacked[e], experts.gate_up_proj_bias[e]  # (d, 2f), (2f,)
-            gate, up, down = w[:, 0::2].t(), w[:, 1::2].t(), experts.down_proj[e].t()  # (f, d), (f, d), (d, f)
-            bias = dict(gate=b[0::2], up=b[1::2], down=experts.down_proj_bias[e])
-        elif stacked is not None:
-            gate, up = stacked[e].chunk(2, dim=0)  # (2f, d) -> the gate's f rows, then the up projection's
-            down = experts.down_proj[e]
-        else:
-            src = experts[e]
-            names = ("gate_proj", "up_proj", "down_proj") if hasattr(src, "gate_proj") else ("w1", "w3", "w2")
-            gate, up, down = (getattr(src, n).weight for n in names)
+        gate, up, down, bias = family.expert(experts, e)
         copy_weights(expert.gate_proj, gate, bias=bias.get("gate"))
         copy_weights(expert.up_proj, up, bias=bias.get("up"))
         copy_weights(expert.down_proj, down, bias=bias.get("down"))

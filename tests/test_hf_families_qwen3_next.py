@@ -23,8 +23,9 @@ from transformers import Qwen3NextConfig, Qwen3NextForCausalLM  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next as hf_qwen3_next  # noqa: E402
 
 from attn_core import DecoderLM, GatedDeltaNet  # noqa: E402
-from attn_core.hf.configs import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.families import NOT_CONVERTED  # noqa: E402
 from attn_core.hf.weights import copy_moe  # noqa: E402
 from attn_core.modules.moe import MixtureOfExperts  # noqa: E402
 

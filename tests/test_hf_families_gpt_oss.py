@@ -22,8 +22,9 @@ from transformers import GptOssConfig, GptOssForCausalLM  # noqa: E402
 from transformers.models.gpt_oss import modeling_gpt_oss as hf_gpt_oss  # noqa: E402
 
 from attn_core import SwiGLU  # noqa: E402
-from attn_core.hf.configs import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import from_hf  # noqa: E402
+from attn_core.hf.families import NOT_CONVERTED  # noqa: E402
 from attn_core.hf.weights import copy_moe  # noqa: E402
 from attn_core.modules.mlp import ClampedSwiGLU  # noqa: E402
 from attn_core.modules.moe import MixtureOfExperts  # noqa: E402

@@ -23,8 +23,9 @@ from transformers.models.olmo2 import modeling_olmo2  # noqa: E402
 from transformers.models.olmo3 import modeling_olmo3  # noqa: E402
 
 from attn_core import DecoderConfig, DecoderLM, MultiHeadAttention, RotaryEmbedding  # noqa: E402
-from attn_core.hf.configs import NOT_CONVERTED, config_from_hf  # noqa: E402
+from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402
+from attn_core.hf.families import NOT_CONVERTED  # noqa: E402
 from attn_core.model.blocks import SandwichBlock  # noqa: E402
 from attn_core.modules.norms import HeadsRMSNorm, RMSNorm  # noqa: E402
 from attn_core.positions.rope_scaling import YarnScaling  # noqa: E402

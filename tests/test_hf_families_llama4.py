@@ -27,8 +27,9 @@ from transformers import Llama4ForCausalLM, Llama4TextConfig  # noqa: E402
 from transformers.models.llama4 import modeling_llama4 as hf_llama4  # noqa: E402
 
 from attn_core import MultiHeadAttention, RMSNorm, RotaryEmbedding  # noqa: E402
-from attn_core.hf.configs import NOT_CONVERTED, SUPPORTED_MODEL_TYPES, config_from_hf  # noqa: E402,E501
+from attn_core.hf.configs import config_from_hf  # noqa: E402
 from attn_core.hf.convert import copy_attention, from_hf  # noqa: E402,E501
+from attn_core.hf.families import NOT_CONVERTED, SUPPORTED_MODEL_TYPES  # noqa: E402
 from attn_core.hf.weights import copy_moe  # noqa: E402,E501
 from attn_core.model.params import parameter_count  # noqa: E402
 from attn_core.modules.moe import MixtureOfExperts  # noqa: E402
