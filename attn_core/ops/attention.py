@@ -25,18 +25,15 @@ import importlib
 import math
 
 import torch
-import torch.nn.functional as F
 
 from ..checks import check_bool, check_mask, check_number, check_tensor
+from .backends.explicit import explicit_attention
 from .backends.flex import flex_or_none, sink_correction, use_flex
+from .backends.sdpa import sdpa_attention
 from .backends.switch import FLASH, flash_route
-from .masks import causal_mask, check_window
+from .masks import check_window
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
-
-# ``enable_gqa`` arrived in PyTorch 2.5; attn_core supports torch>=2.2, so older
-# versions fall back to materialising the repeated key/value heads.
-_SDPA_HAS_GQA = torch.torch_version.TorchVersion(torch.__version__) >= (2, 5)
 
 
 def check_qkv(q, k, v, *, mask=None, scale=None, dropout_p=0.0) -> int:
@@ -116,30 +113,6 @@ def _common_case_groups(q, k, v, mask, scale, dropout_p) -> int | None:
     if D != D_k or B != B_k or v_shape[0] != B_k or v_shape[1] != H_kv or v_shape[2] != T_k or H % H_kv:
         return None
     return 1 if H_kv in (1, H) else H // H_kv
-
-
-def _combine_masks(mask, is_causal, T_q, T_k, device, window=None):
-    """Split ``mask`` into a boolean ``allowed`` part and a finite float ``bias`` part, adding causality (and a window).
-
-    Shapes:
-        mask: broadcastable to ``(..., T_q, T_k)``; allowed, bias: as ``mask`` (or ``(T_q, T_k)``), or None
-    """
-    allowed = bias = None
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            allowed = mask
-        else:
-            # An additive mask blocks a key with -inf, or with finfo(dtype).min (Hugging Face's
-            # convention). Read both as "blocked", so that a query whose keys are all blocked
-            # gets zeros as with a boolean mask, not NaN (-inf: softmax of -inf everywhere)
-            # nor the mean of the values (finfo.min: every score equally low).
-            blocked = mask <= torch.finfo(mask.dtype).min  # (..., T_q, T_k); a tensor op, no sync
-            allowed, bias = ~blocked, mask.masked_fill(blocked, 0.0)
-    if is_causal:
-        # Bottom-right aligned, so it is also right for T_q < T_k (decoding with a cache).
-        causal = causal_mask(T_q, T_k, window=window, device=device)  # (T_q, T_k)
-        allowed = causal if allowed is None else allowed & causal
-    return allowed, bias
 
 
 def attention(
@@ -239,13 +212,13 @@ def attention(
         if fused is not None:
             return fused
     if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
-        out, weights = _explicit(
+        out, weights = explicit_attention(
             q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks
         )
         return (out, weights) if return_weights else out
     if return_weights:
-        return _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
-    return _fast(q, k, v, mask, is_causal, sdpa_scale, dropout_p, groups, T_q, T_k, window=window)
+        return explicit_attention(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
+    return sdpa_attention(q, k, v, mask, is_causal, sdpa_scale, dropout_p, groups, T_q, T_k, window=window)
 
 
 def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
@@ -303,96 +276,3 @@ def attend(
         as :func:`attention`; weights ``None`` unless ``return_weights``
     """
     return split_result(attention(q, k, v, return_weights=return_weights, **kwargs), return_weights)
-
-
-def _explicit(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None, window=None, sinks=None):
-    T_q, T_k = q.shape[-2], k.shape[-2]
-    if groups > 1:
-        # Grouped heads without copying K/V: give each key/value head an axis of G query
-        # heads, let matmul broadcast K over it, then flatten back to H = H_kv * G heads.
-        q = q.unflatten(-3, (k.shape[-3], groups))  # (..., H_kv, G, T_q, D)
-        k, v = k.unsqueeze(-3), v.unsqueeze(-3)  # (..., H_kv, 1, T_k, D)
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., [H_kv, G,] T_q, T_k)
-    if groups > 1:
-        scores = scores.flatten(-4, -3)  # (..., H, T_q, T_k)
-    # Softmax in (at least) float32: in float16 the sums lose digits and large scores
-    # overflow. float64 inputs stay float64.
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
-    if softcap is not None:
-        # Gemma 2's soft cap: near-linear for |s| << cap, never beyond ±cap; before the mask.
-        scores = softcap * torch.tanh(scores / softcap)
-    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device, window)
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
-    if sinks is not None:
-        return _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups)
-    if allowed is not None:
-        fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        # A row with every key masked would be softmax(-inf, ..., -inf) = NaN. Give it
-        # finite scores (any will do) and zero its weights after the softmax instead.
-        scores = scores.masked_fill(fully_masked, 0.0)
-    weights = torch.softmax(scores, dim=-1)
-    if allowed is not None:
-        weights = weights.masked_fill(fully_masked, 0.0)
-    weights = weights.to(v.dtype)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    if groups > 1:
-        dropped = dropped.unflatten(-3, (k.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
-    out = dropped @ v  # (..., [H_kv, G,] T_q, D_v)
-    if groups > 1:
-        out = out.flatten(-4, -3)  # (..., H, T_q, D_v)
-    return out, weights
-
-
-def _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups):
-    """Softmax with one extra logit per head (the sink) in the denominator; the sink's own weight is dropped."""
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))  # a fully masked row gives all its mass to the sink
-    sink = sinks.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (H,) -> (..., H, T_q, 1)
-    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (..., H, T_q, T_k)
-    weights = weights.to(v.dtype)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    if groups > 1:  # v arrives as (..., H_kv, 1, T_k, D_v) from _explicit
-        dropped = dropped.unflatten(-3, (v.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
-        return (dropped @ v).flatten(-4, -3), weights  # (..., H_kv, G, T_q, D_v) -> (..., H, T_q, D_v)
-    return dropped @ v, weights  # (..., H, T_q, D_v)
-
-
-def _fast(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k, window=None):
-    """The fast path: one SDPA call, a mask built only when SDPA's own ``is_causal`` cannot serve.
-
-    ``scale`` may be None (SDPA's default, 1/√D); every other argument is checked.
-
-    Shapes:
-        as :func:`attention`
-    """
-    sdpa_kwargs = {}
-    if groups > 1:
-        if _SDPA_HAS_GQA and q.dim() == 4:
-            sdpa_kwargs["enable_gqa"] = True
-        else:  # older PyTorch: repeat each key/value head for its G query heads
-            k = k.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D)
-            v = v.repeat_interleave(groups, dim=-3)  # (..., H, T_k, D_v)
-    if mask is None and window is None and (not is_causal or T_q == T_k):
-        # SDPA's own is_causal is top-left aligned, which agrees with ours only when T_q == T_k.
-        return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **sdpa_kwargs
-        )
-    allowed, bias = _combine_masks(mask, is_causal, T_q, T_k, q.device, window)
-    fully_masked = None
-    if allowed is not None:
-        fully_masked = ~allowed.any(dim=-1, keepdim=True)  # (..., T_q, 1)
-        # Let fully masked rows attend everywhere (finite, NaN-free, also in the
-        # backward pass) and zero their output afterwards.
-        allowed = allowed | fully_masked
-    if bias is None:
-        attn_mask = allowed
-    elif allowed is None:
-        attn_mask = bias.to(q.dtype)
-    else:
-        attn_mask = bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, **sdpa_kwargs)
-    if fully_masked is not None:
-        out = out.masked_fill(fully_masked, 0.0)
-    return out

@@ -20,7 +20,7 @@ import torch
 
 from ..checks import check_int, check_tensor
 
-__all__ = ["causal_mask", "padding_mask", "position_mask", "check_window"]
+__all__ = ["causal_mask", "padding_mask", "position_mask", "check_window", "combine_masks"]
 
 
 def check_window(window: object, name: str = "window") -> int | None:
@@ -177,3 +177,27 @@ def padding_mask(lengths: torch.Tensor | list[int], T: int) -> torch.Tensor:
         raise ValueError(f"every length must be in [0, T={T}], got lengths={lengths.tolist()}")
     positions = torch.arange(T, device=lengths.device)  # (T,)
     return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, T)
+
+
+def combine_masks(mask, is_causal, T_q, T_k, device, window=None):
+    """Split ``mask`` into a boolean ``allowed`` part and a finite float ``bias`` part, adding causality (and a window).
+
+    Shapes:
+        mask: broadcastable to ``(..., T_q, T_k)``; allowed, bias: as ``mask`` (or ``(T_q, T_k)``), or None
+    """
+    allowed = bias = None
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            allowed = mask
+        else:
+            # An additive mask blocks a key with -inf, or with finfo(dtype).min (Hugging Face's
+            # convention). Read both as "blocked", so that a query whose keys are all blocked
+            # gets zeros as with a boolean mask, not NaN (-inf: softmax of -inf everywhere)
+            # nor the mean of the values (finfo.min: every score equally low).
+            blocked = mask <= torch.finfo(mask.dtype).min  # (..., T_q, T_k); a tensor op, no sync
+            allowed, bias = ~blocked, mask.masked_fill(blocked, 0.0)
+    if is_causal:
+        # Bottom-right aligned, so it is also right for T_q < T_k (decoding with a cache).
+        causal = causal_mask(T_q, T_k, window=window, device=device)  # (T_q, T_k)
+        allowed = causal if allowed is None else allowed & causal
+    return allowed, bias
