@@ -6,8 +6,8 @@ process, bfloat16, every pair measured side by side:
 - the attention core (``attn_core.attention``) vs SDPA, causal, at (8, 16, 1024, 64) and
   (4, 16, 4096, 128) (B, H, T, D);
 - a sliding window of 512 at T = 4096 vs full causal SDPA: ``attention()`` as it is (on
-  CUDA the Triton FlashAttention kernel, :mod:`attn_core.ops.backends.switch`), FlexAttention's
-  block mask (``set_flash_mode("never")``) and the dense mask (both switches ``"never"``);
+  CUDA the Triton FlashAttention kernel, :mod:`attn_core.ops.backends`), FlexAttention's
+  block mask (``use(flash="never")``) and the dense mask (both kernels ``"never"``);
 - gpt-oss sinks vs causal SDPA: ``attention()`` as it is (the Triton kernel), FlexAttention +
   its log-sum-exp, and the explicit path;
 - greedy decoding (batch 1 and 16, a 128-token prompt + 128 new tokens) of a ~0.85 B
@@ -109,9 +109,8 @@ def _qkv(B, H, T, D, H_kv=None, seed=0):
 
 
 def attention_entries(quick: bool) -> list[dict]:
+    from attn_core.ops import backends
     from attn_core.ops.attention import attention
-    from attn_core.ops.backends.flex import set_flex_mode
-    from attn_core.ops.backends.switch import set_flash_mode
 
     # A call takes 0.1-12 ms: 100 rounds cost seconds and narrow the interval on each ratio
     # (30 rounds at (8, 16, 1024, 64) on an H200 gave per-round ratios from 0.86 to 1.24).
@@ -136,15 +135,11 @@ def attention_entries(quick: bool) -> list[dict]:
     sinks = torch.linspace(-1, 1, q.shape[1], device=q.device, dtype=q.dtype)  # (H,)
 
     def forced(flash: str, flex: str, **kw):
-        """attention() with the kernel switches set for this call (attn_core.ops.backends.switch)."""
+        """attention() with the kernels' modes set for this call (attn_core.ops.backends)."""
 
         def run():
-            before = set_flash_mode(flash), set_flex_mode(flex)
-            try:
+            with backends.use(flash=flash, flex=flex):
                 return attention(q, k, v, is_causal=True, **kw)
-            finally:
-                set_flash_mode(before[0])
-                set_flex_mode(before[1])
 
         return run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from attn_core.ops.backends import explicit
+from attn_core.ops.backends.call import Call
 from attn_core.ops.masks import causal_mask
 from conftest import qkv
 
@@ -30,3 +31,10 @@ def test_a_fully_masked_row_gives_zeros_and_softcap_bounds_the_scores():
     assert torch.equal(out[0, 0, 0], torch.zeros(4)) and torch.equal(weights[0, 0, 0], torch.zeros(3))
     _, capped = explicit.explicit_attention(q * 100, k, v, None, False, 1.0, 0.0, 1, softcap=1.0)
     assert capped.max() / capped.min() < torch.e**2 * (1 + 1e-6)  # scores in (-1, 1), nearly saturated here
+
+
+def test_run_returns_the_weights_only_when_asked():
+    q, k, v = qkv(1, 2, 5, 4, dtype=F64)
+    out = explicit.run(Call(q, k, v, is_causal=True))
+    out2, weights = explicit.run(Call(q, k, v, is_causal=True, weights=True))
+    assert torch.equal(out, out2) and weights.shape == (1, 2, 5, 5)

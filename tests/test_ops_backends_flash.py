@@ -1,7 +1,7 @@
 """attn_core.ops.backends.flash: the Triton FlashAttention kernels equal attention() in values and gradients.
 
 On a machine without CUDA the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set
-by attn_core.ops.backends.flash before it imports triton), so the shapes are small: the interpreter
+by attn_core on import, before anything imports triton), so the shapes are small: the interpreter
 runs each program in Python, tile by tile. The reference is attn_core.attention in float64.
 """
 
@@ -246,8 +246,8 @@ def test_bad_block_size():
 def test_without_triton_the_package_imports_and_says_how_to_install():
     code = (
         "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
-        "import torch, attn_core, attn_core.ops.backends.flash as f\n"
-        "assert f.triton is None and not f.INTERPRETED\n"
+        "import torch, attn_core, attn_core.ops.backends.flash as f, attn_core.ops.backends.flash_kernels as fk\n"
+        "assert fk.triton is None and not fk.INTERPRETED\n"
         "try:\n"
         "    f.flash_attention(torch.zeros(1, 1, 2, 16), torch.zeros(1, 1, 2, 16), torch.zeros(1, 1, 2, 16))\n"
         "except ImportError as e:\n"

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attn_core.ops import backends
 from attn_core.ops.attention import attention
-from attn_core.ops.backends.flex import FLEX_MODES, HAS_FLEX, flex_attention, flex_mode, set_flex_mode, sink_correction
+from attn_core.ops.backends import FLEX
+from attn_core.ops.backends.call import Call
+from attn_core.ops.backends.flex import HAS_FLEX, flex_attention, sink_correction
 from conftest import qkv
 
 F64 = torch.float64
@@ -18,9 +21,17 @@ pytestmark = pytest.mark.skipif(not HAS_FLEX, reason="this PyTorch has no torch.
 
 @pytest.fixture
 def flex_always():
-    previous = set_flex_mode("always")
-    yield
-    set_flex_mode(previous)
+    with backends.use(flex="always"):
+        yield
+
+
+@pytest.fixture
+def flex_calls(monkeypatch):
+    """Every call the table hands to FlexAttention."""
+    calls = []
+    real = FLEX.run
+    monkeypatch.setattr(FLEX, "run", lambda call: calls.append(call) or real(call))
+    return calls
 
 
 @pytest.mark.parametrize(
@@ -35,8 +46,8 @@ def test_flex_path_equals_explicit_in_float64(flex_always, T_q, T_k, window, H_k
     expected, _ = attention(q, k, v, is_causal=True, window=window, sinks=sinks, return_weights=True)
     fused = attention(q, k, v, is_causal=True, window=window, sinks=sinks)
     assert torch.allclose(fused, expected, rtol=0, atol=1e-12)
-    set_flex_mode("never")  # and the explicit path itself is what the CPU computes by default
-    assert torch.allclose(attention(q, k, v, is_causal=True, window=window, sinks=sinks), expected, atol=1e-12)
+    with backends.use(flex="never"):  # and the explicit path itself is what the CPU computes by default
+        assert torch.allclose(attention(q, k, v, is_causal=True, window=window, sinks=sinks), expected, atol=1e-12)
 
 
 def test_flex_lse_is_the_natural_log_sum_exp(flex_always):
@@ -75,53 +86,47 @@ def test_flex_window_in_float32_matches_explicit(flex_always):
     assert torch.allclose(fused, expected, atol=1e-5)  # float32 sums in another order
 
 
-def test_options_the_kernel_lacks_keep_the_explicit_path(flex_always, monkeypatch):
-    import attn_core.ops.attention as core
-
-    calls = []
-    monkeypatch.setattr(core, "flex_or_none", lambda *a, **kw: calls.append(1))
+def test_options_the_kernel_lacks_keep_the_explicit_path(flex_always, flex_calls):
     q, k, v = qkv(1, 2, 6, 4, dtype=F64)
     sinks = torch.zeros(2, dtype=F64)
     attention(q, k, v, is_causal=True, window=2, sinks=sinks, softcap=5.0)
     attention(q, k, v, is_causal=True, window=2, return_weights=True)
     attention(q, k, v, is_causal=True, window=2, mask=torch.ones(6, 6, dtype=torch.bool))
-    assert calls == []
+    assert flex_calls == []
 
 
-def test_default_mode_keeps_the_cpu_on_the_explicit_path(monkeypatch):
-    import attn_core.ops.attention as core
-
-    assert flex_mode() == "auto"
-    monkeypatch.setattr(core, "flex_or_none", lambda *a, **kw: pytest.fail("flex on the CPU in auto mode"))
-    q, k, v = qkv(1, 2, 6, 4, dtype=torch.float32)
+def test_default_mode_keeps_the_cpu_on_the_explicit_path(flex_calls):
+    assert backends.mode("flex") == "auto"
+    q, k, v = qkv(1, 2, 6, 16, dtype=torch.float32)
     attention(q, k, v, is_causal=True, window=2, sinks=torch.zeros(2))
+    assert flex_calls == []
 
 
-def test_set_flex_mode_bad_input():
-    assert FLEX_MODES == ("auto", "always", "never")
-    with pytest.raises(ValueError, match="mode"):
-        set_flex_mode("fast")
+def test_the_row_runs_the_kernel_and_finishes_with_the_sink_correction():
+    q, k, v = qkv(1, 2, 9, 4, dtype=F64, seed=8)
+    sinks = torch.tensor([-1.0, 2.0], dtype=F64)
+    call = Call(q, k, v, is_causal=True, window=3, sinks=sinks)
+    out, lse = FLEX.run(call)
+    assert torch.equal(FLEX.finish(call, (out, lse)), sink_correction(out, lse, sinks))
+    plain = Call(q, k, v, is_causal=True, window=3)
+    out, lse = FLEX.run(plain)
+    assert lse is None and FLEX.finish(plain, (out, lse)) is out  # no sinks: no log-sum-exp asked for
 
 
 def test_a_shape_the_kernel_refuses_falls_back_in_auto_mode(monkeypatch):
-    import attn_core.ops.backends.flex as flex
-
-    def refuse(*args, **kwargs):
+    def refuse(call):
         raise RuntimeError("NYI: embedding dimension must be at least 16")
 
-    monkeypatch.setattr(flex, "flex_attention", refuse)
-    monkeypatch.setattr(flex.FLEX, "refused", set())
+    monkeypatch.setattr(FLEX, "auto", lambda call: True)  # as on a GPU
+    monkeypatch.setattr(FLEX, "run", refuse)
+    monkeypatch.setattr(FLEX.switch, "refused", set())
     q, k, v = qkv(1, 2, 6, 4, dtype=torch.float32)
-    with pytest.warns(RuntimeWarning, match="FlexAttention failed for .*NYI"):
-        assert flex.flex_or_none(q, k, v, scale=0.5, is_causal=True, window=2) is None
-    assert flex.FLEX.refused == {flex._key(q, k, v)}
-    previous = set_flex_mode("always")
-    try:
-        with pytest.raises(RuntimeError, match="NYI"):
-            flex.flex_or_none(q, k, v, scale=0.5, is_causal=True, window=2)
-        assert flex.use_flex(q, k, v)  # "always" ignores the memo and the width
-    finally:
-        set_flex_mode(previous)
+    with backends.use(flash="never"), pytest.warns(RuntimeWarning, match="FlexAttention failed for .*NYI"):
+        out = attention(q, k, v, is_causal=True, window=2)
+    torch.testing.assert_close(out, attention(q, k, v, is_causal=True, window=2, return_weights=True)[0])
+    assert FLEX.switch.refused == {FLEX.key(Call(q, k, v))} == {(4, 4, 6, 6, torch.float32, "cpu")}
+    with backends.use(flex="always"), pytest.raises(RuntimeError, match="NYI"):
+        attention(q, k, v, is_causal=True, window=2)  # "always" ignores the memo and the width
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

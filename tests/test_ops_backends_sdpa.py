@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_core.ops.backends import explicit, sdpa
+from attn_core.ops.backends.call import Call
 from attn_core.ops.masks import causal_mask
 from conftest import qkv
 
@@ -24,12 +25,10 @@ def test_grouped_heads_with_and_without_enable_gqa_and_masked_rows(monkeypatch):
     mask = torch.ones(5, 5, dtype=torch.bool)
     mask[0] = False  # a query that sees no key: zeros, not NaN
     expected, _ = explicit.explicit_attention(q, k, v, mask, False, 8**-0.5, 0.0, 2)
-    out = sdpa.sdpa_attention(q, k, v, mask, False, None, 0.0, 2, 5, 5)
+    out = sdpa.run(Call(q, k, v, mask, groups=2))
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     monkeypatch.setattr(sdpa, "_SDPA_HAS_GQA", False)  # PyTorch < 2.5: the heads are repeated
-    torch.testing.assert_close(
-        sdpa.sdpa_attention(q, k, v, mask, False, None, 0.0, 2, 5, 5), expected, rtol=0, atol=1e-12
-    )
+    torch.testing.assert_close(sdpa.run(Call(q, k, v, mask, groups=2)), expected, rtol=0, atol=1e-12)
     assert torch.equal(out[:, :, 0], torch.zeros_like(out[:, :, 0]))
 
 
@@ -38,5 +37,5 @@ def test_the_common_call_is_one_direct_sdpa_call(monkeypatch):
     real = F.scaled_dot_product_attention
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
     q, k, v = qkv(1, 2, 5, 8)
-    sdpa.sdpa_attention(q, k, v, None, True, None, 0.0, 1, 5, 5)
+    sdpa.run(Call(q, k, v, is_causal=True))
     assert calls == [dict(dropout_p=0.0, is_causal=True, scale=None)]

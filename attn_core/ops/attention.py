@@ -2,14 +2,16 @@
 
     attention(Q, K, V) = softmax(Q Kᵀ · scale + bias, masked) V,   scale = 1/√d
 
-Two paths compute the same function:
+:func:`attention` checks its arguments and hands the call to the table of backends
+(:mod:`attn_core.ops.backends`), which computes the same function on one of them:
 
-* the **explicit path** (``return_weights=True``) writes every step out, keeps the
-  softmax in float32 even for half-precision inputs, and returns the attention weights
+* the **explicit path** (``return_weights=True``, soft-capping) writes every step out, keeps
+  the softmax in float32 even for half-precision inputs, and returns the attention weights
   so that they can be plotted;
 * the **fast path** (the default) hands the work to PyTorch's fused
   ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), which never materialises
-  the weights. A test holds the two paths equal.
+  the weights. A test holds the two paths equal;
+* windows and sinks go to a fused kernel on CUDA (Triton's FlashAttention, FlexAttention).
 
 Shape legend:
     ...  any leading batch dimensions, typically ``(B, H)``
@@ -20,18 +22,11 @@ Shape legend:
 
 from __future__ import annotations
 
-import functools
-import importlib
-import math
-
 import torch
 
 from ..checks import check_bool, check_mask, check_number, check_tensor
-from .backends.explicit import explicit_attention
-from .backends.flex import flex_or_none, sink_correction, use_flex
-from .backends.sdpa import sdpa_attention
-from .backends.switch import FLASH, flash_route
-from .masks import check_window
+from . import backends
+from .backends.call import Call, check_window_and_sinks
 
 __all__ = ["attention", "attend", "split_result", "check_qkv"]
 
@@ -151,13 +146,13 @@ def attention(
         window: Sliding window (needs ``is_causal``): each query sees itself and the
             ``window - 1`` keys before it (Mistral, Gemma, gpt-oss). SDPA gets it as a
             mask; on CUDA, the Triton FlashAttention kernel or FlexAttention, which skip the
-            blocks outside the window (:mod:`attn_core.ops.backends.switch`).
+            blocks outside the window (:mod:`attn_core.ops.backends`).
         sinks: One learned logit per query head that joins every softmax denominator
             and takes its share of the mass without a value (gpt-oss's attention sinks):
             ``w_j = exp(s_j) / (exp(sink_h) + Σ_k exp(s_k))``, so the weights sum to less
             than 1. SDPA has no such term: sinks take the explicit path, or on CUDA
             the Triton FlashAttention kernel, or FlexAttention's output renormalised with its
-            log-sum-exp (:mod:`attn_core.ops.backends.switch`).
+            log-sum-exp (:mod:`attn_core.ops.backends`).
 
     Returns:
         The output, or ``(output, weights)`` if ``return_weights``. The weights are the
@@ -183,76 +178,25 @@ def attention(
             a ``window`` <= 0 or without ``is_causal``, ``sinks`` not of shape ``(H,)``.
     """
     groups = check_qkv(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)
-    check_bool("is_causal", is_causal)  # SDPA refuses a non-bool; the explicit path would take 1 or "no" as true
-    check_bool("return_weights", return_weights)
+    # SDPA refuses a non-bool is_causal; the explicit path would take 1 or "no" as true. The
+    # type is tested here and check_bool called only to raise: every layer calls attention()
+    # at every decoding step, and each call is host time that a GPU waits for.
+    if type(is_causal) is not bool:
+        check_bool("is_causal", is_causal)
+    if type(return_weights) is not bool:
+        check_bool("return_weights", return_weights)
     if softcap is not None:
         softcap = check_number("softcap", softcap, low=0.0, low_open=True)
-    window = check_window(window)
-    if window is not None and not is_causal:
-        raise ValueError(f"window={window} is a causal sliding window: pass is_causal=True with it")
-    if sinks is not None:
-        check_tensor("sinks", sinks, ("H",), floating=True)
-        heads = q.shape[-3] if q.dim() >= 3 else 1
-        if sinks.shape[0] != heads:
-            raise ValueError(
-                f"sinks needs one logit per query head: got sinks.shape={tuple(sinks.shape)} for {heads} heads"
-            )
+    if window is not None or sinks is not None:
+        window = check_window_and_sinks(window, sinks, is_causal=is_causal, q=q)
     T_q, T_k = q.shape[-2], k.shape[-2]
-    # The default scale is SDPA's own default too: SDPA is left to apply it, so that the
-    # common call reaches SDPA exactly as a direct call would. The other paths need the number.
-    sdpa_scale = None if scale is None else float(scale)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if sdpa_scale is None else sdpa_scale
     if is_causal and T_q == 1 and (window is None or T_k <= window):
         # A single query (a decoding step) is the last position: it may see every key, so
         # there is no mask to build, combine and apply in every layer at every step
         # (unless a window hides the oldest keys).
         is_causal, window = False, None
-    if (sinks is not None or window is not None) and softcap is None and not return_weights and mask is None:
-        fused = _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks)
-        if fused is not None:
-            return fused
-    if softcap is not None or sinks is not None:  # the fused kernel never exposes the scores
-        out, weights = explicit_attention(
-            q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=softcap, window=window, sinks=sinks
-        )
-        return (out, weights) if return_weights else out
-    if return_weights:
-        return explicit_attention(q, k, v, mask, is_causal, scale, dropout_p, groups, window=window)
-    return sdpa_attention(q, k, v, mask, is_causal, sdpa_scale, dropout_p, groups, T_q, T_k, window=window)
-
-
-def _fused_band(q, k, v, is_causal, scale, dropout_p, window, sinks):
-    """A window or sinks on a fused kernel, or None if none takes them.
-
-    The Triton FlashAttention kernel first (it skips the key blocks outside
-    the window and starts its online softmax at the sink), then FlexAttention
-    (a window block mask; sinks from its log-sum-exp). Neither drops weights:
-    dropout keeps the explicit path. Which kernels may run:
-    :mod:`attn_core.ops.backends.switch`.
-    """
-    if dropout_p != 0.0:
-        return None
-    options = dict(is_causal=is_causal, scale=scale, window=window)
-    key = flash_route(q, k, v, is_causal=is_causal, window=window, sinks=sinks)
-    if key is not None:
-        # attention() has checked every argument: skip the kernel's own checks
-        kernel = _flash_module()._flash_attention_checked
-        enter = functools.partial(kernel, q, k, v, sinks=sinks, **options)
-        out = FLASH.attempt(key, enter)
-        if out is not None:
-            return out
-    if use_flex(q, k, v):
-        fused = flex_or_none(q, k, v, return_lse=sinks is not None, **options)
-        if fused is not None:
-            out, lse = fused
-            return out if sinks is None else sink_correction(out, lse, sinks)
-    return None
-
-
-@functools.cache
-def _flash_module():
-    """:mod:`attn_core.ops.backends.flash`, imported on first use: importing Triton takes a fraction of a second."""
-    return importlib.import_module(".backends.flash", __package__)
+    call = Call(q, k, v, mask, is_causal, scale, dropout_p, window, sinks, softcap, return_weights, groups, T_q, T_k)
+    return backends.run(call)  # the backend that computes it: the table's first row that takes the call
 
 
 def split_result(

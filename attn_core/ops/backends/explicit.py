@@ -3,8 +3,8 @@
 Scores, soft-cap, mask and bias, a softmax in (at least) float32, dropout, the weighted sum of
 the values: each step one PyTorch operation, and the weights are returned, so that they can be
 plotted. It is the one backend that computes every option (the weights, soft-capping, sinks
-with a mask or dropout): whatever no faster backend takes ends here. It materialises the
-``T_q × T_k`` scores.
+with a mask or dropout), so it is the last row of the table (:mod:`attn_core.ops.backends`):
+whatever no faster backend takes ends here. It materialises the ``T_q × T_k`` scores.
 
 Shape legend:
     ...  any leading batch dimensions, typically ``(B, H)``
@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from ..masks import combine_masks
+from .call import Call
 
-__all__ = ["explicit_attention"]
+__all__ = ["explicit_attention", "run"]
 
 
 def explicit_attention(q, k, v, mask, is_causal, scale, dropout_p, groups, softcap=None, window=None, sinks=None):
@@ -84,3 +85,16 @@ def _softmax_with_sinks(scores, allowed, sinks, v, dropout_p, groups):
         dropped = dropped.unflatten(-3, (v.shape[-4], groups))  # (..., H_kv, G, T_q, T_k)
         return (dropped @ v).flatten(-4, -3), weights  # (..., H_kv, G, T_q, D_v) -> (..., H, T_q, D_v)
     return dropped @ v, weights  # (..., H, T_q, D_v)
+
+
+def run(call: Call) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The table's entry: :func:`explicit_attention` on ``call``; the output, or ``(output, weights)`` if it asks.
+
+    Shapes:
+        as :func:`explicit_attention`
+    """
+    out, weights = explicit_attention(
+        call.q, call.k, call.v, call.mask, call.is_causal, call.softmax_scale, call.dropout_p, call.groups,
+        softcap=call.softcap, window=call.window, sinks=call.sinks,
+    )  # fmt: skip
+    return (out, weights) if call.weights else out

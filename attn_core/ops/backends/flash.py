@@ -1,9 +1,11 @@
 """FlashAttention written by hand in Triton: the Python side of the fused kernels.
 
-The kernels themselves (the forward and the two backward kernels, and the interpreter
-choice on a CPU) are in :mod:`attn_core.ops.backends.flash_kernels`. Here: the argument checks, the
-launches (:func:`flash_forward`, :func:`flash_backward`), the autograd function behind
-:func:`flash_attention`, and :func:`kernel_source` to read a kernel.
+The kernels themselves are in :mod:`attn_core.ops.backends.flash_kernels`. Here: the
+kernel's row in the table of backends (:mod:`attn_core.ops.backends`): why a call is
+:func:`unsupported` (the one list of its conditions, which :func:`flash_attention` raises too),
+:func:`auto`, :func:`key`, :func:`run`; the launches (:func:`flash_forward`,
+:func:`flash_backward`), the autograd function behind :func:`flash_attention`, and
+:func:`kernel_source` to read a kernel.
 
 What the kernel supports, in the conventions of :func:`attn_core.attention`:
 
@@ -17,8 +19,8 @@ What the kernel supports, in the conventions of :func:`attn_core.attention`:
   the online softmax it is only a different *start*: ``m = sink, l = 1`` instead of
   ``m = -inf, l = 0``.
 
-Triton is optional: ``attn_core`` imports without it, and :func:`flash_attention` then
-raises an ``ImportError`` that says ``pip install triton``.
+Triton is optional and imported on the first launch (with ``flash_kernels``), not before:
+``attn_core`` imports without it, and :func:`flash_attention` then says ``pip install triton``.
 
 Scores are kept in base 2 (see :mod:`attn_core.ops.backends.flash_kernels`): the launches pass
 ``scale · log2(e)`` and the saved log-sum-exp is in base-2 units.
@@ -32,26 +34,112 @@ Shape legend:
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import inspect
 import math
 
 import torch
 
 from ...checks import check_bool, check_int, check_number, check_tensor
-from ..masks import check_window
-from .flash_kernels import INTERPRETED, KERNELS, LATE_INTERPRETER, triton
+from .call import Call, check_window_and_sinks
 
 __all__ = [
-    "flash_attention",
-    "flash_forward",
-    "flash_backward",
-    "kernel_source",
-    "default_blocks",
-    "LOG2E",
-]
+    "flash_attention", "flash_forward", "flash_backward", "kernel_source", "default_blocks", "LOG2E",
+    "unsupported", "auto", "key", "run",  # the kernel's row in the table of backends
+]  # fmt: skip
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x · log2(e))
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@functools.cache
+def _kernels():
+    """:mod:`.flash_kernels`, imported on first use: it imports Triton, which takes a fraction of a second."""
+    from . import flash_kernels
+
+    return flash_kernels
+
+
+@functools.cache
+def _has_triton() -> bool:
+    """Whether Triton is installed (found, not imported: importing it takes a fraction of a second)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def unsupported(call: Call) -> Exception | None:
+    """Why the kernel cannot compute ``call``, as the error :func:`flash_attention` raises; None if it can.
+
+    4-D tensors of one dtype (float32, float16, bfloat16) and device (the sinks' too), keys
+    and values of one shape with the queries' batch and width, a head width that is a power
+    of two in [16, 256], ``H_kv`` dividing ``H``, ``T_q <= T_k`` if causal. The table asks in
+    every mode: an input the kernel rejects must not reach it, or its error in ``"auto"`` mode
+    would refuse the kernel to every valid input compiled alike.
+    """
+    q, k, v, sinks = call.q, call.k, call.v, call.sinks
+    if q.dim() != 4:
+        return ValueError(f"q must have shape (B, H, T, D), got {tuple(q.shape)}")
+    if k.dim() != 4:
+        return ValueError(f"k must have shape (B, H, T, D), got {tuple(k.shape)}")
+    if v.shape != k.shape:
+        return ValueError(f"k and v must have the same shape, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}")
+    dtype = q.dtype
+    if dtype not in _DTYPES:
+        return TypeError(f"q must be float32, float16 or bfloat16 for the kernel, got dtype={dtype}")
+    if k.dtype != dtype or v.dtype != dtype:
+        return TypeError(f"q, k, v must share a dtype, got q={dtype}, k={k.dtype}, v={v.dtype}")
+    device = q.device
+    if k.device != device or v.device != device:
+        return ValueError(f"q, k, v must be on one device, got q={device}, k={k.device}, v={v.device}")
+    if sinks is not None and sinks.device != device:
+        return ValueError(f"sinks must be on q's device, got sinks={sinks.device}, q={device}")
+    B, H, T_q, D = q.shape
+    B_k, H_kv, T_k, D_k = k.shape
+    # attention() broadcasts a batch of 1 in k and v; the kernel reads one batch per query batch
+    if B_k != B or D_k != D:
+        return ValueError(
+            f"k must have q's batch size and head width, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        )
+    if D < 16 or D > 256 or D & (D - 1):
+        return ValueError(f"the head width D must be a power of two in [16, 256] for the kernel's tiles, got D={D}")
+    if H % H_kv:
+        return ValueError(
+            f"the number of query heads must be a multiple of the number of key/value heads, got H={H} "
+            f"(q.shape={tuple(q.shape)}) and H_kv={H_kv} (k.shape={tuple(k.shape)})"
+        )
+    if call.is_causal and T_q > T_k:
+        return ValueError(
+            f"is_causal needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
+        )
+    return None
+
+
+def auto(call: Call) -> bool:
+    """CUDA, Triton installed, not inside torch.compile."""  # inside, FlexAttention compiles with the graph
+    return call.q.device.type == "cuda" and _has_triton() and not torch.compiler.is_compiling()
+
+
+def key(call: Call) -> tuple:
+    """What a kernel is compiled for, and a failure remembered under: head width, group size, options, dtype, device."""
+    q, k = call.q, call.k
+    options = (call.is_causal, call.window is not None, call.sinks is not None)
+    return (q.shape[-1], q.shape[-3] // k.shape[-3], *options, q.dtype, str(q.device))
+
+
+def run(call: Call) -> torch.Tensor:
+    """The table's entry: the kernel on a call that ``attention()`` checked and :func:`unsupported` accepted.
+
+    Only the runtime is checked: checking the arguments again would add host time to every
+    launch (a quarter of ``attention()``'s, measured on a CPU), which a GPU waits for.
+
+    Shapes:
+        as :func:`flash_attention`
+    """
+    q, k = call.q, call.k
+    _check_runtime(q)
+    return _attention(
+        q, k, call.v, q.shape[1] // k.shape[1], call.is_causal, call.softmax_scale, call.window, call.sinks
+    )
 
 
 def kernel_source(name: str) -> str:
@@ -64,28 +152,30 @@ def kernel_source(name: str) -> str:
     Raises:
         ValueError: Another name.
     """
-    if name not in KERNELS:
-        raise ValueError(f"name must be one of {sorted(KERNELS)}, got name={name!r}")
-    fn = KERNELS[name]
+    kernels = _kernels().KERNELS
+    if name not in kernels:
+        raise ValueError(f"name must be one of {sorted(kernels)}, got name={name!r}")
+    fn = kernels[name]
     return inspect.getsource(getattr(fn, "fn", fn))  # a decorated kernel keeps the Python function in .fn
 
 
 def default_blocks() -> tuple[int, int]:
     """``(BLOCK_M, BLOCK_N)``: 64 × 64 compiled on a GPU, 32 × 32 in the interpreter (small test shapes)."""
-    return (32, 32) if INTERPRETED else (64, 64)
+    return (32, 32) if _kernels().INTERPRETED else (64, 64)
 
 
 def _check_runtime(q):
     """Check that the kernels can run on ``q``'s device: Triton, and the interpreter on a CPU."""
-    if triton is None:
+    kernels = _kernels()
+    if kernels.triton is None:
         raise ImportError("attn_core.ops.backends.flash needs Triton for its kernels: pip install triton")
-    if LATE_INTERPRETER:
+    if kernels.LATE_INTERPRETER:
         raise RuntimeError(
             "triton was imported before TRITON_INTERPRET=1 was set (torch.utils.flop_counter "
             "imports it), so its library functions cannot run in the CPU interpreter: import "
             "attn_core first, or start Python with TRITON_INTERPRET=1"
         )
-    if q.device.type == "cpu" and not INTERPRETED:
+    if q.device.type == "cpu" and not kernels.INTERPRETED:
         raise ValueError(
             "q is on the CPU but the kernels were compiled for a GPU: move the tensors to CUDA, or set "
             "TRITON_INTERPRET=1 before importing attn_core.ops.backends.flash"
@@ -95,46 +185,15 @@ def _check_runtime(q):
 def _check_inputs(q, k, v, is_causal, scale, window, sinks):
     """Check the arguments of :func:`flash_attention`; return ``(groups, scale, window)``."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, ("B", "H", "T", "D"))
-        if t.dtype not in _DTYPES:
-            raise TypeError(f"{name} must be float32, float16 or bfloat16 for the kernel, got dtype={t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got q={q.dtype}, k={k.dtype}, v={v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got q={q.device}, k={k.device}, v={v.device}")
-    _check_runtime(q)
-    B, H, T_q, D = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got k.shape={tuple(k.shape)}, v.shape={tuple(v.shape)}")
-    if k.shape[0] != B or k.shape[3] != D:
-        raise ValueError(
-            f"k must have q's batch size and head width, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
-        )
-    if D < 16 or D > 256 or D & (D - 1):
-        raise ValueError(f"the head width D must be a power of two in [16, 256] for the kernel's tiles, got D={D}")
-    H_kv = k.shape[1]
-    if H % H_kv:
-        raise ValueError(
-            f"the number of query heads must be a multiple of the number of key/value heads, got H={H} "
-            f"(q.shape={tuple(q.shape)}) and H_kv={H_kv} (k.shape={tuple(k.shape)})"
-        )
-    T_k = k.shape[2]
+        check_tensor(name, t)
     check_bool("is_causal", is_causal)
-    if is_causal and T_q > T_k:
-        raise ValueError(
-            f"is_causal needs T_k >= T_q (queries are the last T_q of T_k positions), got T_q={T_q}, T_k={T_k}"
-        )
-    window = check_window(window)
-    if window is not None and not is_causal:
-        raise ValueError(f"window={window} is a causal sliding window: pass is_causal=True with it")
-    scale = 1.0 / math.sqrt(D) if scale is None else check_number("scale", scale, low=0.0, low_open=True)
-    if sinks is not None:
-        check_tensor("sinks", sinks, ("H",), floating=True)
-        if sinks.shape[0] != H:
-            raise ValueError(f"sinks needs one logit per query head: got sinks.shape={tuple(sinks.shape)} for H={H}")
-        if sinks.device != q.device:
-            raise ValueError(f"sinks must be on q's device, got sinks={sinks.device}, q={q.device}")
-    return H // H_kv, float(scale), window
+    window = check_window_and_sinks(window, sinks, is_causal=is_causal, q=q)
+    error = unsupported(Call(q, k, v, is_causal=is_causal, sinks=sinks))
+    if error is not None:
+        raise error
+    _check_runtime(q)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_number("scale", scale, low=0.0, low_open=True)
+    return q.shape[1] // k.shape[1], float(scale), window
 
 
 def _launch_args(q, k, v, o, T_q, T_k, H, scale, window):
@@ -188,14 +247,15 @@ def _forward(q, k, v, groups, is_causal, scale, window, sinks, block_m, block_n)
     lse = torch.empty(B, H, T_q, dtype=torch.float32, device=q.device)
     n_m = _cdiv(T_q, block_m)
     visited = torch.empty(B * H, n_m, dtype=torch.int32, device=q.device)  # every program writes its count
+    kernels = _kernels()
     if sinks is None:
         sinks_arg = lse  # any pointer: never read without sinks
     else:
         # The kernel converts the sink to float32 as it loads it, so a compiled kernel reads
         # it in its own dtype (no cast to launch first); NumPy, under the interpreter, has
         # no bfloat16.
-        sinks_arg = sinks.float().contiguous() if INTERPRETED else sinks.contiguous()
-    KERNELS["forward"][(n_m, B * H)](
+        sinks_arg = sinks.float().contiguous() if kernels.INTERPRETED else sinks.contiguous()
+    kernels.KERNELS["forward"][(n_m, B * H)](
         q, k, v, sinks_arg, out, lse, visited, *_launch_args(q, k, v, out, T_q, T_k, H, scale, window),
         window or 0, GROUPS=groups, D=D, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
         HAS_WINDOW=window is not None, HAS_SINKS=sinks is not None, PRECISION=_precision(q.dtype),
@@ -240,10 +300,11 @@ def _backward(q, k, v, out, lse, d_out, groups, is_causal, scale, window, sinks,
     args = _launch_args(q, k, v, d_out, T_q, T_k, H, scale, window)
     meta = dict(GROUPS=groups, D=D, BLOCK_M=block_m, BLOCK_N=block_n, IS_CAUSAL=is_causal,
                 HAS_WINDOW=window is not None, PRECISION=_precision(q.dtype))  # fmt: skip
-    KERNELS["backward_dkdv"][(_cdiv(T_k, block_n), B * H_kv)](
+    kernels = _kernels().KERNELS
+    kernels["backward_dkdv"][(_cdiv(T_k, block_n), B * H_kv)](
         q, k, v, d_out, lse, delta, dk, dv, *args, scale, window or 0, **meta
     )
-    KERNELS["backward_dq"][(_cdiv(T_q, block_m), B * H)](
+    kernels["backward_dq"][(_cdiv(T_q, block_m), B * H)](
         q, k, v, d_out, lse, delta, dq, *args, scale, window or 0, **meta
     )
     dsinks = None
@@ -323,22 +384,10 @@ def flash_attention(
     return _attention(q, k, v, groups, is_causal, scale, window, sinks)
 
 
-def _flash_attention_checked(q, k, v, *, is_causal, scale, window, sinks):
-    """:func:`flash_attention` for arguments that :func:`attn_core.attention` has already checked.
-
-    ``attention()`` has checked every argument, and :func:`attn_core.ops.backends.switch.flash_route`
-    the kernel's own conditions, before it calls this: checking them again here would add
-    host time to every launch (about a quarter of ``attention()``'s, measured on a CPU),
-    which a GPU waits for. Only the runtime is checked.
-    """
-    _check_runtime(q)
-    return _attention(q, k, v, q.shape[1] // k.shape[1], is_causal, float(scale), window, sinks)
-
-
 def _attention(q, k, v, groups, is_causal, scale, window, sinks):
     """:func:`flash_attention` after its checks: the output."""
     options = (groups, is_causal, scale, window)
-    if INTERPRETED and q.dtype == torch.bfloat16:
+    if _kernels().INTERPRETED and q.dtype == torch.bfloat16:
         # NumPy, which runs the interpreter, has no bfloat16: compute in float32, cast back.
         out = _FlashAttention.apply(q.float(), k.float(), v.float(), sinks, *options)
         return out.to(torch.bfloat16)

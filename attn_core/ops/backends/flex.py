@@ -13,12 +13,13 @@ gives them for free, since the weights with a sink are those without, times
 
 (a fully masked row: ``ℓ = −∞``, so its output stays 0, as on the explicit path).
 
-:func:`attn_core.ops.attention.attention` takes this path on CUDA (compiled FlexAttention) when a
-window or sinks meet no other option the kernel lacks (weights, soft-capping, dropout, an
-explicit mask) and the Triton FlashAttention kernel did not take them first
-(:mod:`attn_core.ops.backends.switch`); elsewhere, and on the CPU by default, it keeps the
-explicit path. :func:`set_flex_mode` forces either (the tests compare the two in float64
-on the CPU, where FlexAttention runs unfused).
+In the table of backends (:mod:`attn_core.ops.backends`) FlexAttention comes second, after
+the Triton FlashAttention kernel, for a window or sinks without the options it lacks
+(weights, soft-capping, dropout, an explicit mask). This module gives its row: why a call is
+:func:`unsupported`, when ``"auto"`` mode runs it (:func:`auto`: CUDA, where it is compiled),
+the :func:`key` a failure to compile is remembered under, :func:`run` and :func:`finish`.
+``backends.use(flex="always")`` runs it on the CPU too (unfused, eager): how the tests compare
+it with the explicit path in float64.
 
 Shape legend:
     B, H, H_kv  batch, query heads, key/value heads (``H_kv`` divides ``H``)
@@ -32,19 +33,9 @@ import warnings
 
 import torch
 
-from .switch import KERNEL_MODES, KernelSwitch
+from .call import Call
 
-__all__ = [
-    "FLEX_MODES",
-    "HAS_FLEX",
-    "set_flex_mode",
-    "flex_mode",
-    "use_flex",
-    "sink_correction",
-    "flex_attention",
-    "flex_or_none",
-    "FLEX",
-]
+__all__ = ["HAS_FLEX", "flex_attention", "sink_correction", "unsupported", "auto", "key", "run", "finish"]
 
 try:  # PyTorch >= 2.5
     from torch.nn.attention import flex_attention as _flex_module
@@ -54,67 +45,63 @@ except ImportError:  # pragma: no cover - older PyTorch: the explicit path only
     _flex_module = None
     HAS_FLEX = False
 
-#: ``"auto"``: FlexAttention on CUDA only; ``"always"``: wherever it runs (CPU: unfused, for tests); ``"never"``.
-FLEX_MODES = KERNEL_MODES
-FLEX = KernelSwitch("FlexAttention")
+_FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def set_flex_mode(mode: str) -> str:
-    """Choose when :func:`~attn_core.ops.attention.attention` uses FlexAttention; return the previous mode.
+def unsupported(call: Call) -> Exception | None:
+    """Why FlexAttention cannot compute ``call``, as the error :func:`flex_attention` raises; None if it can.
 
-    Raises:
-        ValueError: ``mode`` not one of :data:`FLEX_MODES`.
+    Here: PyTorch without FlexAttention, tensors that are not ``(B, H, T, D)``.
     """
-    return FLEX.set_mode(mode)
+    if not HAS_FLEX:
+        return ImportError("FlexAttention needs PyTorch >= 2.5 (torch.nn.attention.flex_attention)")
+    if call.q.dim() != 4:
+        return ValueError(f"FlexAttention takes q of shape (B, H, T, D), got q.shape={tuple(call.q.shape)}")
+    return None
 
 
-def flex_mode() -> str:
-    """The current mode (:func:`set_flex_mode`)."""
-    return FLEX.mode
+def auto(call: Call) -> bool:
+    """CUDA, float16/bfloat16/float32, head widths >= 16.
 
-
-def _key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
-    return (q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2], q.dtype, str(q.device))
-
-
-def use_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Whether attention on ``q, k, v`` may take the FlexAttention path in the current mode.
-
-    ``"auto"`` asks for CUDA, a dtype the fused kernel computes (float16, bfloat16,
-    float32), head widths of at least 16 (the compiled kernel's minimum in PyTorch 2.11)
-    and a shape it has not refused before (:func:`flex_or_none`).
+    ``"auto"`` mode's condition: where the compiled (fused) kernel runs; 16 is its smallest
+    head width in PyTorch 2.11.
     """
-    if not HAS_FLEX or q.dim() != 4:
-        return False
-    fused_dtype = q.dtype in (torch.float16, torch.bfloat16, torch.float32)
-    auto = q.is_cuda and fused_dtype and min(q.shape[-1], v.shape[-1]) >= 16
-    return FLEX.allows(_key(q, k, v), auto=auto)
+    q = call.q
+    return q.is_cuda and q.dtype in _FUSED_DTYPES and min(q.shape[-1], call.v.shape[-1]) >= 16
 
 
-def flex_or_none(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    scale: float,
-    is_causal: bool,
-    window: int | None,
-    return_lse: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """:func:`flex_attention`, or ``None`` where the compiled kernel cannot be built for this shape (``"auto"`` mode).
+def key(call: Call) -> tuple:
+    """What a compiled kernel is built for, and a failure remembered under: widths, lengths, dtype, device.
 
-    Compiling FlexAttention can fail for shapes its templates do not cover (measured on an
-    H200 with PyTorch 2.11: heads of width 8; width 16 with T = 100). In ``"auto"`` mode
-    that is no error of the caller's: the shape is remembered (:class:`KernelSwitch`) and
-    the explicit path answers. In ``"always"`` mode the error propagates.
+    Compiling can fail for shapes its templates do not cover (measured on an H200 with
+    PyTorch 2.11: heads of width 8; width 16 with T = 100).
+    """
+    q, k = call.q, call.k
+    return (q.shape[-1], call.v.shape[-1], q.shape[-2], k.shape[-2], q.dtype, str(q.device))
+
+
+def run(call: Call) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The table's entry: the kernel on a call :func:`unsupported` accepted; ``(output, lse)``, lse only with sinks.
 
     Shapes:
         as :func:`flex_attention`
     """
-    run = functools.partial(
-        flex_attention, q, k, v, scale=scale, is_causal=is_causal, window=window, return_lse=return_lse
+    return _flex_attention(
+        call.q, call.k, call.v, call.softmax_scale, call.is_causal, call.window, return_lse=call.sinks is not None
     )
-    return FLEX.attempt(_key(q, k, v), run)
+
+
+def finish(call: Call, result: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
+    """The output from :func:`run`'s ``(output, lse)``: renormalised for the call's sinks, if any.
+
+    A step after the kernel, not in it: the table remembers a failure of :func:`run` as the
+    kernel's, and this is no compiler's.
+
+    Shapes:
+        as :func:`sink_correction`
+    """
+    out, lse = result
+    return out if call.sinks is None else sink_correction(out, lse, call.sinks)
 
 
 def sink_correction(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
@@ -172,7 +159,19 @@ def flex_attention(
     Shapes:
         q: ``(B, H, T_q, D)``; k: ``(B, H_kv, T_k, D)``; v: ``(B, H_kv, T_k, D_v)``
         output: ``(B, H, T_q, D_v)``; lse: ``(B, H, T_q)`` natural log-sum-exp of the scaled scores
+
+    Raises:
+        ImportError: PyTorch has no FlexAttention (before 2.5).
+        ValueError: Tensors that are not ``(B, H, T, D)``.
     """
+    error = unsupported(Call(q, k, v))
+    if error is not None:
+        raise error
+    return _flex_attention(q, k, v, scale, is_causal, window, return_lse)
+
+
+def _flex_attention(q, k, v, scale, is_causal, window, return_lse):
+    """:func:`flex_attention` after its check."""
     T_q, T_k = q.shape[-2], k.shape[-2]
     block_mask = _block_mask(T_q, T_k, window, is_causal, str(q.device))
     kwargs = dict(block_mask=block_mask, scale=scale, enable_gqa=k.shape[-3] != q.shape[-3])  # GQA, MQA

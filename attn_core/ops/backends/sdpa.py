@@ -9,7 +9,7 @@ a call that SDPA alone would compute differently:
 * a query whose keys are all masked gets a zero output, never NaN;
 * grouped-query attention through ``enable_gqa`` (PyTorch >= 2.5), else repeated heads;
 * a sliding window as a dense mask: every score is still computed, which is why the fused
-  kernels come first for windows on CUDA (:mod:`attn_core.ops.backends`).
+  kernels come before this row for windows (:mod:`attn_core.ops.backends`).
 
 Shape legend:
     ...  any leading batch dimensions, typically ``(B, H)``
@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from ..masks import combine_masks
+from .call import Call
 
-__all__ = ["sdpa_attention"]
+__all__ = ["sdpa_attention", "run"]
 
 # ``enable_gqa`` arrived in PyTorch 2.5; attn_core supports torch>=2.2, so older
 # versions fall back to materialising the repeated key/value heads.
@@ -72,3 +73,13 @@ def sdpa_attention(q, k, v, mask, is_causal, scale, dropout_p, groups, T_q, T_k,
     if fully_masked is not None:
         out = out.masked_fill(fully_masked, 0.0)
     return out
+
+
+def run(call: Call) -> torch.Tensor:
+    """The table's entry: :func:`sdpa_attention` on ``call`` (with SDPA's own default scale when none was given).
+
+    Shapes:
+        as :func:`sdpa_attention`
+    """
+    c = call
+    return sdpa_attention(c.q, c.k, c.v, c.mask, c.is_causal, c.scale, c.dropout_p, c.groups, c.T_q, c.T_k, c.window)
