@@ -15,13 +15,14 @@ Running on a CPU. Triton compiles kernels for GPUs; with ``TRITON_INTERPRET=1`` 
 them instead in an interpreter, on NumPy, block by block, which is slow but exact enough
 to test against PyTorch. Triton decides between the two when a kernel is *decorated*
 (``@triton.jit`` reads the setting then; older releases read it when ``triton`` is
-imported), so the choice has to be made before this module defines its kernels: when no
-CUDA device is present and ``TRITON_INTERPRET`` is not set, importing this module sets it
-to ``"1"`` *before* it imports ``triton``. This changes the environment of the whole
+imported), so the choice has to be made before this module defines its kernels. It is
+made in one place, ``attn_core/__init__.py``, which every import of this module runs
+first: when no CUDA device is present and ``TRITON_INTERPRET`` is not set, it sets it to
+``"1"``, before anything imports ``triton``. This changes the environment of the whole
 process (any Triton kernel defined afterwards is interpreted too), which is what a CPU
-needs anyway; set ``TRITON_INTERPRET`` yourself to choose otherwise. The interpreter has
-no bfloat16 (NumPy has none): there, bfloat16 inputs are computed in float32 and the
-result is cast back.
+needs anyway; set ``TRITON_INTERPRET`` yourself to choose otherwise. This module reads the
+choice (:data:`INTERPRETED`). The interpreter has no bfloat16 (NumPy has none): there,
+bfloat16 inputs are computed in float32 and the result is cast back.
 
 Scores are kept in base 2: the kernels multiply ``Q Kᵀ`` by ``scale · log2(e)`` and use
 ``exp2`` (a cheaper instruction than ``exp`` on a GPU); the saved log-sum-exp is in the
@@ -39,15 +40,7 @@ Shape legend:
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
-
-import torch
-
-# Before ``import triton``: see the module docstring (the interpreter is chosen when a
-# kernel is decorated, and some Triton releases read the variable at import).
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 try:
     import triton
