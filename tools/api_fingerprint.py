@@ -63,7 +63,18 @@ from pathlib import Path
 
 SECTIONS = ("api", "attention", "backend_modes", "hf_configs", "state_dicts", "host_work")
 #: The functions attention() enters on each backend, by name (searched in every attn_core module).
-SPY_NAMES = {"_explicit": "explicit", "_fast": "sdpa", "_flash_attention_checked": "flash", "flex_attention": "flex"}
+# Before the backend table and after it; "module.name" only in a module of that name. A call that
+# passes through two spied functions of one backend (the old flash entry calls _attention) logs it once.
+SPY_NAMES = {
+    "_explicit": "explicit",
+    "_fast": "sdpa",
+    "_flash_attention_checked": "flash",
+    "flex_attention": "flex",
+    "explicit_attention": "explicit",
+    "sdpa_attention": "sdpa",
+    "flash._attention": "flash",
+    "flex._flex_attention": "flex",
+}
 #: The grid's kernel settings: (name, modes to force).
 SETTINGS = (("default", {}), ("flash_always", {"flash": "always"}), ("flex_always", {"flex": "always"}))
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -281,7 +292,10 @@ class Spy:
         self._patched: list[tuple] = []
         targets = {}
         for mod in modules.values():
-            for name, label in SPY_NAMES.items():
+            for spec, label in SPY_NAMES.items():
+                owner, _, name = spec.rpartition(".")
+                if owner and not mod.__name__.endswith("." + owner):
+                    continue
                 fn = vars(mod).get(name)
                 if inspect.isfunction(fn) and fn.__module__ == mod.__name__:
                     targets[id(fn)] = (fn, label)
@@ -298,7 +312,8 @@ class Spy:
     def _wrap(self, fn, label):
         @functools.wraps(fn)
         def spied(*args, **kwargs):
-            self.calls.append(label)
+            if not self.calls or self.calls[-1] != label:
+                self.calls.append(label)
             return fn(*args, **kwargs)
 
         return spied

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # name: (file in attn_core, text, replacement, what it breaks)
 BUGS = {
     "scale_1_over_d": (
-        "ops/attention.py",
-        "scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)",
-        "scale = 1.0 / q.shape[-1] if scale is None else float(scale)",
+        "ops/backends/call.py",
+        "self.scale = None if scale is None else float(scale)",
+        "self.scale = 1.0 / q.shape[-1] if scale is None else float(scale)",
         "the default scale is 1/D instead of 1/sqrt(D)",
     ),
     "rope_sign": (
@@ -41,7 +41,7 @@ BUGS = {
     ),
     "cache_offset": (
         "layers/multihead.py",
-        "past = 0 if kv_cache is None else kv_cache.size",
+        "past = 0 if kv_cache is None else kv_cache.offset",
         "past = 0",
         "cached decoding restarts positions (RoPE, query temperature, band masks) at 0",
     ),
