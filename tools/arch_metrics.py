@@ -123,13 +123,13 @@ def main() -> None:
                 print(f"__all__ entry: {len(node.value.elts)} names")
     known = set(mods)
     graph = {n: local_imports(n, t, known) for n, t in trees.items()}
-    seen, todo = {"model"}, ["model"]
+    seen, todo = {"model.decoder"}, ["model.decoder"]
     while todo:
         for m in graph[todo.pop()]:
             if m not in seen and m != "":
                 seen.add(m)
                 todo.append(m)
-    print(f"modules reached from model.py's imports: {len(seen)} ({', '.join(sorted(seen))})")
+    print(f"modules reached from model/decoder.py's imports: {len(seen)} ({', '.join(sorted(seen))})")
     if root.resolve() == Path(__import__("attn_core").__file__).parent.resolve():
         import torch
 
