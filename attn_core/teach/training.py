@@ -268,8 +268,13 @@ def _adamw(
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas), params
 
 
-def _optimizer_step(optimizer, loss: torch.Tensor, params: list[nn.Parameter], grad_clip: float | None) -> None:
-    """Backpropagate ``loss``, clip the global gradient norm (unless ``grad_clip`` is None), update."""
+def _optimizer_step(
+    optimizer,
+    loss: torch.Tensor,
+    params: list[nn.Parameter],
+    grad_clip: float | None,
+) -> None:
+    """Backpropagate, clip the gradients' norm (if ``grad_clip`` is given), update."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip is not None:
