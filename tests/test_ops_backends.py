@@ -97,15 +97,20 @@ def test_plan_refuses_an_unknown_need():
         backends.plan("causal")
 
 
-def test_describe_prints_one_line_per_row_from_the_code():
+def test_describe_prints_three_lines_per_row_from_the_code():
     lines = backends.describe().splitlines()
-    assert lines[0].split() == ["backend", "handles", "preferred", "for", "mode", '"auto"', "runs", "it", "on"]
-    assert [line.split()[0] for line in lines[1:]] == ["flash", "flex", "sdpa", "explicit"]
-    assert lines[1].split("  ")[-1] == "CUDA, Triton installed, not inside torch.compile."  # its auto's docstring
-    assert lines[2].endswith("CUDA, float16/bfloat16/float32, head widths >= 16.")
-    assert "window, sinks  auto" in lines[1] and "any call" in lines[3] and lines[4].endswith("every call it handles)")
+    assert [lines[i].split()[0] for i in range(0, 12, 3)] == ["flash", "flex", "sdpa", "explicit"]
+    assert lines[0] == "flash (mode: auto)" and lines[6] == "sdpa (mode: -)"
+    assert lines[1] == "    handles: window, sinks; preferred for: window, sinks"
+    assert (
+        lines[2] == '    "auto" runs it on: CUDA, Triton installed, not inside torch.compile.'
+    )  # its auto's docstring
+    assert lines[5].endswith("CUDA, float16/bfloat16/float32, head widths >= 16.")
+    assert lines[10] == "    handles: mask, dropout, window, sinks, softcap, weights; preferred for: any call"
+    assert lines[11].endswith("(no mode: every call it handles)")
+    assert max(len(line) for line in lines) <= 88  # printed in a chapter
     with backends.use(flash="never"):
-        assert "window, sinks  never" in backends.describe().splitlines()[1]
+        assert backends.describe().splitlines()[0] == "flash (mode: never)"
 
 
 # --------------------------------------------------------------------------- why a row refuses a call

@@ -204,15 +204,21 @@ def plan(*needs: str) -> tuple[str, ...]:
 
 
 def describe() -> str:
-    """The table as text, a line per row: what it handles and is preferred for, its mode, where ``"auto"`` runs it."""
-    rows = [("backend", "handles", "preferred for", "mode", '"auto" runs it on')]
+    """The table as text, three short lines a row: its mode, what it handles and prefers, where "auto" runs it.
+
+    Where ``"auto"`` runs a row is the first line of its ``auto``'s docstring: the code's own words.
+    """
+    lines = []
     for row in TABLE:
         handles = ", ".join(n for n in NEEDS if n in row.handles)
         prefers = ", ".join(n for n in NEEDS if n in row.prefers) or "any call"
         when = inspect.getdoc(row.auto).splitlines()[0] if row.auto else "(no mode: every call it handles)"
-        rows.append((row.name, handles, prefers, mode(row.name) if row.switch else "-", when))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[4]]) for r in rows)
+        lines += [
+            f"{row.name} (mode: {mode(row.name) if row.switch else '-'})",
+            f"    handles: {handles}; preferred for: {prefers}",
+            f'    "auto" runs it on: {when}',
+        ]
+    return "\n".join(lines)
 
 
 def _switch(name: str) -> KernelSwitch:
