@@ -100,17 +100,18 @@ def test_plan_refuses_an_unknown_need():
 def test_describe_prints_three_lines_per_row_from_the_code():
     lines = backends.describe().splitlines()
     assert [lines[i].split()[0] for i in range(0, 12, 3)] == ["flash", "flex", "sdpa", "explicit"]
-    assert lines[0] == "flash (mode: auto)" and lines[6] == "sdpa (mode: -)"
-    assert lines[1] == "    handles: window, sinks; preferred for: window, sinks"
+    assert lines[0] == "flash (mode: auto; preferred for: window, sinks)"
+    assert lines[6] == "sdpa (mode: -; preferred for: any call)"
+    assert lines[1] == "    handles: window, sinks"
     assert (
         lines[2] == '    "auto" runs it on: CUDA, Triton installed, not inside torch.compile.'
     )  # its auto's docstring
     assert lines[5].endswith("CUDA, float16/bfloat16/float32, head widths >= 16.")
-    assert lines[10] == "    handles: mask, dropout, window, sinks, softcap, weights; preferred for: any call"
+    assert lines[10] == "    handles: mask, dropout, window, sinks, softcap, weights"
     assert lines[11].endswith("(no mode: every call it handles)")
-    assert max(len(line) for line in lines) <= 88  # printed in a chapter
+    assert max(len(line) for line in lines) <= 78  # printed in a chapter, whose column fits about 80
     with backends.use(flash="never"):
-        assert backends.describe().splitlines()[0] == "flash (mode: never)"
+        assert backends.describe().splitlines()[0] == "flash (mode: never; preferred for: window, sinks)"
 
 
 # --------------------------------------------------------------------------- why a row refuses a call

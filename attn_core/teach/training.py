@@ -274,7 +274,7 @@ def _optimizer_step(
     params: list[nn.Parameter],
     grad_clip: float | None,
 ) -> None:
-    """Backpropagate, clip the gradients' norm (if ``grad_clip`` is given), update."""
+    """Backpropagate, clip the gradient norm (if ``grad_clip``), update."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip is not None:

@@ -204,7 +204,7 @@ def plan(*needs: str) -> tuple[str, ...]:
 
 
 def describe() -> str:
-    """The table as text, three short lines a row: its mode, what it handles and prefers, where "auto" runs it.
+    """The table as text, three short lines a row: its mode and preference, what it handles, where "auto" runs it.
 
     Where ``"auto"`` runs a row is the first line of its ``auto``'s docstring: the code's own words.
     """
@@ -214,8 +214,8 @@ def describe() -> str:
         prefers = ", ".join(n for n in NEEDS if n in row.prefers) or "any call"
         when = inspect.getdoc(row.auto).splitlines()[0] if row.auto else "(no mode: every call it handles)"
         lines += [
-            f"{row.name} (mode: {mode(row.name) if row.switch else '-'})",
-            f"    handles: {handles}; preferred for: {prefers}",
+            f"{row.name} (mode: {mode(row.name) if row.switch else '-'}; preferred for: {prefers})",
+            f"    handles: {handles}",
             f'    "auto" runs it on: {when}',
         ]
     return "\n".join(lines)
