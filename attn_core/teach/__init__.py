@@ -1,6 +1,7 @@
 """The book's teaching helpers: what the chapters use to show, train, measure and check (floor 6).
 
-Not part of any model. Printing comparisons (:mod:`.compare`), a tiny seeded trainer
+Not part of any model. Printing comparisons (:mod:`.compare`), the one verdict rule between
+trained variants and its floors (:mod:`.evidence`, :mod:`.floors`), a tiny seeded trainer
 (:mod:`.training`) and synthetic tasks (:mod:`.tasks`, :mod:`.seq2seq_tasks`); heatmaps and the
 explorer widgets (:mod:`.plots`, :mod:`.explorers`, :mod:`.viz`, :mod:`.kernel_explorer`, with
 the page-side ``explorer.js``); deliberately wrong versions (:mod:`.mistakes`); finding heads
