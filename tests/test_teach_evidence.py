@@ -131,10 +131,13 @@ def _sanitize(text: str) -> str:
 
 def test_report_fits_the_page_and_masks_only_values(capsys):
     runs = {"attention only": [2.31, 2.32, 2.30], "hybrid, 3 DeltaNet + 1 attention": [2.4, 2.45, 2.43]}
-    _run(runs, metric="held-out bits/char", floor=("unigram table of the text", 4.85), ceiling=("entropy", 1.0))
+    kw = dict(
+        metric="held-out bits/char", ceiling=("entropy", 1.0), expect={"hybrid, 3 DeltaNet + 1 attention": "worse"}
+    )
+    _run(runs, floor=("unigram table of the text", 4.85), **kw)
     first = capsys.readouterr().out
     nudged = {k: [x + 1e-4 * (i + 1) for i, x in enumerate(v)] for k, v in runs.items()}
-    _run(nudged, metric="held-out bits/char", floor=("unigram table of the text", 4.851), ceiling=("entropy", 1.0))
+    _run(nudged, floor=("unigram table of the text", 4.851), **kw)
     second = capsys.readouterr().out
     assert first != second and _sanitize(first) == _sanitize(second)
     assert all(len(line) <= 78 for line in first.splitlines()), first
@@ -142,6 +145,14 @@ def test_report_fits_the_page_and_masks_only_values(capsys):
     assert "worse" in masked and "3 seeds" in masked and "4.30·SE" in masked
     assert "floor: unigram table of the text = VALUE" in masked
     assert not re.search(r"(mean|SE|Δ|MDE)=[-+]?\d", masked)
+
+
+def test_a_printed_report_states_every_verdict(capsys):
+    runs = {"a": [1.0, 1.1, 1.2], "b": [2.0, 2.1, 2.2], "c": [1.0, 1.12, 1.2]}
+    with pytest.raises(ValueError, match="missing 'c'.*'b': 'worse'"):
+        _run(runs, expect={"b": "worse"})
+    _run(runs, expect={"b": "worse", "c": "indistinguishable"})
+    assert "indistinguishable" in capsys.readouterr().out
 
 
 def test_every_verdict_is_listed():

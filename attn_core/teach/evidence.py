@@ -224,6 +224,7 @@ def compare_variants(
         paired: The variants share seeds and data (paired t); else Welch's unpaired t.
         expect: ``{a: verdict}`` (against the baseline) or ``{"a - b": verdict}`` (for an
             explicit pair): the verdicts the page's prose states, asserted with ``margin``.
+            A printed report needs one for every difference (nbval compares them all).
         margin: How far a stated verdict must sit from the rule's threshold: a difference by
             a factor ``1 + margin`` past it, "indistinguishable" as far inside it.
         quiet: Assert only.
@@ -292,7 +293,7 @@ def compare_variants(
     comparison = Comparison(metric, better, means, ses, differences, floor_, ceiling_)
     if not quiet:
         _print(comparison, values, paired)
-    _check_expectations(comparison, expect or {}, base, margin)
+    _check_expectations(comparison, expect or {}, base, margin, every=not quiet)
     return comparison
 
 
@@ -323,7 +324,16 @@ def _print(c: Comparison, values: dict[str, list[float]], paired: bool) -> None:
         print(f"  rule: a difference when |Δ| > {t975:.2f}·SE (95%, {df} df); MDE = {t975 + t80:.2f}·SE")
 
 
-def _check_expectations(c: Comparison, expect: Mapping[str, str], base: str, margin: float) -> None:
+def _check_expectations(c: Comparison, expect: Mapping[str, str], base: str, margin: float, every: bool) -> None:
+    # A printed verdict is compared by nbval on the reader's machine, so each one must be
+    # stated (and held with the margin); a quiet call may assert some or none.
+    named = {(a, b or base) for a, _, b in (k.partition(" - ") for k in expect)}
+    missing = [f"{d.a!r}" if d.b == base else f"'{d.a} - {d.b}'" for d in c.differences if (d.a, d.b) not in named]
+    if every and missing:
+        found = {(d.a if d.b == base else f"{d.a} - {d.b}"): d.verdict for d in c.differences}
+        raise ValueError(
+            f"state every printed verdict in expect=: missing {', '.join(missing)} (the rule gives {found})"
+        )
     for key, stated in expect.items():
         if stated not in VERDICTS:
             raise ValueError(f"expect[{key!r}] must be one of {VERDICTS}, got {stated!r}")
