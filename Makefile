@@ -11,8 +11,9 @@ COLAB_VENV := .venv-colab
 COLAB_PY := $(COLAB_VENV)/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Deterministic kernels: the committed outputs were made with these settings. One
-# thread per process: nbval runs two notebooks at once on 2 cores, and a fixed thread
-# count keeps floating-point reductions, and so the printed digits, reproducible. The
+# thread per process in the forced-kernels and perturbed lessons runs: nbval runs two
+# notebooks at once on 2 cores there (the Colab-like run, one notebook at a time, leaves
+# threads at torch's default, as Colab does). The
 # unit tests run one thread per worker too: two workers with torch's default threads
 # oversubscribe 2 cores, and OpenMP's waiting threads made tests of many small operations
 # 10 to 30 times slower (the suite took 297 s, 129 s with one thread per worker).
@@ -88,10 +89,12 @@ unit: setup
 # The native-kernels run is also the Colab-like run: each notebook alone in an empty folder
 # of the Colab-like environment (Colab's ipywidgets 7.7, numpy and matplotlib; attn_core
 # installed by the set-up cell from a wheel of this checkout), every output compared.
-# It prints each notebook's run time (the table in README.md).
+# As in Colab, one notebook has the machine's 2 CPUs to itself and torch's threads are left
+# at their default (no OMP_NUM_THREADS): a chapter that times something sets and says its
+# thread count, as its reader sees it. It prints each notebook's run time (README.md).
 lessons: setup $(COLAB_VENV)/.installed
 	@echo "== lessons, native kernels, each notebook alone in the Colab-like environment"
-	$(ONE_THREAD) $(COLAB_PY) tests/colab/run_lessons.py -q -n 2 --dist loadscope
+	env -u OMP_NUM_THREADS -u MKL_NUM_THREADS $(COLAB_PY) tests/colab/run_lessons.py -q
 	@echo "== lessons, forced kernels: $(FORCED_KERNELS)"
 	$(ONE_THREAD) $(FORCED_KERNELS) $(PY) -m $(NBVAL)
 	@echo "== lessons, perturbed: every optimizer nudges its parameters by a relative 1e-6"

@@ -7,7 +7,8 @@ outside the checkout, its set-up cell installs attn_core from a wheel of this ch
 every output with the committed one. So one run is both the lessons' native-kernels run
 and the check that each chapter runs top to bottom in Colab, alone, with Colab's
 versions; the other two lessons runs (forced kernels, perturbed) use the book's own
-environment.
+environment. Like Colab's runtime, each notebook runs alone on the machine (``make lessons``
+runs them one at a time) with torch's threads at their default.
 
 Colab's matplotlib is older than the book's, and draws the explorers' static fallback
 pictures (PNG, embedded in their HTML) with other bytes; ``nbval_sanitize_colab.cfg``
@@ -65,7 +66,7 @@ def _check_environment(work: Path) -> None:
 
 def _table(times: Path) -> str:
     rows = sorted(line for f in times.glob("*.rows") for line in f.read_text().splitlines())
-    header = "| notebook | seconds (Colab-like, CPU, two at a time) |\n|---|---:|\n"
+    header = "| notebook | seconds (Colab-like, 2 CPUs, one at a time) |\n|---|---:|\n"
     return header + "".join(row + "\n" for row in rows)
 
 
