@@ -2,12 +2,18 @@
 standard by tests/test_teach_exercises_standard.py).
 
 The solutions of 21.4 (the loops of a forward kernel and of the dQ kernel) live here, not in
-the chapter: the chapter runs the checks on its unfinished scaffold. Each solution kernel
-takes constexpr switches for the typical mistakes; ``_Variant`` launches it with one switched,
-through the same ``kernel[grid](...)`` call the check makes.
+the chapter: the chapter runs the checks on its unfinished scaffolds. Here the same scaffolds,
+read from the chapter, are completed with the right loop body and with the typical mistakes.
 """
 
 from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -105,92 +111,75 @@ if triton is not None:
 
 
 # ----------------------------------------------------------------------------- 21.4 the kernels' loops
-class _Variant:
-    """``kernel`` launched with some of its constexpr switches set: a wrong answer the check launches as usual."""
+# The chapter's scaffolds, read from the notebook, with their loop bodies written: the right
+# answer as below, each wrong one with one typical mistake edited in. Triton reads a kernel's
+# source from its file, so each is written to a module of its own.
+CHAPTER = Path(__file__).parents[1] / "book" / "21_flash_attention_triton.ipynb"
 
-    def __init__(self, kernel, **switches):
-        self.kernel, self.switches = kernel, switches
+FORWARD_BODY = """\
+        s = tl.dot(q, tl.trans(k)) * sm_scale  # (BLOCK, BLOCK)
+        ok = cols[None, :] < T  # the lanes past T hold no key
+        if IS_CAUSAL:
+            ok = ok & (cols[None, :] <= rows[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp(m - m_new)  # rescales what was summed under the old maximum
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m = m_new
+"""
+FORWARD_MISTAKES = {  # the words of the verdict: the edits that make the mistake
+    "how does acc change when m rises?": [("acc = acc * alpha[:, None] +", "acc = acc +")],
+    "out: max abs difference": [("l = l * alpha +", "l = l +")],  # l not rescaled
+    "every query also sees the keys after it": [("ok = ok & (cols[None, :] <= rows[:, None])", "pass")],
+    "lanes past T": [("ok = cols[None, :] < T", "ok = cols[None, :] >= 0")],
+    "not multiplied by sm_scale": [(" * sm_scale", "")],
+    # base 2, as the chapter's kernel: out is right, the stored m + log(l) is not
+    "out is right, lse is not": [(" * sm_scale", " * sm_scale * 1.4426950408889634"), ("tl.exp(", "tl.exp2(")],
+}
+DQ_BODY = """\
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        ok = cols[None, :] < T
+        if IS_CAUSAL:
+            ok = ok & (cols[None, :] <= rows[:, None])
+        p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)  # the forward's weights, recomputed
+        dp = tl.dot(do, tl.trans(v))  # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # the softmax's backward
+        dq += tl.dot(ds, k) * sm_scale
+"""
+DQ_MISTAKES = {
+    "second term": [("p * (dp - delta[:, None])", "p * dp")],
+    "1/sm_scale times too large": [("dq += tl.dot(ds, k) * sm_scale", "dq += tl.dot(ds, k)")],
+    "without the causal mask": [("ok = ok & (cols[None, :] <= rows[:, None])", "pass")],
+    "dQ: max abs difference": [("tl.exp(s - lse[:, None])", "tl.exp(s)")],  # P not normalised
+}
 
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel[grid](*args, **kwargs, **self.switches)
+
+def _scaffold(title: str) -> str:
+    cells = json.loads(CHAPTER.read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith(title))
+    assert source.count("        pass\n") == 1, f"the scaffold {title!r} has one loop body to write"
+    return source
 
 
-if triton is not None:
+_MODULES = Path(tempfile.mkdtemp(prefix="ch21_scaffolds_"))
+atexit.register(shutil.rmtree, _MODULES, ignore_errors=True)
 
-    @triton.jit
-    def forward_right(
-        Q, K, V, Out, Lse, T, sm_scale,
-        D: tl.constexpr, BLOCK: tl.constexpr, IS_CAUSAL: tl.constexpr,
-        MASK: tl.constexpr = True, MASK_TAIL: tl.constexpr = True, SCALE: tl.constexpr = True,
-        RESCALE_ACC: tl.constexpr = True, RESCALE_L: tl.constexpr = True, BASE_2: tl.constexpr = False,
-        BODY: tl.constexpr = True,
-    ):  # fmt: skip
-        # The chapter's scaffold, its loop body written (BODY=False: as the chapter leaves it);
-        # the other switches are the typical mistakes.
-        rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) query positions
-        offs_d = tl.arange(0, D)
-        head = tl.program_id(1) * T * D  # this batch·head's (T, D) block of Q, K, V and Out
-        q = tl.load(Q + head + rows[:, None] * D + offs_d[None, :], mask=rows[:, None] < T, other=0.0)
-        m = tl.zeros([BLOCK], tl.float32) - float("inf")
-        l = tl.zeros([BLOCK], tl.float32)
-        acc = tl.zeros([BLOCK, D], tl.float32)
-        for start in range(0, T, BLOCK):
-            cols = start + tl.arange(0, BLOCK)  # (BLOCK,) key positions
-            k = tl.load(K + head + cols[:, None] * D + offs_d[None, :], mask=cols[:, None] < T, other=0.0)
-            v = tl.load(V + head + cols[:, None] * D + offs_d[None, :], mask=cols[:, None] < T, other=0.0)
-            if BODY:
-                s = tl.dot(q, tl.trans(k))  # (BLOCK, BLOCK)
-                if SCALE:
-                    s = s * sm_scale
-                if BASE_2:  # scores in base 2, as the chapter's kernel: lse then comes out in the wrong units
-                    s = s * 1.4426950408889634
-                ok = rows[:, None] >= 0  # (BLOCK, 1): every pair, until masked
-                if MASK_TAIL:
-                    ok = ok & (cols[None, :] < T)
-                if IS_CAUSAL and MASK:
-                    ok = ok & (cols[None, :] <= rows[:, None])
-                s = tl.where(ok, s, float("-inf"))
-                m_new = tl.maximum(m, tl.max(s, 1))
-                alpha = tl.exp2(m - m_new) if BASE_2 else tl.exp(m - m_new)
-                p = tl.exp2(s - m_new[:, None]) if BASE_2 else tl.exp(s - m_new[:, None])
-                l = (l * alpha if RESCALE_L else l) + tl.sum(p, 1)
-                acc = (acc * alpha[:, None] if RESCALE_ACC else acc) + tl.dot(p, v)
-                m = m_new
-        tl.store(Out + head + rows[:, None] * D + offs_d[None, :], acc / l[:, None], mask=rows[:, None] < T)
-        tl.store(Lse + tl.program_id(1) * T + rows, m + tl.log(l), mask=rows < T)
 
-    @triton.jit
-    def dq_right(
-        Q, K, V, DO, Lse, Delta, DQ, T, sm_scale,
-        D: tl.constexpr, BLOCK: tl.constexpr, IS_CAUSAL: tl.constexpr,
-        MASK: tl.constexpr = True, DELTA: tl.constexpr = True, SCALE_DQ: tl.constexpr = True,
-        SCALE_S: tl.constexpr = True, LSE: tl.constexpr = True, BODY: tl.constexpr = True,
-    ):  # fmt: skip
-        rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        offs_d = tl.arange(0, D)
-        head = tl.program_id(1) * T * D
-        q = tl.load(Q + head + rows[:, None] * D + offs_d[None, :], mask=rows[:, None] < T, other=0.0)
-        do = tl.load(DO + head + rows[:, None] * D + offs_d[None, :], mask=rows[:, None] < T, other=0.0)
-        lse = tl.load(Lse + tl.program_id(1) * T + rows, mask=rows < T, other=0.0)
-        delta = tl.load(Delta + tl.program_id(1) * T + rows, mask=rows < T, other=0.0)
-        dq = tl.zeros([BLOCK, D], tl.float32)
-        for start in range(0, T, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            k = tl.load(K + head + cols[:, None] * D + offs_d[None, :], mask=cols[:, None] < T, other=0.0)
-            v = tl.load(V + head + cols[:, None] * D + offs_d[None, :], mask=cols[:, None] < T, other=0.0)
-            if BODY:
-                s = tl.dot(q, tl.trans(k))
-                if SCALE_S:
-                    s = s * sm_scale
-                p = tl.exp(s - lse[:, None]) if LSE else tl.exp(s)  # (BLOCK, BLOCK): the forward's weights
-                ok = cols[None, :] < T
-                if IS_CAUSAL and MASK:
-                    ok = ok & (cols[None, :] <= rows[:, None])
-                p = tl.where(ok, p, 0.0)
-                dp = tl.dot(do, tl.trans(v))  # dP = dO Vᵀ
-                ds = p * (dp - delta[:, None]) if DELTA else p * dp
-                dq += tl.dot(ds, k) * sm_scale if SCALE_DQ else tl.dot(ds, k)
-        tl.store(DQ + head + rows[:, None] * D + offs_d[None, :], dq, mask=rows[:, None] < T)
+def _kernel(title: str, name: str, body: str | None, edits=()):
+    """The chapter's scaffold ``title`` with ``body`` as its loop body (None: as the chapter leaves it)."""
+    for old, new in edits:
+        assert old in body, old
+        body = body.replace(old, new)
+    source = _scaffold(title) if body is None else _scaffold(title).replace("        pass\n", body)
+    module_name = f"ch21_{name}_{len(list(_MODULES.iterdir()))}"
+    path = _MODULES / f"{module_name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + source + "\n")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 ANSWERS = {
@@ -228,26 +217,14 @@ else:
             (lambda *a, **k: None, "TypeError"),  # not a kernel: cannot be launched
         ],
     )
+    forward, dq = "# Exercise 4a", "# Exercise 4b"
     ANSWERS[check_forward_loop] = (
-        [forward_right],
-        [
-            (_Variant(forward_right, BODY=False), "m, l and acc never change"),  # the chapter's scaffold
-            (_Variant(forward_right, RESCALE_ACC=False), "how does acc change when m rises?"),
-            (_Variant(forward_right, RESCALE_L=False), "out: max abs difference"),
-            (_Variant(forward_right, MASK=False), "every query also sees the keys after it"),
-            (_Variant(forward_right, MASK_TAIL=False), "lanes past T"),
-            (_Variant(forward_right, SCALE=False), "not multiplied by sm_scale"),
-            (_Variant(forward_right, BASE_2=True), "out is right, lse is not"),
-        ],
+        [_kernel(forward, "forward_kernel", FORWARD_BODY)],
+        [(_kernel(forward, "forward_kernel", None), "m, l and acc never change")]  # the chapter's scaffold
+        + [(_kernel(forward, "forward_kernel", FORWARD_BODY, e), w) for w, e in FORWARD_MISTAKES.items()],
     )
     ANSWERS[check_dq_kernel] = (
-        [dq_right],
-        [
-            (_Variant(dq_right, BODY=False), "dq stays zero"),  # the chapter's scaffold
-            (_Variant(dq_right, DELTA=False), "second term"),
-            (_Variant(dq_right, SCALE_DQ=False), "1/sm_scale times too large"),
-            (_Variant(dq_right, MASK=False), "without the causal mask"),
-            (_Variant(dq_right, SCALE_S=False), "dQ: max abs difference"),
-            (_Variant(dq_right, LSE=False), "dQ: max abs difference"),
-        ],
+        [_kernel(dq, "dq_kernel", DQ_BODY)],
+        [(_kernel(dq, "dq_kernel", None), "dq stays zero")]  # the chapter's scaffold
+        + [(_kernel(dq, "dq_kernel", DQ_BODY, e), w) for w, e in DQ_MISTAKES.items()],
     )
