@@ -7,7 +7,8 @@ module's checks, ``(right, wrong)``, a list of right answers (at least one) and 
 must print (what is wrong, in the check's own terms). An entry may instead be a string: the
 reason its check cannot run here (Triton missing), which skips it. Here, for every check:
 
-* each right answer returns ``True`` and prints one line, ``[...] correct: ...``;
+* each right answer returns ``True`` and prints one line, ``[...] correct: ...``, and the check
+  leaves the global random state as it found it;
 * each wrong answer returns ``False`` and prints one line, ``[...] not yet: ...``, with its words;
 * a function that raises, and one that returns ``None``, return ``False`` and print a verdict:
   a check never raises on a wrong answer (a notebook keeps running).
@@ -24,6 +25,7 @@ import pkgutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import attn_core.teach.exercises as exercises
 
@@ -99,11 +101,16 @@ def test_entry_lists_a_right_answer_and_two_wrong_ones(key):
 
 
 @pytest.mark.parametrize("key", sorted(CHECKS))
-def test_passes_each_right_answer(key, capsys):
+def test_passes_each_right_answer_and_keeps_the_random_state(key, capsys):
     right, _ = _entry(key)
+    torch.manual_seed(0)
+    want = torch.rand(3)
+    torch.manual_seed(0)
     for i, answer in enumerate(right):
         assert CHECKS[key](answer) is True, f"{key}: right answer {i} failed:\n{capsys.readouterr().out}"
         _one_verdict(capsys.readouterr().out, "correct")
+    # the notebook's seeded cells after the check draw what they drew without it
+    assert torch.equal(torch.rand(3), want), f"{key} moved the global random state"
 
 
 @pytest.mark.parametrize("key", sorted(CHECKS))
