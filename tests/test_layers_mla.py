@@ -223,35 +223,6 @@ def test_bad_input_errors():
         mla(torch.randn(1, 3, 32, dtype=F64), kv_cache=cache)
 
 
-def test_chapter7_exercise_checks(capsys):
-    from attn_core.teach.exercises import check_absorbed_query, check_cache_elements, check_decoupled_scores
-
-    assert check_absorbed_query(lambda q, w: torch.einsum("bhtd,hdc->bhtc", q, w))
-    assert not check_absorbed_query(lambda q, w: q @ w.transpose(-2, -1))
-    assert check_decoupled_scores(
-        lambda qc, qr, kc, kr: (qc @ kc.transpose(-2, -1) + qr @ kr.unsqueeze(1).transpose(-2, -1)) / math.sqrt(12)
-    )
-    assert not check_decoupled_scores(lambda qc, qr, kc, kr: qc @ kc.transpose(-2, -1) / math.sqrt(12))
-
-    def elements(kind, *, n_heads, head_dim, n_kv_heads, d_latent, rope_dim):
-        return {
-            "mha": 2 * n_heads * head_dim,
-            "gqa": 2 * n_kv_heads * head_dim,
-            "mqa": 2 * head_dim,
-            "mla": d_latent + rope_dim,
-        }[kind]
-
-    torch.manual_seed(0)
-    before = torch.rand(1)
-    torch.manual_seed(0)
-    assert check_cache_elements(elements)
-    assert torch.equal(torch.rand(1), before)  # the check leaves the caller's RNG alone
-    assert not check_cache_elements(lambda kind, **kw: 2 * kw["n_heads"] * kw["head_dim"])
-    assert not check_absorbed_query(lambda q, w: 1 / 0)  # a learner's exception is reported, not raised
-    out = capsys.readouterr().out
-    assert "[7.1 absorbed query] correct" in out and "ZeroDivisionError" in out
-
-
 def test_value_width_and_rope_layout():
     """v_head_dim sizes v_up and out_proj; the interleaved layout pairs neighbours (same scores, reordered weights)."""
     mla = make(d_latent=16, head_dim=8, rope_dim=4, v_head_dim=6)

@@ -50,17 +50,16 @@ def test_no_private_name_imported_from_another_module(path):
 def _test_file_for(path: Path) -> list[Path]:
     """The test files that may hold a module's tests: tests/test_<subpackage>_<module>.py, the module's
     path with its dots as underscores (ops/backends/flash: test_ops_backends_flash.py). The config's
-    modules share test_config.py, and an exercise module may share test_teach_exercises.py. A Hugging
-    Face family (hf/families/<family>.py) may share test_hf_families.py: most families are LLaMA with
-    a hook or two, tested by one tiny model's logits and generation against Hugging Face's, and a
-    file each would hold little more than that; a family with more to test (its own experts, layer
-    kinds, refusals) has test_hf_families_<family>.py."""
+    modules share test_config.py (an exercise module has its own: its ANSWERS table is held to the
+    standard by test_teach_exercises_standard.py). A Hugging Face family (hf/families/<family>.py)
+    may share test_hf_families.py: most families are LLaMA with a hook or two, tested by one tiny
+    model's logits and generation against Hugging Face's, and a file each would hold little more
+    than that; a family with more to test (its own experts, layer kinds, refusals) has
+    test_hf_families_<family>.py."""
     rel = path.relative_to(PACKAGE).with_suffix("")
     candidates = [TESTS / f"test_{'_'.join(rel.parts)}.py"]
     if rel.parts[0] == "config":
         candidates.append(TESTS / "test_config.py")
-    if rel.parts[:2] == ("teach", "exercises"):
-        candidates.append(TESTS / "test_teach_exercises.py")
     if rel.parts[:2] == ("hf", "families"):
         candidates.append(TESTS / "test_hf_families.py")
     return candidates

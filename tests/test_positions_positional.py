@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from attn_core import (
     ALiBi,
     LearnedPositionalEmbedding,
-    RotaryEmbedding,
     SinusoidalPositionalEncoding,
     attention,
     causal_mask,
@@ -146,17 +145,3 @@ def test_alibi_bad_input():
         ALiBi(0)
     with pytest.raises(ValueError, match="T_q=5, T_k=3"):
         ALiBi(2).bias(5, 3)
-
-
-def test_chapter8_exercise_checks(capsys):
-    from attn_core.teach.exercises import check_alibi_slopes, check_rope_rotation, check_sinusoidal
-
-    assert check_sinusoidal(lambda T, d: SinusoidalPositionalEncoding(d).encodings(T).tolist())
-    assert not check_sinusoidal(lambda T, d: torch.zeros(T, d))
-    assert check_rope_rotation(lambda x, offset: RotaryEmbedding(8, layout="interleaved")(x, offset))
-    assert not check_rope_rotation(lambda x, offset: RotaryEmbedding(8, layout="half")(x, offset))
-    assert check_alibi_slopes(ALiBi.slopes_for)
-    # The power-of-two formula applied to every head count fails on 6 heads.
-    assert not check_alibi_slopes(lambda n: [2 ** (-8 * (h + 1) / n) for h in range(n)])
-    out = capsys.readouterr().out
-    assert "split-halves layout" in out and "n_heads=6" in out

@@ -1,11 +1,12 @@
-"""attn_core.teach.exercises.ch04 (the exercises of issue 25): each check passes a right answer and
-fails the plausible wrong ones, printing why and never raising."""
+"""attn_core.teach.exercises.ch04: the right and wrong answers of exercises 4.1-4.3 (ANSWERS, held to the
+standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from attn_core.teach.exercises.ch04 import check_prefix_lm_mask, check_score_entries
+from attn_core.teach.exercises.ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
+from attn_core.teach.tasks import SEP
 
 
 def _prefix_lm(T_src, T_tgt):
@@ -15,48 +16,37 @@ def _prefix_lm(T_src, T_tgt):
     return causal | (pos[None, :] < T_src)  # every row also reads the whole source
 
 
-def test_prefix_lm_mask(capsys):
-    assert check_prefix_lm_mask(_prefix_lm)
-    assert "correct" in capsys.readouterr().out
+def _plain_causal(T_src, T_tgt):
+    return torch.ones(T_src + T_tgt, T_src + T_tgt, dtype=torch.bool).tril()
 
-    def plain_causal(T_src, T_tgt):
-        return torch.ones(T_src + T_tgt, T_src + T_tgt, dtype=torch.bool).tril()
 
-    def source_reads_all(T_src, T_tgt):  # the source rows see the target too
-        m = _prefix_lm(T_src, T_tgt)
-        m[:T_src] = True
-        return m
+def _source_reads_all(T_src, T_tgt):  # the source rows see the target too
+    m = _prefix_lm(T_src, T_tgt)
+    m[:T_src] = True
+    return m
 
-    def target_bidirectional(T_src, T_tgt):
-        m = _prefix_lm(T_src, T_tgt)
-        m[T_src:, T_src:] = True
-        return m
 
-    def target_skips_itself(T_src, T_tgt):
-        m = _prefix_lm(T_src, T_tgt)
-        idx = torch.arange(T_src, T_src + T_tgt)
-        m[idx, idx] = False
-        return m
+def _target_bidirectional(T_src, T_tgt):
+    m = _prefix_lm(T_src, T_tgt)
+    m[T_src:, T_src:] = True
+    return m
 
-    def target_misses_source(T_src, T_tgt):
-        m = _prefix_lm(T_src, T_tgt)
-        m[T_src:, :T_src] = False
-        return m
 
-    def as_int(T_src, T_tgt):
-        return _prefix_lm(T_src, T_tgt).int()
+def _target_skips_itself(T_src, T_tgt):
+    m = _prefix_lm(T_src, T_tgt)
+    idx = torch.arange(T_src, T_src + T_tgt)
+    m[idx, idx] = False
+    return m
 
-    expected = {
-        plain_causal: "plain causal",
-        source_reads_all: "reads the target",
-        target_bidirectional: "must be causal",
-        target_skips_itself: "must be causal",
-        target_misses_source: "whole source",
-        as_int: "boolean",
-    }
-    for wrong, words in expected.items():
-        assert not check_prefix_lm_mask(wrong), wrong.__name__
-        assert words in capsys.readouterr().out, wrong.__name__
+
+def _target_misses_source(T_src, T_tgt):
+    m = _prefix_lm(T_src, T_tgt)
+    m[T_src:, :T_src] = False
+    return m
+
+
+def _as_int(T_src, T_tgt):
+    return _prefix_lm(T_src, T_tgt).int()
 
 
 def _entries(T_src, T_tgt, design):
@@ -68,31 +58,62 @@ def _entries(T_src, T_tgt, design):
     return T_src * T_src + T_tgt * T_src + causal
 
 
-def test_score_entries(capsys):
-    assert check_score_entries(_entries)
-    assert "correct" in capsys.readouterr().out
+def _full_squares(T_src, T_tgt, design):  # forgets that causal masks halve the squares
+    if design == "decoder-only":
+        return (T_src + T_tgt) ** 2
+    return T_src**2 + T_tgt**2 + T_tgt * T_src
 
-    def full_squares(T_src, T_tgt, design):  # forgets that causal masks halve the squares
-        if design == "decoder-only":
-            return (T_src + T_tgt) ** 2
-        return T_src**2 + T_tgt**2 + T_tgt * T_src
 
-    def no_cross(T_src, T_tgt, design):
-        if design == "encoder-decoder":
-            return T_src * T_src + T_tgt * (T_tgt + 1) // 2
-        return _entries(T_src, T_tgt, design)
+def _no_cross(T_src, T_tgt, design):
+    if design == "encoder-decoder":
+        return T_src * T_src + T_tgt * (T_tgt + 1) // 2
+    return _entries(T_src, T_tgt, design)
 
-    def prefix_as_causal(T_src, T_tgt, design):
-        return _entries(T_src, T_tgt, "decoder-only" if design == "prefix-lm" else design)
 
-    def strict_causal(T_src, T_tgt, design):  # T(T-1)/2: forgets the diagonal
-        if design == "decoder-only":
-            T = T_src + T_tgt
-            return T * (T - 1) // 2
-        return _entries(T_src, T_tgt, design)
+def _prefix_as_causal(T_src, T_tgt, design):
+    return _entries(T_src, T_tgt, "decoder-only" if design == "prefix-lm" else design)
 
-    for wrong in (full_squares, no_cross, prefix_as_causal, strict_causal):
-        assert not check_score_entries(wrong), wrong.__name__
-        assert "counted" in capsys.readouterr().out
-    assert not check_score_entries(lambda **kw: 1 / 0)
-    assert "ZeroDivisionError" in capsys.readouterr().out
+
+def _strict_causal(T_src, T_tgt, design):  # T(T-1)/2: forgets the diagonal
+    if design == "decoder-only":
+        T = T_src + T_tgt
+        return T * (T - 1) // 2
+    return _entries(T_src, T_tgt, design)
+
+
+def _teacher_forcing(src):
+    tgt_out = src.flip(-1)
+    return torch.cat([torch.full_like(src[:, :1], SEP), tgt_out[:, :-1]], dim=1), tgt_out
+
+
+ANSWERS = {
+    check_prefix_lm_mask: (
+        [_prefix_lm],
+        [
+            (_plain_causal, "plain causal"),
+            (_source_reads_all, "reads the target"),
+            (_target_bidirectional, "must be causal"),
+            (_target_skips_itself, "must be causal"),
+            (_target_misses_source, "whole source"),
+            (_as_int, "boolean"),
+        ],
+    ),
+    check_score_entries: (
+        [_entries],
+        [
+            (_full_squares, "counted"),
+            (_no_cross, "counted"),
+            (_prefix_as_causal, "counted"),
+            (_strict_causal, "counted"),
+        ],
+    ),
+    check_teacher_forcing: (
+        [_teacher_forcing],
+        [
+            (lambda src: (src.flip(-1), src.flip(-1)), "tgt_in equals tgt_out"),
+            (lambda src: (_teacher_forcing(src)[1].roll(-1, 1), _teacher_forcing(src)[1]), "start token"),
+            (lambda src: (_teacher_forcing(src.flip(-1))[0], src), "tgt_out"),  # not reversed
+            (lambda src: (torch.cat([torch.full_like(src[:, :1], SEP), src[:, :-1]], 1), src.flip(-1)), "tgt_in"),
+        ],
+    ),
+}

@@ -1,15 +1,13 @@
-"""attn_core.teach.exercises.ch06: exercises 6.1-6.3 of the revised chapter.
+"""attn_core.teach.exercises.ch06: the right and wrong answers of exercises 6.1-6.3 (ANSWERS, held to the
+standard by tests/test_teach_exercises_standard.py).
 
-Each check must pass the right answer and fail the plausible slips: for 6.1 (decode
-FLOPs per byte) forgetting the group size, counting only keys, only the score products,
-or elements instead of bytes; for 6.2 (GQA -> MHA weights) repeating rows instead of
-head blocks, tiling the heads, a wrong shape; for 6.3 (cache bytes per GPU under tensor
-parallelism) a fractional head, ignoring the split, keys only.
+The slips: for 6.1 (decode FLOPs per byte) forgetting the group size, counting only keys,
+only the score products, or elements instead of bytes; for 6.2 (GQA -> MHA weights)
+repeating rows instead of head blocks, tiling the heads, a wrong shape; for 6.3 (cache bytes
+per GPU under tensor parallelism) a fractional head, ignoring the split, keys only.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from attn_core.teach.exercises.ch06 import (
     check_decode_intensity,
@@ -25,41 +23,6 @@ def _intensity(n_heads, n_kv_heads, head_dim, seq_len, bytes_per_element):
     return flops / read
 
 
-def test_decode_intensity_passes_the_count(capsys):
-    assert check_decode_intensity(_intensity)
-    assert "correct" in capsys.readouterr().out
-
-
-def test_decode_intensity_passes_the_closed_form():
-    assert check_decode_intensity(
-        lambda n_heads, n_kv_heads, bytes_per_element, **_: 2 * n_heads / n_kv_heads / bytes_per_element
-    )
-
-
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (lambda **kw: 2 / kw["bytes_per_element"], "MHA's value"),
-        (lambda **kw: 2 * _intensity(**kw), "keys *and*"),
-        (lambda **kw: _intensity(**kw) / 2, "half"),
-        (lambda **kw: 2 * kw["n_heads"] / kw["n_kv_heads"], "per *byte*"),
-        (lambda **kw: 2.0 * kw["n_heads"] / kw["n_kv_heads"] / kw["bytes_per_element"] + 0.01, "counted"),
-    ],
-)
-def test_decode_intensity_fails_slips(wrong, hint, capsys):
-    assert not check_decode_intensity(wrong)
-    out = capsys.readouterr().out
-    assert "not yet" in out and hint in out
-
-
-def test_decode_intensity_reports_a_stub(capsys):
-    def stub(n_heads, n_kv_heads, head_dim, seq_len, bytes_per_element):
-        raise NotImplementedError
-
-    assert not check_decode_intensity(stub)
-    assert "NotImplementedError" in capsys.readouterr().out
-
-
 # 6.2 -------------------------------------------------------------------------------
 def _expand(weight, n_heads, n_kv_heads):
     d_model = weight.shape[1]
@@ -69,71 +32,45 @@ def _expand(weight, n_heads, n_kv_heads):
     return blocks.reshape(n_heads * D, d_model)
 
 
-def test_gqa_to_mha_passes_the_block_repeat(capsys):
-    assert check_gqa_to_mha(_expand)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (lambda w, H, H_kv: w.repeat_interleave(H // H_kv, dim=0), "*row*"),
-        (lambda w, H, H_kv: w.repeat(H // H_kv, 1), "tiled"),
-        (lambda w, H, H_kv: w, "want"),
-        # a right shape and no recognised slip: the heads shifted by one
-        (
-            lambda w, H, H_kv: _expand(w, H, H_kv).view(H, -1, w.shape[1]).roll(1, 0).reshape(-1, w.shape[1]),
-            "GQA -> MHA",
-        ),
-    ],
-)
-def test_gqa_to_mha_fails_slips(wrong, hint, capsys):
-    assert not check_gqa_to_mha(wrong)
-    out = capsys.readouterr().out
-    assert "not yet" in out and hint in out
-
-
-def test_gqa_to_mha_prints_one_line_when_right(capsys):
-    check_gqa_to_mha(_expand)
-    assert capsys.readouterr().out.count("\n") == 1
-
-
-def test_gqa_to_mha_reports_a_stub(capsys):
-    def stub(w, H, H_kv):
-        raise NotImplementedError
-
-    assert not check_gqa_to_mha(stub)
-    assert "NotImplementedError" in capsys.readouterr().out
-
-
 # 6.3 -------------------------------------------------------------------------------
 def _per_gpu(n_layers, n_kv_heads, head_dim, seq_len, tp_degree, bytes_per_element):
     heads = max(n_kv_heads // tp_degree, 1)  # replicated when n_kv_heads < tp_degree
     return 2 * n_layers * heads * head_dim * seq_len * bytes_per_element
 
 
-def test_kv_bytes_per_gpu_passes_the_count(capsys):
-    assert check_kv_bytes_per_gpu(_per_gpu)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (lambda **kw: _per_gpu(**{**kw, "tp_degree": 1}) / kw["tp_degree"], "replicated"),
-        (lambda **kw: _per_gpu(**{**kw, "tp_degree": 1}), "whole model"),
-        (lambda **kw: _per_gpu(**kw) // 2, "keys *and* values"),
-    ],
-)
-def test_kv_bytes_per_gpu_fails_slips(wrong, hint, capsys):
-    assert not check_kv_bytes_per_gpu(wrong)
-    out = capsys.readouterr().out
-    assert "not yet" in out and hint in out
-
-
-def test_kv_bytes_per_gpu_reports_a_stub(capsys):
-    def stub(**kwargs):
-        raise NotImplementedError
-
-    assert not check_kv_bytes_per_gpu(stub)
-    assert "NotImplementedError" in capsys.readouterr().out
+ANSWERS = {
+    check_decode_intensity: (
+        [
+            _intensity,
+            lambda n_heads, n_kv_heads, bytes_per_element, **_: 2 * n_heads / n_kv_heads / bytes_per_element,
+        ],
+        [
+            (lambda **kw: 2 / kw["bytes_per_element"], "MHA's value"),
+            (lambda **kw: 2 * _intensity(**kw), "keys *and*"),
+            (lambda **kw: _intensity(**kw) / 2, "half"),
+            (lambda **kw: 2 * kw["n_heads"] / kw["n_kv_heads"], "per *byte*"),
+            (lambda **kw: 2.0 * kw["n_heads"] / kw["n_kv_heads"] / kw["bytes_per_element"] + 0.01, "counted"),
+        ],
+    ),
+    check_gqa_to_mha: (
+        [_expand],
+        [
+            (lambda w, H, H_kv: w.repeat_interleave(H // H_kv, dim=0), "*row*"),
+            (lambda w, H, H_kv: w.repeat(H // H_kv, 1), "tiled"),
+            (lambda w, H, H_kv: w, "want"),
+            # a right shape and no recognised slip: the heads shifted by one
+            (
+                lambda w, H, H_kv: _expand(w, H, H_kv).view(H, -1, w.shape[1]).roll(1, 0).reshape(-1, w.shape[1]),
+                "GQA -> MHA",
+            ),
+        ],
+    ),
+    check_kv_bytes_per_gpu: (
+        [_per_gpu],
+        [
+            (lambda **kw: _per_gpu(**{**kw, "tp_degree": 1}) / kw["tp_degree"], "replicated"),
+            (lambda **kw: _per_gpu(**{**kw, "tp_degree": 1}), "whole model"),
+            (lambda **kw: _per_gpu(**kw) // 2, "keys *and* values"),
+        ],
+    ),
+}

@@ -1,5 +1,6 @@
-"""attn_core.teach.exercises.ch08 (the exercises of issue 25): each check passes a right answer and
-fails the plausible wrong ones, printing why and never raising."""
+"""attn_core.teach.exercises.ch08: the right and wrong answers of its exercises (ANSWERS, held to the
+standard by tests/test_teach_exercises_standard.py), and that the closed form of the ALiBi reach
+agrees with ALiBi's own weights."""
 
 from __future__ import annotations
 
@@ -7,30 +8,34 @@ import math
 
 import torch
 
-from attn_core import ALiBi
-from attn_core.teach.exercises.ch08 import check_alibi_reach
+from attn_core import ALiBi, RotaryEmbedding, SinusoidalPositionalEncoding
+from attn_core.teach.exercises.ch08 import (
+    check_alibi_reach,
+    check_alibi_slopes,
+    check_rope_relative_score,
+    check_rope_rotation,
+    check_sinusoidal,
+    check_sinusoidal_shift,
+)
 
 
+# ---- 8.1 (the older exercises: sinusoids, interleaved RoPE, ALiBi's slopes) ----
+def _sinusoidal(T, d, *, halves=False):
+    pos = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
+    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angles = pos * freq  # (T, d/2)
+    if halves:  # sines in the first half, cosines in the second
+        return torch.cat([angles.sin(), angles.cos()], -1)
+    return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2)  # sin in 2i, cos in 2i+1
+
+
+def _slopes_power_of_two_formula(n):  # right for 8 or 16 heads only
+    return [2 ** (-8 * (h + 1) / n) for h in range(n)]
+
+
+# ---- 8.1: the ALiBi reach ----
 def right(slope, share):
     return math.ceil(math.log(1 / (1 - share)) / slope)
-
-
-def test_alibi_reach(capsys):
-    assert check_alibi_reach(right)
-    assert "correct" in capsys.readouterr().out
-    expected = {
-        (lambda m, s: math.floor(math.log(1 / (1 - s)) / m)): "rounded down",
-        (lambda m, s: math.ceil(math.log(2) / m)): "half-weight",
-        (lambda m, s: math.ceil(math.log2(1 / (1 - s)) / m)): "expected",  # base-2 log
-        (lambda m, s: math.ceil(math.log(1 / (1 - s)) * m)): "expected",  # times the slope
-        (lambda m, s: math.ceil(-math.log(s) / m)): "expected",  # share of the far keys
-        (lambda m, s: math.log(1 / (1 - s)) / m): "must be an int",
-    }
-    for wrong, words in expected.items():
-        assert not check_alibi_reach(wrong)
-        assert words in capsys.readouterr().out
-    assert not check_alibi_reach(lambda m, s: 1 / 0)
-    assert "ZeroDivisionError" in capsys.readouterr().out
 
 
 def test_alibi_reach_matches_alibi_weights():
@@ -45,11 +50,6 @@ def test_alibi_reach_matches_alibi_weights():
 
 
 # ---- 8.2: the RoPE score from the distance alone ----
-
-from attn_core import RotaryEmbedding  # noqa: E402
-from attn_core.teach.exercises.ch08 import check_rope_relative_score, check_sinusoidal_shift  # noqa: E402
-
-
 def rope_score(q, k, delta, *, sign=1.0, pairs="half", base=10000.0, sine=True):
     D = q.shape[-1]
     theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
@@ -62,33 +62,13 @@ def rope_score(q, k, delta, *, sign=1.0, pairs="half", base=10000.0, sine=True):
     return ((q1 * k1 + q2 * k2) * a.cos() + s).sum().item()
 
 
-def test_rope_relative_score(capsys):
-    assert check_rope_relative_score(rope_score)
-    assert "correct" in capsys.readouterr().out
+def _rotated(q, k, d):
     # rotating both to positions that differ by delta is the same thing, and is accepted
     rope = RotaryEmbedding(8)
-
-    def rotated(q, k, d):
-        return (rope(q[None], offset=max(0, -d))[0] @ rope(k[None], offset=max(0, d))[0]).item()
-
-    assert check_rope_relative_score(rotated)
-    capsys.readouterr()
-    expected = {
-        (lambda q, k, d: rope_score(q, k, d, sign=-1.0)): "-delta",
-        (lambda q, k, d: rope_score(q, k, d, pairs="interleaved")): "pairs neighbours",
-        (lambda q, k, d: (q @ k).item()): "unrotated",
-        (lambda q, k, d: rope_score(q, k, d, sine=False)): "expected",
-        (lambda q, k, d: rope_score(q, k, d, base=500000.0)): "expected",
-        (lambda q, k, d: 1 / 0): "ZeroDivisionError",
-    }
-    for wrong, words in expected.items():
-        assert not check_rope_relative_score(wrong)
-        assert words in capsys.readouterr().out
+    return (rope(q[None], offset=max(0, -d))[0] @ rope(k[None], offset=max(0, d))[0]).item()
 
 
 # ---- 8.3: the sinusoids shifted by a matrix ----
-
-
 def shift(d, k, *, sign=1.0, order="sin_cos"):
     M = torch.zeros(d, d, dtype=torch.float64)
     for i in range(d // 2):
@@ -101,20 +81,61 @@ def shift(d, k, *, sign=1.0, order="sin_cos"):
     return M
 
 
-def test_sinusoidal_shift(capsys):
-    assert check_sinusoidal_shift(shift)
-    assert "correct" in capsys.readouterr().out
-    assert check_sinusoidal_shift(lambda d, k: shift(d, k).tolist())  # lists are accepted
-    capsys.readouterr()
-    expected = {
-        (lambda d, k: shift(d, k, sign=-1.0)): "shifts by -k",
-        (lambda d, k: shift(d, k, order="cos_sin")): "shifts by -k",
-        (lambda d, k: shift(d, k).T.contiguous()): "shifts by -k",
-        (lambda d, k: torch.eye(d, dtype=torch.float64)): "off PE[p + k]",
-        (lambda d, k: shift(d, 1)): "off PE[p + k]",  # ignores k
-        (lambda d, k: shift(d, k)[:, :2]): "expected a",
-        (lambda d, k: 1 / 0): "ZeroDivisionError",
-    }
-    for wrong, words in expected.items():
-        assert not check_sinusoidal_shift(wrong)
-        assert words in capsys.readouterr().out
+ANSWERS = {
+    check_sinusoidal: (
+        [_sinusoidal, lambda T, d: SinusoidalPositionalEncoding(d).encodings(T).tolist()],  # lists are accepted
+        [
+            (lambda T, d: _sinusoidal(T, d, halves=True), "max abs difference"),
+            (lambda T, d: _sinusoidal(T + 1, d)[1:], "max abs difference"),  # positions from 1
+            (lambda T, d: torch.zeros(T, d), "max abs difference"),
+        ],
+    ),
+    check_rope_rotation: (
+        [lambda x, offset: RotaryEmbedding(8, layout="interleaved")(x, offset)],
+        [
+            (lambda x, offset: RotaryEmbedding(8, layout="half")(x, offset), "split-halves layout"),
+            (lambda x, offset: RotaryEmbedding(8, layout="interleaved")(x), "offset=7"),  # the offset ignored
+            (lambda x, offset: RotaryEmbedding(8, layout="interleaved", base=500.0)(x, offset), "max abs"),
+        ],
+    ),
+    check_alibi_slopes: (
+        [ALiBi.slopes_for],
+        [
+            (_slopes_power_of_two_formula, "n_heads=6"),  # fails on 6 heads
+            (lambda n: [2 ** (-(h + 1)) for h in range(n)], "n_heads=4"),  # 8 heads' ratio for every count
+            (lambda n: ALiBi.slopes_for(n)[::-1], "n_heads=8"),  # steepest last
+        ],
+    ),
+    check_alibi_reach: (
+        [right],
+        [
+            (lambda m, s: math.floor(math.log(1 / (1 - s)) / m), "rounded down"),
+            (lambda m, s: math.ceil(math.log(2) / m), "half-weight"),
+            (lambda m, s: math.ceil(math.log2(1 / (1 - s)) / m), "expected"),  # base-2 log
+            (lambda m, s: math.ceil(math.log(1 / (1 - s)) * m), "expected"),  # times the slope
+            (lambda m, s: math.ceil(-math.log(s) / m), "expected"),  # share of the far keys
+            (lambda m, s: math.log(1 / (1 - s)) / m, "must be an int"),
+        ],
+    ),
+    check_rope_relative_score: (
+        [rope_score, _rotated],
+        [
+            (lambda q, k, d: rope_score(q, k, d, sign=-1.0), "-delta"),
+            (lambda q, k, d: rope_score(q, k, d, pairs="interleaved"), "pairs neighbours"),
+            (lambda q, k, d: (q @ k).item(), "unrotated"),
+            (lambda q, k, d: rope_score(q, k, d, sine=False), "expected"),
+            (lambda q, k, d: rope_score(q, k, d, base=500000.0), "expected"),
+        ],
+    ),
+    check_sinusoidal_shift: (
+        [shift, lambda d, k: shift(d, k).tolist()],  # lists are accepted
+        [
+            (lambda d, k: shift(d, k, sign=-1.0), "shifts by -k"),
+            (lambda d, k: shift(d, k, order="cos_sin"), "shifts by -k"),
+            (lambda d, k: shift(d, k).T.contiguous(), "shifts by -k"),
+            (lambda d, k: torch.eye(d, dtype=torch.float64), "off PE[p + k]"),
+            (lambda d, k: shift(d, 1), "off PE[p + k]"),  # ignores k
+            (lambda d, k: shift(d, k)[:, :2], "expected a"),
+        ],
+    ),
+}

@@ -1,16 +1,21 @@
-"""attn_core.teach.exercises.ch11: exercise 11.3's check accepts a real causality test and refuses
-the answers that pass without testing causality (a name test, a constant, a comparison with
-a reference output, inputs at which the leaky version hides)."""
+"""attn_core.teach.exercises.ch11: the right and wrong answers of exercises 11.1-11.3 (ANSWERS, held to
+the standard by tests/test_teach_exercises_standard.py): 11.3's check accepts a real causality test
+and refuses the answers that pass without testing causality (a name test, a constant, a comparison
+with a reference output, inputs at which the leaky version hides)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from attn_core import attention
 from attn_core.layers.simplified import centring_matrix
-from attn_core.teach.exercises import check_causality_test
-from attn_core.teach.exercises.ch11 import causality_candidates
+from attn_core.teach.exercises.ch11 import (
+    causality_candidates,
+    check_causality_test,
+    check_padded_shaped,
+    check_shaped_decode_step,
+    padded_variant,
+)
 
 
 def _inputs(zero_queries=False, equal_gains=False):
@@ -24,14 +29,18 @@ def _inputs(zero_queries=False, equal_gains=False):
     return q, k, v, gains
 
 
-def _leaks(fn, **kwargs):
-    """A genuine causality test: perturb every position after t, compare outputs up to t."""
+def _leaks(fn, *, which=(0, 1, 2), last_only=False, **kwargs):
+    """A genuine causality test: perturb every position after t, compare outputs up to t.
+
+    ``which`` (of q, k, v) to perturb and ``last_only`` (perturb the last position only, for
+    every t) make the wrong tests, each blind to one of the leaks.
+    """
     q, k, v, gains = _inputs(**kwargs)
     out = fn(q, k, v, *gains)
     for t in range(q.shape[-2] - 1):
         moved = [x.clone() for x in (q, k, v)]
-        for x in moved:
-            x[..., t + 1 :, :] += 1.0
+        for i in which:
+            moved[i][..., -1 if last_only else t + 1 :, :] += 1.0
         if not torch.allclose(out[..., : t + 1, :], fn(*moved, *gains)[..., : t + 1, :], atol=1e-10):
             return True
     return False
@@ -48,16 +57,6 @@ def _differs_from_reference(fn):
     return not torch.allclose(fn(q, k, v, *gains), _reference(q, k, v, *gains), atol=1e-8)
 
 
-def test_a_genuine_causality_test_passes(capsys):
-    assert check_causality_test(_leaks)
-    assert "correct: right on all 7 candidates" in capsys.readouterr().out
-
-
-def test_the_name_loophole_fails(capsys):
-    assert not check_causality_test(lambda fn: fn.__name__ == "leaky")
-    assert "not yet" in capsys.readouterr().out
-
-
 def test_candidates_look_alike_from_outside():
     candidates = [fn for fn, _, _ in causality_candidates()]
     assert len({fn.__name__ for fn in candidates}) == 1
@@ -70,23 +69,6 @@ def test_candidates_look_alike_from_outside():
 def test_the_candidates_are_what_they_claim():
     for fn, leaks, what in causality_candidates():
         assert _leaks(fn) == leaks, what
-
-
-def test_answers_that_do_not_test_causality_fail(capsys):
-    for wrong in (lambda fn: True, lambda fn: False, _differs_from_reference):
-        assert not check_causality_test(wrong)
-        assert "not yet" in capsys.readouterr().out
-    # The inputs at which the leaky version hides (q = 0, β = γ): some leaks go unseen.
-    assert not check_causality_test(lambda fn: _leaks(fn, zero_queries=True, equal_gains=True))
-    assert "expected True" in capsys.readouterr().out
-
-
-def test_a_stub_prints_not_yet(capsys):
-    def stub(fn):
-        raise NotImplementedError
-
-    assert not check_causality_test(stub)
-    assert "not yet: NotImplementedError" in capsys.readouterr().out
 
 
 # exercise 11.1 of the revised chapter: one decoding step of shaped attention ----------
@@ -102,15 +84,6 @@ def _decode_top_left(q, k, v, alpha, beta, gamma):
     return a * v[..., -1:, :] + b * soft - c * v.mean(-2, keepdim=True)
 
 
-def test_shaped_decode_step_passes_right_answers(capsys):
-    from attn_core.teach.exercises.ch11 import check_shaped_decode_step
-
-    assert check_shaped_decode_step(_decode_right)
-    # the chapter's full shaped attention, last row: also right
-    assert check_shaped_decode_step(lambda q, k, v, a, b, c: _full_last_row(q, k, v, a, b, c))
-    assert "correct" in capsys.readouterr().out
-
-
 def _full_last_row(q, k, v, alpha, beta, gamma):
     # the newest query placed last among dummy queries: causal shaped attention over all T
     T = k.shape[-2]
@@ -121,55 +94,8 @@ def _full_last_row(q, k, v, alpha, beta, gamma):
     return out[..., -1:, :]
 
 
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (_decode_top_left, "top-left"),
-        (
-            lambda q, k, v, a, b, c: (
-                _decode_right(q, k, v, a, b, c) + (a.view(-1, 1, 1) * (v[..., :1, :] - v[..., -1:, :]))
-            ),
-            "the last one",
-        ),
-        (
-            lambda q, k, v, a, b, c: (
-                _decode_right(q, k, v, a, b, c) + c.view(-1, 1, 1) * (v.mean(-2, keepdim=True) - v[..., :1, :])
-            ),
-            "not the first value alone",
-        ),
-        (
-            lambda q, k, v, a, b, c: (
-                _decode_right(q, k, v, a, b, c)
-                + c.view(-1, 1, 1) * (v.mean(-2, keepdim=True) - v[..., :-1, :].mean(-2, keepdim=True))
-            ),
-            "includes the newest position",
-        ),
-        (lambda q, k, v, a, b, c: _decode_right(q, k, v, a, b, c) * 1.01, "11.1"),
-        (lambda q, k, v, a, b, c: v, "11.1"),
-    ],
-)
-def test_shaped_decode_step_fails_slips(wrong, hint, capsys):
-    from attn_core.teach.exercises.ch11 import check_shaped_decode_step
-
-    assert not check_shaped_decode_step(wrong)
-    out = capsys.readouterr().out
-    assert "not yet" in out and hint in out
-
-
-def test_shaped_decode_step_reports_a_stub(capsys):
-    from attn_core.teach.exercises.ch11 import check_shaped_decode_step
-
-    def stub(q, k, v, alpha, beta, gamma):
-        raise NotImplementedError
-
-    assert not check_shaped_decode_step(stub)
-    assert "NotImplementedError" in capsys.readouterr().out
-
-
 # exercise 11.2 of the revised chapter: shaped attention over a left-padded batch -------
 def _padded(mask_softmax=True, mask_c=True):
-    from attn_core.teach.exercises.ch11 import padded_variant
-
     def fn(q, k, v, alpha, beta, gamma, valid):
         return padded_variant(q, k, v, alpha, beta, gamma, valid, mask_softmax=mask_softmax, mask_c=mask_c)
 
@@ -189,36 +115,9 @@ def _padded_by_loop(q, k, v, alpha, beta, gamma, valid):
     return out
 
 
-def test_padded_shaped_passes_right_answers(capsys):
-    from attn_core.teach.exercises.ch11 import check_padded_shaped
-
-    assert check_padded_shaped(_padded())
-    assert check_padded_shaped(_padded_by_loop)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong, hint",
-    [
-        (_padded(mask_c=False), "still in C"),
-        (_padded(mask_softmax=False), "softmax still sees"),
-        (_padded(mask_softmax=False, mask_c=False), "ignored"),
-        (lambda q, k, v, a, b, c, valid: _padded_by_loop(q, k, v, a, b, c, valid) * 1.01, "sequence"),
-        (lambda q, k, v, a, b, c, valid: v[..., :3, :], "want"),
-    ],
-)
-def test_padded_shaped_fails_slips(wrong, hint, capsys):
-    from attn_core.teach.exercises.ch11 import check_padded_shaped
-
-    assert not check_padded_shaped(wrong)
-    out = capsys.readouterr().out
-    assert "not yet" in out and hint in out
-
-
 def test_padded_shaped_library_module_is_the_c_slip(capsys):
     """ShapedAttention applies a padding mask to the softmax only (documented): the check
     must name that slip for it, so the chapter's remark about the library stays true."""
-    from attn_core.teach.exercises.ch11 import check_padded_shaped
 
     def via_core(q, k, v, alpha, beta, gamma, valid):
         T = q.shape[-2]
@@ -232,11 +131,56 @@ def test_padded_shaped_library_module_is_the_c_slip(capsys):
     assert "still in C" in capsys.readouterr().out
 
 
-def test_padded_shaped_reports_a_stub(capsys):
-    from attn_core.teach.exercises.ch11 import check_padded_shaped
-
-    def stub(q, k, v, alpha, beta, gamma, valid):
-        raise NotImplementedError
-
-    assert not check_padded_shaped(stub)
-    assert "NotImplementedError" in capsys.readouterr().out
+ANSWERS = {
+    check_causality_test: (
+        [_leaks],
+        [
+            (lambda fn: fn.__name__ == "leaky", "expected True"),  # the name loophole
+            (lambda fn: True, "expected False"),
+            (lambda fn: False, "expected True"),
+            (_differs_from_reference, "another score scale"),
+            # the inputs at which the leaky version hides (q = 0, β = γ): some leaks go unseen
+            (lambda fn: _leaks(fn, zero_queries=True, equal_gains=True), "expected True"),
+            (lambda fn: _leaks(fn, which=(2,)), "the future keys stay in its denominator"),  # values only
+            (lambda fn: _leaks(fn, which=(0, 1)), "leaks through the values"),  # queries and keys only
+            (lambda fn: _leaks(fn, last_only=True), "never reaches the last position"),
+        ],
+    ),
+    check_shaped_decode_step: (
+        [_decode_right, _full_last_row],  # the chapter's full shaped attention, last row: also right
+        [
+            (_decode_top_left, "top-left"),
+            (
+                lambda q, k, v, a, b, c: (
+                    _decode_right(q, k, v, a, b, c) + (a.view(-1, 1, 1) * (v[..., :1, :] - v[..., -1:, :]))
+                ),
+                "the last one",
+            ),
+            (
+                lambda q, k, v, a, b, c: (
+                    _decode_right(q, k, v, a, b, c) + c.view(-1, 1, 1) * (v.mean(-2, keepdim=True) - v[..., :1, :])
+                ),
+                "not the first value alone",
+            ),
+            (
+                lambda q, k, v, a, b, c: (
+                    _decode_right(q, k, v, a, b, c)
+                    + c.view(-1, 1, 1) * (v.mean(-2, keepdim=True) - v[..., :-1, :].mean(-2, keepdim=True))
+                ),
+                "includes the newest position",
+            ),
+            (lambda q, k, v, a, b, c: _decode_right(q, k, v, a, b, c) * 1.01, "11.1"),
+            (lambda q, k, v, a, b, c: v, "11.1"),
+        ],
+    ),
+    check_padded_shaped: (
+        [_padded(), _padded_by_loop],
+        [
+            (_padded(mask_c=False), "still in C"),
+            (_padded(mask_softmax=False), "softmax still sees"),
+            (_padded(mask_softmax=False, mask_c=False), "ignored"),
+            (lambda q, k, v, a, b, c, valid: _padded_by_loop(q, k, v, a, b, c, valid) * 1.01, "sequence"),
+            (lambda q, k, v, a, b, c, valid: v[..., :3, :], "want"),
+        ],
+    ),
+}

@@ -1,134 +1,126 @@
-"""Exercises 15.5 (StreamingLLM's positions) and 15.1 (Longformer's window): each check passes a right
-answer and fails plausible wrong ones."""
+"""attn_core.teach.exercises.ch15: the right and wrong answers of exercises 15.1-15.5 (ANSWERS, held to
+the standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
 import torch
 
 from attn_core.ops.masks import causal_mask
-from attn_core.teach.exercises.ch15 import check_longformer_mask, check_streaming_positions
+from attn_core.teach.exercises.ch15 import (
+    check_longformer_mask,
+    check_mixed_cache_bytes,
+    check_ring_read,
+    check_sink_attention,
+    check_streaming_positions,
+)
 
 
-def right(t, sink_tokens, window):
+# 15.1 Longformer's symmetric window with global tokens ------------------------------
+def _longformer(T, window, global_positions, *, reach=None, strict=False, both_ways=True):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    reach = window // 2 if reach is None else reach
+    allowed = (i - j).abs() < reach if strict else (i - j).abs() <= reach
+    g = torch.zeros(T, dtype=torch.bool)
+    g[list(global_positions)] = True
+    return allowed | g[None, :] | (g[:, None] if both_ways else False)
+
+
+def _causal_window(T, window, global_positions):  # chapter 15's (decoder) window of the same width: one-sided
+    g = torch.zeros(T, dtype=torch.bool)
+    g[list(global_positions)] = True
+    return causal_mask(T, window=window) | g[:, None] | g[None, :]
+
+
+def _ignores_global(T, window, global_positions):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (i - j).abs() <= window // 2
+
+
+# 15.2 reading a ring buffer ---------------------------------------------------------
+def _ring_read(slots, positions):
+    order = torch.argsort(positions)
+    order = order[positions[order] >= 0]
+    return slots[:, :, order], positions[order]
+
+
+# 15.3 sink attention ----------------------------------------------------------------
+def _sink_attention(q, k, v, sinks, with_sink=True, causal=True):
+    T = q.shape[-2]
+    s = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    if causal:
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    if with_sink:
+        s = torch.cat([s, sinks[:, None, None].expand(*s.shape[:-1], 1)], -1)
+        return torch.softmax(s, -1)[..., :-1] @ v
+    return torch.softmax(s, -1) @ v
+
+
+# 15.4 the cache of a mixed stack ----------------------------------------------------
+def _mixed_bytes(n_layers, full_every, window, context, n_kv_heads, head_dim, halve=False, clip=True):
+    per = (1 if halve else 2) * n_kv_heads * head_dim * 2
+    held = min(context, window) if clip else window
+    return sum(per * (context if (i + 1) % full_every == 0 else held) for i in range(n_layers))
+
+
+# 15.5 StreamingLLM's positions -------------------------------------------------------
+def _streaming(t, sink_tokens, window):
     held = sorted(set(range(min(sink_tokens, t + 1))) | set(range(max(0, t - window + 1), t + 1)))
     return held, len(held) - 1
 
 
-def test_right_answer_passes(capsys):
-    assert check_streaming_positions(right)
-    assert "correct" in capsys.readouterr().out
+def _streaming_window_off_by_one(t, s, w):
+    held = sorted(set(range(min(s, t + 1))) | set(range(max(0, t - w), t + 1)))
+    return held, len(held) - 1
 
 
-def test_text_position_for_the_query_fails(capsys):
-    assert not check_streaming_positions(lambda t, s, w: (right(t, s, w)[0], t))
-    assert "not in the cache" in capsys.readouterr().out
+def _streaming_sinks_twice(t, s, w):  # a window that does not skip the sinks: listed twice early on
+    held = list(range(min(s, t + 1))) + list(range(max(0, t - w + 1), t + 1))
+    return held, len(held) - 1
 
 
-def test_window_off_by_one_fails(capsys):
-    def wrong(t, s, w):
-        held = sorted(set(range(min(s, t + 1))) | set(range(max(0, t - w), t + 1)))
-        return held, len(held) - 1
-
-    assert not check_streaming_positions(wrong)
-    assert "counts the query itself" in capsys.readouterr().out
-
-
-def test_forgotten_sinks_fail():
-    assert not check_streaming_positions(lambda t, s, w: right(t, 0, w))
-
-
-def test_sinks_counted_twice_fail():
-    # A window that does not skip the sinks: held positions listed twice early in the stream.
-    def wrong(t, s, w):
-        held = list(range(min(s, t + 1))) + list(range(max(0, t - w + 1), t + 1))
-        return held, len(held) - 1
-
-    assert not check_streaming_positions(wrong)
-
-
-def test_an_exception_is_reported_not_raised(capsys):
-    def broken(t, s, w):
-        raise NotImplementedError
-
-    assert not check_streaming_positions(broken)
-    assert "NotImplementedError" in capsys.readouterr().out
-
-
-# Exercise 15.1: Longformer's symmetric window with global tokens.
-
-
-def longformer_right(T, window, global_positions):
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    allowed = (i - j).abs() <= window // 2
-    g = torch.zeros(T, dtype=torch.bool)
-    g[list(global_positions)] = True
-    return allowed | g[:, None] | g[None, :]
-
-
-def test_longformer_right_answer_passes(capsys):
-    assert check_longformer_mask(longformer_right)
-    assert "correct" in capsys.readouterr().out
-
-
-def test_longformer_a_causal_window_fails(capsys):
-    # Chapter 15's (decoder) window of the same width: one-sided.
-    def wrong(T, window, global_positions):
-        g = torch.zeros(T, dtype=torch.bool)
-        g[list(global_positions)] = True
-        return causal_mask(T, window=window) | g[:, None] | g[None, :]
-
-    assert not check_longformer_mask(wrong)
-    assert "two-sided" in capsys.readouterr().out
-
-
-def test_longformer_window_keys_on_each_side_off_by_one_fails(capsys):
-    def wrong(T, window, global_positions):  # < instead of <=: one key too few per side
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        allowed = (i - j).abs() < window // 2
-        g = torch.zeros(T, dtype=torch.bool)
-        g[list(global_positions)] = True
-        return allowed | g[:, None] | g[None, :]
-
-    assert not check_longformer_mask(wrong)
-    assert "window // 2 on each side" in capsys.readouterr().out
-
-
-def test_longformer_full_window_on_each_side_fails():
-    def wrong(T, window, global_positions):  # w on each side: twice Longformer's window
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        allowed = (i - j).abs() <= window
-        g = torch.zeros(T, dtype=torch.bool)
-        g[list(global_positions)] = True
-        return allowed | g[:, None] | g[None, :]
-
-    assert not check_longformer_mask(wrong)
-
-
-def test_longformer_one_way_global_attention_fails(capsys):
-    def wrong(T, window, global_positions):  # every token sees the global ones, not the reverse
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        allowed = (i - j).abs() <= window // 2
-        g = torch.zeros(T, dtype=torch.bool)
-        g[list(global_positions)] = True
-        return allowed | g[None, :]
-
-    assert not check_longformer_mask(wrong)
-    assert "both ways" in capsys.readouterr().out
-
-
-def test_longformer_ignored_global_tokens_fail():
-    def wrong(T, window, global_positions):
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        return (i - j).abs() <= window // 2
-
-    assert not check_longformer_mask(wrong)
-
-
-def test_longformer_errors_and_wrong_types_report_without_raising(capsys):
-    def broken(T, window, global_positions):
-        raise RuntimeError("boom")
-
-    assert not check_longformer_mask(broken)
-    assert "RuntimeError: boom" in capsys.readouterr().out
-    assert not check_longformer_mask(lambda T, w, g: [[True] * T] * T)
-    assert not check_longformer_mask(lambda T, w, g: torch.ones(T, T + 1, dtype=torch.bool))
+ANSWERS = {
+    check_longformer_mask: (
+        [_longformer],
+        [
+            (_causal_window, "two-sided"),
+            (lambda T, w, g: _longformer(T, w, g, strict=True), "window // 2 on each side"),
+            (lambda T, w, g: _longformer(T, w, g, reach=w), "window // 2 on each side"),  # w on each side
+            (lambda T, w, g: _longformer(T, w, g, both_ways=False), "both ways"),
+            (_ignores_global, "wrong at (query, key)"),
+            (lambda T, w, g: torch.ones(T, T + 1, dtype=torch.bool), "shape"),
+        ],
+    ),
+    check_ring_read: (
+        [_ring_read],
+        [
+            (lambda s, p: (s[:, :, p >= 0], p[p >= 0]), "expected [5, 6, 7, 8]"),  # slot order, not time order
+            # sorted by position, the empty slots (-1) kept
+            (lambda s, p: (s[:, :, torch.argsort(p)], p[torch.argsort(p)]), "positions [-1, 0, 1, 2]"),
+        ],
+    ),
+    check_sink_attention: (
+        [_sink_attention],
+        [
+            (lambda *a: _sink_attention(*a, with_sink=False), "without the sink"),
+            (lambda *a: _sink_attention(*a, causal=False), "max abs difference"),
+            (lambda q, k, v, sinks: _sink_attention(q, k, v, sinks.exp()), "max abs difference"),  # exp(sink) as logit
+        ],
+    ),
+    check_mixed_cache_bytes: (
+        [_mixed_bytes],
+        [
+            (lambda *a: _mixed_bytes(*a, halve=True), "keys *and* values"),
+            (lambda *a: _mixed_bytes(*a, clip=False), "expected"),  # a window larger than the context
+            (lambda n, f, w, c, h, d: n * 2 * h * d * 2 * c, "expected"),  # every layer full
+        ],
+    ),
+    check_streaming_positions: (
+        [_streaming],
+        [
+            (lambda t, s, w: (_streaming(t, s, w)[0], t), "not in the cache"),
+            (_streaming_window_off_by_one, "counts the query itself"),
+            (lambda t, s, w: _streaming(t, 0, w), "expected"),  # the sinks forgotten
+            (_streaming_sinks_twice, "expected"),
+        ],
+    ),
+}

@@ -1,7 +1,5 @@
-"""attn_core.teach.exercises.ch17.
-
-Each check passes a correct answer and fails wrong ones (printing why, never raising).
-"""
+"""attn_core.teach.exercises.ch17: the right and wrong answers of exercises 17.1-17.3 (ANSWERS, held to
+the standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
@@ -26,16 +24,6 @@ def _linear_step_read_before_write(S, z, fq, fk, v):  # reads the state without 
     return o, S + torch.outer(fk, v), z + fk
 
 
-def test_linear_attention_step(capsys):
-    assert check_linear_attention_step(_linear_step)
-    assert "correct" in capsys.readouterr().out
-    assert not check_linear_attention_step(_linear_step_no_normaliser)
-    assert not check_linear_attention_step(_linear_step_read_before_write)
-    assert not check_linear_attention_step(lambda S, z, fq, fk, v: (S.T @ fq, S))  # wrong arity
-    assert not check_linear_attention_step(lambda *a: 1 / 0)
-    assert "ZeroDivisionError" in capsys.readouterr().out
-
-
 def _delta_step(S, q, k, v, beta, alpha):
     S = alpha * S
     S = S + beta * torch.outer(k, v - S.T @ k)
@@ -58,33 +46,48 @@ def _delta_step_transposed(S, q, k, v, beta, alpha):  # reads S q instead of Sáµ
     return S @ q if S.shape[0] == S.shape[1] else S.T @ q.flip(0), S
 
 
-def test_delta_rule_step(capsys):
-    assert check_delta_rule_step(_delta_step)
-    assert "correct" in capsys.readouterr().out
-    for wrong in (_delta_step_decay_after, _delta_step_no_gate, _delta_step_transposed):
-        assert not check_delta_rule_step(wrong)
-    assert "not yet" in capsys.readouterr().out
-
-
 def _state_bytes(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
     conv = (2 * n_heads * head_dim + n_value_heads * value_head_dim) * (conv_size - 1)
     return batch_size * (conv + n_value_heads * head_dim * value_head_dim) * bytes_per_element
 
 
-def test_state_bytes(capsys):
-    assert check_state_bytes(_state_bytes)
-    assert "correct" in capsys.readouterr().out
+def _state_only(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
+    return batch_size * n_value_heads * head_dim * value_head_dim * bytes_per_element
 
-    def state_only(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
-        return batch_size * n_value_heads * head_dim * value_head_dim * bytes_per_element
 
-    def key_heads(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
-        conv = (2 * n_heads * head_dim + n_value_heads * value_head_dim) * (conv_size - 1)
-        return batch_size * (conv + n_heads * head_dim * value_head_dim) * bytes_per_element
+def _key_heads(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
+    conv = (2 * n_heads * head_dim + n_value_heads * value_head_dim) * (conv_size - 1)
+    return batch_size * (conv + n_heads * head_dim * value_head_dim) * bytes_per_element
 
-    def full_conv(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
-        conv = (2 * n_heads * head_dim + n_value_heads * value_head_dim) * conv_size
-        return batch_size * (conv + n_value_heads * head_dim * value_head_dim) * bytes_per_element
 
-    for wrong in (state_only, key_heads, full_conv):
-        assert not check_state_bytes(wrong)
+def _full_conv(batch_size, d_model, n_heads, head_dim, n_value_heads, value_head_dim, conv_size, bytes_per_element):
+    conv = (2 * n_heads * head_dim + n_value_heads * value_head_dim) * conv_size
+    return batch_size * (conv + n_value_heads * head_dim * value_head_dim) * bytes_per_element
+
+
+ANSWERS = {
+    check_linear_attention_step: (
+        [_linear_step],
+        [
+            (_linear_step_no_normaliser, "outputs"),
+            (_linear_step_read_before_write, "outputs"),
+            (lambda S, z, fq, fk, v: (S.T @ fq, S), "return a tuple of 3"),  # the normaliser not returned
+        ],
+    ),
+    check_delta_rule_step: (
+        [_delta_step],
+        [
+            (_delta_step_decay_after, "outputs"),
+            (_delta_step_no_gate, "outputs"),
+            (_delta_step_transposed, "outputs"),
+        ],
+    ),
+    check_state_bytes: (
+        [_state_bytes],
+        [
+            (_state_only, "measured"),
+            (_key_heads, "measured"),
+            (_full_conv, "measured"),
+        ],
+    ),
+}

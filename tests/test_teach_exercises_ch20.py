@@ -1,10 +1,10 @@
-"""attn_core.teach.exercises.ch20: each check passes a right answer and fails plausible wrong ones."""
+"""attn_core.teach.exercises.ch20: the right and wrong answers of exercises 20.1-20.4 (ANSWERS, held to
+the standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 from attn_core.teach.exercises.ch20 import check_ntk_base, check_partial_rope, check_yarn_logit_scale, check_yarn_ramp
@@ -22,55 +22,6 @@ def _ramp(base, dim, L, *, fast=32.0, slow=1.0, two_pi=True):
     kept = sum(1 for i in range(pairs) if i <= low)
     interpolated = sum(1 for i in range(pairs) if i >= high)
     return kept, interpolated
-
-
-def test_yarn_ramp_passes_the_derivation(capsys):
-    assert check_yarn_ramp(_ramp)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda b, d, L: _ramp(b, d, L, two_pi=False),  # turns confused with radians
-        lambda b, d, L: _ramp(b, d, L, fast=1.0, slow=32.0),  # the betas swapped
-        lambda b, d, L: (_ramp(b, d, L)[0] - 1, _ramp(b, d, L)[1]),  # kept = low: pair `low` itself forgotten
-        lambda b, d, L: _ramp(b, d, L)[::-1],  # kept and interpolated swapped
-        lambda b, d, L: (0, d // 2),  # PI: every pair interpolated
-    ],
-)
-def test_yarn_ramp_fails_wrong_derivations(wrong, capsys):
-    assert not check_yarn_ramp(wrong)
-    assert "not yet" in capsys.readouterr().out
-
-
-def test_yarn_ramp_reports_an_exception(capsys):
-    def broken(base, dim, L):
-        raise NotImplementedError
-
-    assert not check_yarn_ramp(broken)
-    assert "NotImplementedError" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------- 20.2 NTK base
-def test_ntk_base_passes_the_formula(capsys):
-    assert check_ntk_base(lambda base, dim, factor: base * factor ** (dim / (dim - 2)))
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda b, d, s: b * s,  # the exponent forgotten
-        lambda b, d, s: b * s ** ((d - 2) / d),  # the exponent upside down
-        lambda b, d, s: b * s ** (d / (d - 1)),  # solved for a pair that does not exist
-        lambda b, d, s: b / s,  # faster, not slower
-        lambda b, d, s: "10000",  # not a number
-    ],
-)
-def test_ntk_base_fails_wrong_bases(wrong, capsys):
-    assert not check_ntk_base(wrong)
-    assert "not yet" in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------- 20.3 partial RoPE
@@ -91,51 +42,51 @@ def _partial(x, rotary_dim, base, *, start=0, pair_span=None, exponent_width=Non
     return out
 
 
-def test_partial_rope_passes_a_right_rotation(capsys):
-    assert check_partial_rope(_partial)
-    assert "correct" in capsys.readouterr().out
+def _rotates_the_tail_too(x, R, b):
+    out = _partial(x, R, b)
+    out[:, R:] = out[:, R:] * 2
+    return out
 
 
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda x, R, b: _partial(x, R, b, start=x.shape[1] - R),  # the wrong half: the last R dimensions
-        lambda x, R, b: _partial(x, R, b, pair_span=lambda D: D // 2),  # pairs i, i + D/2
-        lambda x, R, b: _partial(x, R, b, exponent_width=lambda D: D),  # D in the speeds' exponent
-        lambda x, R, b: _partial(x, R, b, cos_sign=-1.0),  # rotation the other way
-        lambda x, R, b: x,  # nothing rotated
-    ],
-)
-def test_partial_rope_fails_wrong_rotations(wrong, capsys):
-    assert not check_partial_rope(wrong)
-    assert "not yet" in capsys.readouterr().out
-
-
-def test_partial_rope_names_a_changed_tail(capsys):
-    def rotates_the_tail_too(x, R, b):
-        out = _partial(x, R, b)
-        out[:, R:] = out[:, R:] * 2
-        return out
-
-    assert not check_partial_rope(rotates_the_tail_too)
-    assert "must pass unchanged" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------- 20.4 YaRN logit scale
-def test_yarn_logit_scale_passes_the_square(capsys):
-    assert check_yarn_logit_scale(lambda s: (0.1 * math.log(s) + 1) ** 2)
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "wrong",
-    [
-        lambda s: 0.1 * math.log(s) + 1,  # the factor on cos and sin, not squared
-        lambda s: 1 / (0.1 * math.log(s) + 1) ** 2,  # inverted
-        lambda s: (0.1 * math.log10(s) + 1) ** 2,  # log base 10
-        lambda s: math.sqrt(1 + math.log(s) / math.log(4096)),  # LongRoPE's factor
-    ],
-)
-def test_yarn_logit_scale_fails_wrong_scales(wrong, capsys):
-    assert not check_yarn_logit_scale(wrong)
-    assert "not yet" in capsys.readouterr().out
+ANSWERS = {
+    check_yarn_ramp: (
+        [_ramp],
+        [
+            (lambda b, d, L: _ramp(b, d, L, two_pi=False), "expected"),  # turns confused with radians
+            (lambda b, d, L: _ramp(b, d, L, fast=1.0, slow=32.0), "expected"),  # the betas swapped
+            (lambda b, d, L: (_ramp(b, d, L)[0] - 1, _ramp(b, d, L)[1]), "expected"),  # pair `low` forgotten
+            (lambda b, d, L: _ramp(b, d, L)[::-1], "swapped?"),
+            (lambda b, d, L: (0, d // 2), "expected"),  # PI: every pair interpolated
+        ],
+    ),
+    check_ntk_base: (
+        [lambda base, dim, factor: base * factor ** (dim / (dim - 2))],
+        [
+            (lambda b, d, s: b * s, "slowest speed"),  # the exponent forgotten
+            (lambda b, d, s: b * s ** ((d - 2) / d), "slowest speed"),  # the exponent upside down
+            (lambda b, d, s: b * s ** (d / (d - 1)), "slowest speed"),  # solved for a pair that does not exist
+            (lambda b, d, s: b / s, "slowest speed"),  # faster, not slower
+            (lambda b, d, s: "10000", "expected a number"),
+        ],
+    ),
+    check_partial_rope: (
+        [_partial],
+        [
+            (lambda x, R, b: _partial(x, R, b, start=x.shape[1] - R), "last D - R"),  # the last R dimensions
+            (lambda x, R, b: _partial(x, R, b, pair_span=lambda D: D // 2), "max abs difference"),  # pairs i, i + D/2
+            (lambda x, R, b: _partial(x, R, b, exponent_width=lambda D: D), "max abs difference"),  # D in the exponent
+            (lambda x, R, b: _partial(x, R, b, cos_sign=-1.0), "max abs difference"),  # rotation the other way
+            (lambda x, R, b: x, "max abs difference"),  # nothing rotated
+            (_rotates_the_tail_too, "must pass unchanged"),
+        ],
+    ),
+    check_yarn_logit_scale: (
+        [lambda s: (0.1 * math.log(s) + 1) ** 2],
+        [
+            (lambda s: 0.1 * math.log(s) + 1, "expected"),  # the factor on cos and sin, not squared
+            (lambda s: 1 / (0.1 * math.log(s) + 1) ** 2, "expected"),  # inverted
+            (lambda s: (0.1 * math.log10(s) + 1) ** 2, "expected"),  # log base 10
+            (lambda s: math.sqrt(1 + math.log(s) / math.log(4096)), "expected"),  # LongRoPE's factor
+        ],
+    ),
+}

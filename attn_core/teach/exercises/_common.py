@@ -12,15 +12,33 @@ def report(name: str, ok: bool, detail: str = "") -> bool:
     return bool(ok)
 
 
-def compare(name: str, got: object, expected: torch.Tensor, *, atol: float = 1e-5) -> bool:
-    """Compare a learner's tensor with the reference: type, shape, then values."""
+def mismatch(got: object, expected: torch.Tensor, *, atol: float) -> str | None:
+    """Why ``got`` is not ``expected`` within ``atol`` (its type, shape or values), or None.
+
+    Silent: a check that compares several cases prints one verdict, not one line per case.
+    """
     if not isinstance(got, torch.Tensor):
-        return report(name, False, f"expected a torch.Tensor, got {type(got).__name__}")
+        return f"expected a torch.Tensor, got {type(got).__name__}"
     if got.shape != expected.shape:
-        return report(name, False, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+        return f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
     err = (got.detach().double() - expected.detach().double()).abs().max().item()
     if not err <= atol:
-        return report(name, False, f"max abs difference {err:.2e} (tolerance {atol:.0e})")
+        return f"max abs difference {err:.2e} (tolerance {atol:.0e})"
+    return None
+
+
+def describe(got: object) -> str:
+    """What a learner returned, in a few words: a tensor's dtype and shape (never its values), else its type."""
+    if isinstance(got, torch.Tensor):
+        return f"a {str(got.dtype).replace('torch.', '')} tensor of shape {tuple(got.shape)}"
+    return type(got).__name__
+
+
+def compare(name: str, got: object, expected: torch.Tensor, *, atol: float = 1e-5) -> bool:
+    """Compare a learner's tensor with the reference: type, shape, then values."""
+    problem = mismatch(got, expected, atol=atol)
+    if problem:
+        return report(name, False, problem)
     # The tolerance, not the measured digits: those differ from CPU to CPU (the check's
     # output is compared by the notebook tests on every reader's machine).
     return report(name, True, f"equal within {atol:.0e}" if atol > 0 else "exactly equal")

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from ...ops.attention import attention
-from ._common import compare, report
+from ._common import mismatch, report
 
 # The exercises of the rewritten chapter (issue 25): a derivation checked by measurement,
 # a gradient derived by the chain rule and checked against autograd, and a test to write.
@@ -75,8 +75,9 @@ def check_query_jacobian(fn: Callable[[torch.Tensor, torch.Tensor, float], torch
             got = fn(q.clone(), K.clone(), scale)
         except Exception as e:
             return report(name, False, f"{type(e).__name__}: {e}")
-        if not compare(f"{name} (T_k={T_k}, d={d}, scale={scale:.3g})", got, want, atol=1e-10):
-            return False
+        problem = mismatch(got, want, atol=1e-10)
+        if problem:
+            return report(name, False, f"T_k={T_k}, d={d}, scale={scale:.3g}: {problem}")
     return report(name, True, "equal to autograd's Jacobian in 3 settings")
 
 

@@ -67,8 +67,9 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
     d, H = 24, 6
     x = torch.randn(2, 5, d, generator=g, dtype=torch.float64)  # (B, T, d_model)
     for H_kv in (2, 3, 1, 6):
-        torch.manual_seed(620 + H_kv)
-        gqa = GroupedQueryAttention(d, H, H_kv, causal=True).double()
+        with torch.random.fork_rng(devices=[]):  # building the layer must not move the notebook's RNG
+            torch.manual_seed(620 + H_kv)
+            gqa = GroupedQueryAttention(d, H, H_kv, causal=True).double()
         state = gqa.state_dict()
         D = d // H
         try:
@@ -94,7 +95,8 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
                 False,
                 f"n_kv_heads={H_kv}: heads tiled [a, b, a, b, ...]; query head h needs key/value head h // G",
             )
-        mha = MultiHeadAttention(d, H, causal=True).double()
+        with torch.random.fork_rng(devices=[]):  # its weights are overwritten: their draw must not count
+            mha = MultiHeadAttention(d, H, causal=True).double()
         mha.load_state_dict({**state, "k_proj.weight": k_new, "v_proj.weight": v_new})
         with torch.no_grad():
             got, want = mha(x), gqa(x)

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ._common import compare, report
+from ._common import mismatch, report
 
 __all__: list[str] = []
 
@@ -144,8 +144,9 @@ def check_rms_norm_backward(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tens
             for key, wrong in _rms_backward_variants(x, weight, grad_out, eps).items():
                 if key != "right" and torch.allclose(got.detach().double(), wrong, atol=1e-8):
                     return report(name, False, f"eps={eps}: {_BACKWARD_HINTS[key]}")
-        if not compare(f"{name} (eps={eps})", got, want, atol=1e-8):
-            return False
+        problem = mismatch(got, want, atol=1e-8)
+        if problem:
+            return report(name, False, f"eps={eps}: {problem}")
     along = (x * want).sum(-1).abs().max().item()  # eps = 0.5 here: not scale-invariant
     xg = x.clone().requires_grad_(True)
     (g0,) = torch.autograd.grad(F.rms_norm(xg, (8,), weight, eps=1e-12), xg, grad_out)

@@ -109,7 +109,12 @@ def _causal_models() -> dict[str, tuple[torch.nn.Module, bool]]:
     # name -> (model, is it causal?)
     return {
         "causal": (_MaskedLM(lambda T: _ones(T).tril()), True),
-        "no mask": (_MaskedLM(_ones), False),
+        # a prefix LM (chapter 4): the first 4 tokens see each other; no query sees the last
+        # key through it, so a probe that changes only the last token misses it
+        "prefix LM": (
+            _MaskedLM(lambda T: _ones(T).tril() | (torch.arange(T)[:, None] < 4) & (torch.arange(T) < 4)),
+            False,
+        ),
         # query t also sees t + 2 (but not t + 1): a probe that changes only t + 1 misses it
         "sees t + 2": (_MaskedLM(lambda T: _ones(T).tril() | _ones(T).tril(2).triu(2)), False),
         # the first query sees the last key: a probe that changes only one position
@@ -128,9 +133,10 @@ def check_causality_test(fn: Callable[..., bool]) -> bool:
 
     ``model(idx)`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits. ``fn`` must return
     True exactly when no position's logits depend on a later token. The check runs it
-    on five toy models: a causal one, one without a mask, one whose query ``t`` sees
-    ``t + 2`` but not ``t + 1``, one whose first query sees the last key, and a causal
-    sliding window (causal, though it does not see every earlier key).
+    on five toy models: a causal one, a prefix LM (its first 4 tokens see each other: no
+    query sees the last key through it), one whose query ``t`` sees ``t + 2`` but not
+    ``t + 1``, one whose first query sees the last key, and a causal sliding window
+    (causal, though it does not see every earlier key).
     """
     name = "10.2 causality test"
     wrong = []

@@ -26,23 +26,34 @@ def _reference_shaped(q, k, v, alpha, beta, gamma):
 
 
 def _shaped_variant(
-    *, future_from: int | None, causal_c: bool, scale_power: float = 0.5
+    *,
+    future_from: int | None,
+    causal_c: bool,
+    scale_power: float = 0.5,
+    after_softmax: bool = False,
+    prefix: int = 0,
 ) -> Callable[..., torch.Tensor]:
     """A written-out shaped attention with the softmax mask and ``C`` chosen (right or wrong).
 
     ``future_from``: the masked scores are ``triu(future_from)`` (1 is right, 2 lets each
     position see one step ahead, None discards the mask); ``causal_c``: the causal ``C``
     (right) or the uniform one over all positions; ``scale_power``: scores divided by
-    ``D ** scale_power`` (any value keeps the result causal).
+    ``D ** scale_power`` (any value keeps the result causal); ``after_softmax``: the future
+    weights are zeroed after a softmax over every key (not renormalised: the future keys
+    still sit in each denominator, so the output leaks through the keys, not the values);
+    ``prefix``: the first ``prefix`` positions see each other both ways (a prefix-LM mask).
     """
 
     def impl(q, k, v, alpha, beta, gamma):
         T = q.shape[-2]
         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** scale_power  # (B, H, T, T)
-        if future_from is not None:
-            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(future_from)  # (T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(future_from or 1)  # (T, T)
+        future[:prefix, :prefix] = False
+        if future_from is not None and not after_softmax:
             scores = scores.masked_fill(future, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
+        if after_softmax:
+            probs = probs.masked_fill(future, 0.0)
         C = centring_matrix(T, causal=causal_c, dtype=q.dtype, device=q.device)  # (T, T)
         eye = torch.eye(T, dtype=q.dtype, device=q.device)
         a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
@@ -74,13 +85,21 @@ def causality_candidates() -> list[tuple[Callable[..., torch.Tensor], bool, str]
             False,
             "is causal, with another score scale: a causality test must not compare with a reference output",
         ),
-        (_shaped_variant(future_from=None, causal_c=True), True, "discards the mask (causal C)"),
+        (
+            _shaped_variant(future_from=1, causal_c=True, after_softmax=True),
+            True,
+            "zeroes the future weights after the softmax: the future keys stay in its denominator",
+        ),
         (
             _shaped_variant(future_from=1, causal_c=False),
             True,
             "masks the softmax but uses the full C: it leaks through the values",
         ),
-        (_shaped_variant(future_from=2, causal_c=True), True, "lets each position see one step ahead"),
+        (
+            _shaped_variant(future_from=1, causal_c=True, prefix=3),
+            True,
+            "lets its first 3 positions see each other (a prefix-LM mask): the leak never reaches the last position",
+        ),
         (_shaped_variant(future_from=1, causal_c=True), False, "is correct, written out with an explicit matrix"),
     ]
     return [(_neutral(fn), leaks, what) for fn, leaks, what in cases]
@@ -91,12 +110,14 @@ def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -
 
     It is run on seven implementations that all look alike from outside (the same name,
     code and signature, in a mixed order): four leak (the chapter's leaky version, a
-    discarded mask alone, a full ``C`` alone, a mask one step too far) and three do not
+    mask applied after the softmax, a full ``C`` alone, a bidirectional prefix of 3 positions) and three do not
     (the reference, the same written out, and a causal version with another score scale,
     which a test comparing outputs with a reference would wrongly flag). Only a real
     causality test gets all seven right: feed random queries and unequal gains (with
     ``q = 0`` and ``β = γ`` the two bugs of the leaky version cancel), perturb the later
-    positions of ``q``, ``k`` *and* ``v``, and check that no earlier output moves.
+    positions of ``q``, ``k`` *and* ``v`` (the mask applied after the softmax leaks through
+    the keys only, the full ``C`` through the values only), perturb more than the last
+    position (the prefix's leak never reaches it), and check that no earlier output moves.
 
     Shapes:
         the inputs ``leaks`` passes to ``fn``: q, k, v ``(B, H, T, D)``; alpha, beta, gamma ``(H,)``

@@ -85,7 +85,7 @@ def check_cache_bytes(fn: Callable[..., int]) -> bool:
         except Exception as e:
             return report("12.2 cache bytes", False, f"{type(e).__name__}: {e}")
         if got != want:
-            hint = " (keys and values: two tensors per layer)" if got * 2 == want else ""
+            hint = " (keys and values: two tensors per layer)" if isinstance(got, int) and got * 2 == want else ""
             return report("12.2 cache bytes", False, f"{args}: got {got!r}, measured {want}{hint}")
     return report("12.2 cache bytes", True, "4 configurations match the allocated caches")
 

@@ -131,9 +131,9 @@ def check_state_bytes(fn: Callable[..., int]) -> bool:
         (3, 32, 2, 8, 4, 6, 4, torch.float64),
         (2, 24, 1, 4, 3, 5, 2, torch.bfloat16),
     ):
-        cache = GatedDeltaNet(d, H_k, D_k, n_value_heads=H_v, value_head_dim=D_v, conv_size=K).make_cache(
-            B, dtype=dtype
-        )
+        with torch.random.fork_rng(devices=[]):  # building the layer must not move the notebook's RNG
+            layer = GatedDeltaNet(d, H_k, D_k, n_value_heads=H_v, value_head_dim=D_v, conv_size=K)
+        cache = layer.make_cache(B, dtype=dtype)
         measured = sum(t.numel() * t.element_size() for t in (cache.conv_state, cache.state))
         size = torch.empty((), dtype=dtype).element_size()
         kwargs = dict(batch_size=B, d_model=d, n_heads=H_k, head_dim=D_k, n_value_heads=H_v, value_head_dim=D_v)

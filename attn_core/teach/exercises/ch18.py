@@ -17,7 +17,7 @@ import torch
 
 from ...layers.indexer import indexer_loss, topk_selection
 from ...ops.masks import causal_mask
-from ._common import report
+from ._common import describe, report
 
 __all__ = [
     "check_window_plus_topk",
@@ -28,13 +28,16 @@ __all__ = [
 F64 = torch.float64
 
 
+_RAISED = object()  # what _call returns when the learner's function raised (None may be an answer)
+
+
 def _call(name: str, fn: Callable, *args):
-    """The learner's result, or None after printing the exception (a bug should print, not stop the notebook)."""
+    """The learner's result, or ``_RAISED`` after printing the exception (a bug should print, not stop the notebook)."""
     try:
         return fn(*args)
     except Exception as e:
         report(name, False, f"{type(e).__name__}: {e}")
-        return None
+        return _RAISED
 
 
 def _close(name: str, got: object, want: torch.Tensor, what: str) -> bool:
@@ -72,10 +75,10 @@ def check_window_plus_topk(fn: Callable) -> bool:
         far = scores.masked_fill(in_window, float("-inf"))  # visible and outside the window
         want = in_window | topk_selection(far, k)
         got = _call(name, fn, scores, k, window)
-        if got is None:
+        if got is _RAISED:
             return False
         if not isinstance(got, torch.Tensor) or got.dtype != torch.bool or got.shape != want.shape:
-            return report(name, False, f"return a boolean tensor of shape {tuple(want.shape)}, got {got!r:.60}")
+            return report(name, False, f"return a boolean tensor of shape {tuple(want.shape)}, got {describe(got)}")
         if (got & ~_causal(T)).any():
             return report(name, False, f"T={T}: a future token is selected (drop the -inf picks)")
         if not torch.equal(got, want):
@@ -153,10 +156,10 @@ def check_block_selection(fn: Callable) -> bool:
         T = scores.shape[-1]
         want = _block_selection_reference(scores, block, n)
         got = _call(name, fn, scores.clone(), block, n)
-        if got is None:
+        if got is _RAISED:
             return False
         if not isinstance(got, torch.Tensor) or got.dtype != torch.bool or got.shape != want.shape:
-            return report(name, False, f"return a boolean tensor of shape {tuple(want.shape)}, got {got!r:.60}")
+            return report(name, False, f"return a boolean tensor of shape {tuple(want.shape)}, got {describe(got)}")
         if (got & ~_causal(T)).any():
             return report(name, False, f"T={T}, block={block}: a future token is selected (a block ends at the query)")
         if torch.equal(got, want):
@@ -199,10 +202,10 @@ def check_indexer_grad(fn: Callable) -> bool:
         indexer_loss(leaf[None], weights[None]).backward()
         want = leaf.grad.detach()  # (T, T)
         got = _call(name, fn, scores.clone(), weights.clone())
-        if got is None:
+        if got is _RAISED:
             return False
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            return report(name, False, f"return a tensor of shape {tuple(want.shape)}, got {got!r:.60}")
+            return report(name, False, f"return a tensor of shape {tuple(want.shape)}, got {describe(got)}")
         got = got.detach().double()
         if got.isnan().any():
             return report(name, False, "NaN: future tokens (-inf scores) get a gradient of exactly 0")

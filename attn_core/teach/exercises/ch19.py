@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from ...modules.router import capacity_keep
-from ._common import report
+from ._common import describe, report
 
 __all__ = [
     "check_capacity_keep",
@@ -23,13 +23,16 @@ __all__ = [
 F64 = torch.float64
 
 
+_RAISED = object()  # what _call returns when the learner's function raised (None may be an answer)
+
+
 def _call(name: str, fn: Callable, *args):
-    """The learner's result, or ``None`` after printing why (a crash becomes a verdict, not an error)."""
+    """The learner's result, or ``_RAISED`` after printing why (a crash becomes a verdict, not an error)."""
     try:
         return fn(*args)
     except Exception as e:  # a learner's bug should print, not stop the notebook
         report(name, False, f"{type(e).__name__}: {e}")
-        return None
+        return _RAISED
 
 
 def check_capacity_keep(fn: Callable) -> bool:
@@ -48,10 +51,10 @@ def check_capacity_keep(fn: Callable) -> bool:
         experts = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(N)])  # distinct per token
         want = capacity_keep(experts, E, capacity)
         got = _call(name, fn, experts.clone(), E, capacity)
-        if got is None:
+        if got is _RAISED:
             return False
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            return report(name, False, f"return a bool tensor of shape {tuple(want.shape)}, got {got!r:.60}")
+            return report(name, False, f"return a bool tensor of shape {tuple(want.shape)}, got {describe(got)}")
         if not torch.equal(got.bool(), want):
             per_expert = torch.bincount(experts[got.bool()], minlength=E)
             if (per_expert > capacity).any():
@@ -92,7 +95,7 @@ def check_router_logit_grad(fn: Callable) -> bool:
         grad_out = torch.randn(N, d, generator=g, dtype=F64)
         want = _mixtral_logit_grad(logits, expert_out, grad_out, k)
         got = _call(name, fn, logits.clone(), expert_out.clone(), grad_out.clone(), k)
-        if got is None:
+        if got is _RAISED:
             return False
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
@@ -150,7 +153,7 @@ def check_sequence_balance_loss(fn: Callable) -> bool:
         want = _sequence_balance(scores, experts, E)
         s = scores.clone().requires_grad_()
         got = _call(name, fn, s, experts.clone(), E)
-        if got is None:
+        if got is _RAISED:
             return False
         if not isinstance(got, torch.Tensor) or got.numel() != 1:
             return report(name, False, f"return a scalar tensor, got {type(got).__name__}")

@@ -3,10 +3,14 @@
 * 21.1 counts the tiles a causal, windowed kernel must visit (a formula to derive);
 * 21.2 writes Gemma 2's soft-cap as a Triton kernel (Triton has no ``tanh``, and a
   ragged last block must be masked);
-* 21.3 combines Flash-Decoding's partial results when the attention has a sink.
+* 21.3 combines Flash-Decoding's partial results when the attention has a sink;
+* 21.4 writes the loop of a forward kernel (the online softmax over key blocks) and the loop
+  of the backward's dQ kernel, in a scaffold that gives everything else (loads, stores, the
+  launch): the checks launch them and compare with :func:`attn_core.attention` and its
+  autograd gradient.
 
-The learner's kernel of 21.2 runs in Triton's interpreter on a CPU (:mod:`attn_core.ops.backends.flash_kernels` chooses
-it when it is imported); the other checks need no Triton.
+The learner's kernels of 21.2 and 21.4 run in Triton's interpreter on a CPU
+(:mod:`attn_core.ops.backends.flash_kernels` chooses it when it is imported); the other checks need no Triton.
 """
 
 from __future__ import annotations
@@ -20,22 +24,12 @@ import torch
 from ...ops.attention import attention
 from ...ops.backends import flash_kernels
 from ...ops.masks import causal_mask
-from ._common import report
+from ._common import mismatch, report
 
 __all__ = ["check_visited_tiles", "check_softcap_kernel", "check_combine_with_sink"]
 
 # imported (or not) by attn_core.ops.backends.flash_kernels, after it chose the interpreter
 triton = flash_kernels.triton
-
-
-def _mismatch(got: object, want: torch.Tensor, atol: float) -> str | None:
-    """Why ``got`` is not ``want`` within ``atol`` (type, shape or values), or None: silent when it is."""
-    if not isinstance(got, torch.Tensor):
-        return f"expected a torch.Tensor, got {type(got).__name__}"
-    if got.shape != want.shape:
-        return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    err = (got.detach().double() - want.double()).abs().max().item()
-    return None if err <= atol else f"max abs difference {err:.2e} (tolerance {atol:.0e})"
 
 
 def _tiles(T: int, block: int, window: int | None) -> int:
@@ -103,7 +97,7 @@ def check_softcap_kernel(kernel) -> bool:
         if out[:n].isnan().any():
             return report(name, False, f"cap={cap:g}: NaN (exp overflows to inf for large scores: inf / inf)")
         out, scores = out.cpu(), scores.cpu()
-        problem = _mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
+        problem = mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
         if problem:
             return report(name, False, f"cap={cap:g}: {problem}")
     return report(name, True, "3 caps, scores up to 50 times the cap, the ragged last block masked")
@@ -157,7 +151,161 @@ def check_combine_with_sink(fn: Callable[..., torch.Tensor]) -> bool:
             return report(name, False, f"{type(e).__name__}: {e}")
         if isinstance(got, torch.Tensor) and got.isnan().any():
             return report(name, False, f"case {i + 1}: NaN (an empty split has lse = -inf; large lse overflow exp)")
-        problem = _mismatch(got, want, atol=1e-9)
+        problem = mismatch(got, want, atol=1e-9)
         if problem:
             return report(name, False, f"case {i + 1}: {problem}")
     return report(name, True, f"{len(cases)} cases (an empty split, lse near 1000) equal attention(sinks=...)")
+
+
+# ---- 21.4: the learner's own attention kernels (the loop bodies of a scaffold) ----
+
+__all__ += ["check_forward_loop", "check_dq_kernel"]
+
+_BLOCK, _D = 16, 16
+#: (batch·heads, T, causal) of each launch: ragged and exact lengths, causal and not.
+_KERNEL_CASES = ((2, 40, True), (1, 23, False), (2, 33, True), (1, 16, False))
+
+
+def _kernel_tolerance() -> float:
+    # The interpreter multiplies float32 on NumPy (errors near 1e-6 here); a GPU's tl.dot
+    # rounds float32 inputs to TF32 (a 10-bit mantissa) unless asked for "ieee".
+    return 1e-4 if flash_kernels.INTERPRETED else 1e-2
+
+
+def _kernel_inputs(case: int, BH: int, T: int) -> tuple[torch.Tensor, ...]:
+    """Seeded float32 ``q, k, v, d_out``, each ``(BH, T, D)``, on the kernels' device."""
+    g = torch.Generator().manual_seed(2140 + case)
+    device = "cpu" if flash_kernels.INTERPRETED else "cuda"  # compiled kernels read GPU memory
+    return tuple(torch.randn(BH, T, _D, generator=g).to(device) for _ in range(4))
+
+
+def _scaled_scores(q: torch.Tensor, k: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 scores ``q kᵀ / √D`` and the mask of the pairs that may attend. Shapes: ``(BH, T, T)`` each."""
+    T = q.shape[-2]
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(_D)
+    allowed = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
+    return scores, allowed.to(q.device).expand_as(scores)
+
+
+def _launch(name: str, kernel, BH: int, T: int, *args, causal: bool) -> str | None:
+    """Run ``kernel`` on the scaffold's grid (one program per query block and batch·head); an error, in one line."""
+    try:
+        with warnings.catch_warnings():  # an empty loop divides 0 by 0: the check says so, NumPy need not
+            warnings.simplefilter("ignore", RuntimeWarning)
+            kernel[(triton.cdiv(T, _BLOCK), BH)](*args, T, 1 / math.sqrt(_D), D=_D, BLOCK=_BLOCK, IS_CAUSAL=causal)
+    except Exception as e:  # a learner's bug should print, not stop the notebook
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, atol: float) -> bool:
+    return mismatch(got, want.to(got.device), atol=atol) is None
+
+
+def check_forward_loop(kernel) -> bool:
+    """Exercise 21.4a: the body of the online-softmax loop of ``kernel``, a forward attention kernel.
+
+    ``kernel(Q, K, V, Out, Lse, T, sm_scale, D: tl.constexpr, BLOCK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr)`` is the chapter's scaffold: one program per block of ``BLOCK``
+    queries of one batch·head, launched on ``(cdiv(T, BLOCK), BH)``; it stores ``acc / l`` and
+    ``m + log(l)``. The learner writes the loop over key blocks: the tile's scores
+    ``q kᵀ · sm_scale`` (natural units), masked (causal when ``IS_CAUSAL``, and the lanes past
+    ``T``), and the updates of the running maximum ``m``, the sum ``l`` and ``acc``. Compared
+    with :func:`attn_core.attention` and the log-sum-exp of the scores, for causal and
+    unmasked attention and lengths that are not multiples of ``BLOCK``.
+
+    Shapes:
+        Q, K, V, Out: ``(BH, T, D)`` contiguous float32; Lse: ``(BH, T)``
+    """
+    name = "21.4a forward"
+    if triton is None:
+        return report(name, False, "Triton is not installed: pip install triton")
+    atol = _kernel_tolerance()
+    for case, (BH, T, causal) in enumerate(_KERNEL_CASES):
+        q, k, v, _ = _kernel_inputs(case, BH, T)
+        out, lse = torch.full_like(q, float("nan")), torch.full((BH, T), float("nan"), device=q.device)
+        error = _launch(name, kernel, BH, T, q, k, v, out, lse, causal=causal)
+        if error:
+            return report(name, False, error)
+        out, lse = out.cpu(), lse.cpu()
+        scores, allowed = _scaled_scores(q.cpu(), k.cpu(), causal)
+        want_out = attention(q.double().cpu(), k.double().cpu(), v.double().cpu(), is_causal=causal)
+        want_lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (BH, T)
+        bad_out, bad_lse = mismatch(out, want_out, atol=atol), mismatch(lse, want_lse, atol=atol)
+        if not bad_out and not bad_lse:
+            continue
+        where = f"T={T}, {'causal' if causal else 'no mask'}"
+        if out.isnan().all() and (lse == float("-inf")).all():
+            return report(name, False, "out is 0/0, lse is -inf: m, l and acc never change")
+        q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
+        padded = [torch.nn.functional.pad(t, (0, 0, 0, -T % _BLOCK)) for t in (k64, v64)]  # zero keys up to BLOCK
+        if _close(out, attention(q64, k64, v64, is_causal=not causal), atol):
+            hint = "every query also sees the keys after it" if causal else "masked causally without IS_CAUSAL"
+        elif not causal and T % _BLOCK and _close(out, attention(q64, *padded), atol):
+            hint = "the lanes past T of the last key block count as keys (score 0): mask them"
+        elif _close(out, attention(q64, k64, v64, is_causal=causal, scale=1.0), atol):
+            hint = "the scores were not multiplied by sm_scale"
+        elif not bad_lse:
+            hint = "lse is right (so are m and l), out is not: how does acc change when m rises?"
+        elif not bad_out:
+            hint = "out is right, lse is not: it is log(sum(exp(scores))) in natural units"
+        else:
+            hint = f"out: {bad_out}; lse: {bad_lse}"
+        return report(name, False, f"{where}: {hint}")
+    return report(name, True, f"{len(_KERNEL_CASES)} launches, causal or not, ragged T, within {atol:.0e}")
+
+
+def check_dq_kernel(kernel) -> bool:
+    """Exercise 21.4b: the body of the loop of ``kernel``, the backward's dQ kernel.
+
+    ``kernel(Q, K, V, DO, Lse, Delta, DQ, T, sm_scale, D: tl.constexpr, BLOCK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr)`` is the chapter's scaffold: one program per query block, as the
+    forward; it loads the block's queries, ``dO``, the natural log-sum-exp ``Lse`` of each
+    query's scaled scores and ``Delta = rowsum(dO ∘ O)``, and stores the accumulator ``dq``
+    as it is. The learner writes the loop over key blocks: recompute ``P = exp(S − lse)``
+    (masked as the forward was), ``dP = dO Vᵀ``, ``dS = P ∘ (dP − Delta)``, and add
+    ``dS K · sm_scale`` to ``dq``. Compared with autograd's gradient of
+    :func:`attn_core.attention` in float64, ``Lse`` and ``Delta`` given exactly.
+
+    Shapes:
+        Q, K, V, DO, DQ: ``(BH, T, D)`` contiguous float32; Lse, Delta: ``(BH, T)``
+    """
+    name = "21.4b dQ kernel"
+    if triton is None:
+        return report(name, False, "Triton is not installed: pip install triton")
+    atol = _kernel_tolerance()
+    for case, (BH, T, causal) in enumerate(_KERNEL_CASES):
+        q, k, v, d_out = _kernel_inputs(case, BH, T)
+        q64, k64, v64, do64 = (t.double().cpu() for t in (q, k, v, d_out))
+        leaf = q64.clone().requires_grad_()
+        out64 = attention(leaf, k64, v64, is_causal=causal)
+        (want,) = torch.autograd.grad(out64, leaf, do64)  # (BH, T, D)
+        scores, allowed = _scaled_scores(q64, k64, causal)
+        lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (BH, T)
+        delta = (do64 * out64.detach()).sum(-1)  # (BH, T): rowsum(dO ∘ O)
+        dq = torch.full_like(q, float("nan"))
+        on_device = (t.float().to(q.device) for t in (lse, delta))
+        error = _launch(name, kernel, BH, T, q, k, v, d_out, *on_device, dq, causal=causal)
+        if error:
+            return report(name, False, error)
+        dq = dq.cpu()
+        problem = mismatch(dq, want, atol=atol)
+        if not problem:
+            continue
+        where = f"T={T}, {'causal' if causal else 'no mask'}"
+        scale = 1 / math.sqrt(_D)
+        p = torch.exp(scores - lse[..., None])  # (BH, T, T), unmasked
+        dp = do64 @ v64.transpose(-2, -1)  # (BH, T, T)
+        masked = p.masked_fill(~allowed, 0.0)
+        if (dq == 0).all():
+            return report(name, False, "dq stays zero: the loop adds nothing to it")
+        if _close(dq * scale, want, atol):
+            hint = "dQ is 1/sm_scale times too large: the scores carry sm_scale, so does dS"
+        elif _close(dq, (masked * dp) @ k64 * scale, atol):
+            hint = "dS = P ∘ dP leaves out the softmax's second term: each row's Delta"
+        elif causal and _close(dq, (p * (dp - delta[..., None])) @ k64 * scale, atol):
+            hint = "P is recomputed without the causal mask: later keys get exp(s - lse) > 0"
+        else:
+            hint = f"dQ: {problem}"
+        return report(name, False, f"{where}: {hint}")
+    return report(name, True, f"{len(_KERNEL_CASES)} launches, causal or not, ragged T, within {atol:.0e}")

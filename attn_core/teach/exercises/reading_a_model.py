@@ -81,10 +81,12 @@ def check_duplicate_token_score(fn: Callable[[torch.Tensor, int], torch.Tensor])
     """
     name = "R.2 duplicate-token score"
     g = torch.Generator().manual_seed(2002)
-    cases = []
+    random_maps = []
     for shape, period in (((2, 4, 12, 12), 6), ((3, 10, 10), 4), ((16, 16), 8)):
         w = torch.softmax(torch.randn(*shape, generator=g, dtype=F64), -1)
-        cases.append((w, period))
+        random_maps.append((w, period))
+    # the built maps first: a score that confuses the two heads fails on them, and is told so
+    cases = []
     T, n = 12, 6
     duplicate = torch.zeros(T, T, dtype=F64)
     duplicate[torch.arange(T), torch.arange(T).sub(n).clamp(min=0)] = 1.0  # row t -> key t - n (or 0)
@@ -92,6 +94,7 @@ def check_duplicate_token_score(fn: Callable[[torch.Tensor, int], torch.Tensor])
     induction = torch.zeros(T, T, dtype=F64)
     induction[torch.arange(T), torch.arange(T).sub(n - 1).clamp(min=0)] = 1.0  # row t -> key t - n + 1
     cases.append((induction, n))
+    cases += random_maps
     assert abs(_duplicate(duplicate, n).item() - 1) < 1e-12 and induction_score(induction, n).item() == 1.0
     for i, (w, period) in enumerate(cases):
         want = _duplicate(w, period)
@@ -103,6 +106,6 @@ def check_duplicate_token_score(fn: Callable[[torch.Tensor, int], torch.Tensor])
             return report(name, False, f"weights {tuple(w.shape)}: got {shape}, expected shape {tuple(want.shape)}")
         err = (got.double() - want).abs().max().item()
         if not err < 1e-12:
-            what = ["a random map"] * 3 + ["a pure duplicate-token head (score 1)", "a pure induction head (score 0)"]
+            what = ["a pure duplicate-token head (score 1)", "a pure induction head (score 0)"] + ["a random map"] * 3
             return report(name, False, f"{what[i]}, period {period}: max |Δ| {err:.3g} from the expected score")
     return report(name, True, "random maps, a pure duplicate-token head (1) and a pure induction head (0)")
