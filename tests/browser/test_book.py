@@ -2,8 +2,10 @@
 
 The site in ``_build/html`` is served on 127.0.0.1; every other request is blocked and
 recorded. Each page must load with no failed or blocked request and no uncaught page
-error; embedded widgets must render, math must be typeset, and every kernel-free
-explorer must respond to the keyboard and the mouse (its picture changes).
+error; embedded widgets must render, math must be typeset, every kernel-free explorer
+must respond to the keyboard and the mouse (its picture changes), and in a 1300 px and a
+1440 px window no code or output block may be wider than its box (the reader would
+scroll sideways to read it).
 
 Run ``make book`` first (``make browser`` does). Needs Debian's ``chromium`` (installed
 by ``make test``); without it the tests are skipped with a reason, except under CI.
@@ -25,6 +27,12 @@ SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# Windows of a laptop's reader with both sidebars shown (the theme folds the right one away
+# below 1200 px). The page stops widening at the theme's 88rem (1408 px), so 1440 px stands
+# for every wider window.
+WINDOWS = (1300, 1440)
+CODE_LINE = 88  # the longest line a code cell may have (CONTRIBUTING.md)
 
 # Console messages from third-party code that are known and harmless, matched exactly.
 # (They are console messages, not page errors; page errors are never allowed.)
@@ -81,7 +89,7 @@ class Visit:
 
     def __init__(self, browser, base: str, path: str) -> None:
         self.problems: list[str] = []
-        self.page = browser.new_page(viewport={"width": 1300, "height": 900})
+        self.page = browser.new_page(viewport={"width": WINDOWS[0], "height": 900})
         self.page.route("**/*", self._route(base))
         self.page.on("requestfailed", lambda r: self.problems.append(f"failed request: {r.url} ({r.failure})"))
         self.page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
@@ -150,8 +158,63 @@ def test_page_loads_offline_and_renders(browser, server, path):
     # The kernel-free explorers respond to the keyboard and the mouse (in the same visit:
     # loading a chapter is most of a page's time here).
     _exercise_explorers(page, path)
+    # At a laptop's width no code or output block is cut (last: it unfolds the folded cells).
+    cut = _cut_blocks(page, path)
     page.close()
     assert not visit.problems, "\n".join(visit.problems)
+    assert not cut, f"{len(cut)} blocks cut or too narrow:\n" + "\n".join(cut)
+
+
+# Each block a reader reads sideways: a code block (a cell's source or one in the text),
+# what a cell prints, and each cell's output area (pictures, widgets, explorers). Folded
+# cells are unfolded first, as a reader who opens them sees them. ``holds`` is how many
+# characters of the block's monospace font fit a line of a code block.
+_BLOCKS = """n => {
+  document.querySelectorAll('.bd-article details').forEach(d => { d.open = true; });
+  const cells = [...document.querySelectorAll('.bd-article .cell')];
+  return [...document.querySelectorAll('.bd-article pre, .bd-article .cell_output')].map(e => {
+    const cell = e.closest('.cell');
+    const kind = e.matches('.cell_output') ? 'output area' : e.closest('.cell_output') ? 'printed output'
+               : cell ? 'source' : 'code block in the text';
+    const lines = e.innerText.split('\\n');
+    const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
+    let holds = null;
+    if (e.tagName === 'PRE') {
+      const probe = document.createElement('span');
+      probe.style.whiteSpace = 'pre';
+      probe.textContent = 'x'.repeat(n);
+      e.appendChild(probe);
+      const style = getComputedStyle(e), char = probe.getBoundingClientRect().width / n;
+      probe.remove();
+      holds = Math.floor((e.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) / char);
+    }
+    return {block: (cell ? `code cell ${cells.indexOf(cell) + 1}: ` : '') + kind, kind, holds,
+            scroll: e.scrollWidth, client: e.clientWidth, longest};
+  });
+}"""
+
+
+def _cut_blocks(page, path: str) -> list[str]:
+    """Each block that is cut at a laptop's width, and each cell source that holds less than a code line.
+
+    A block is cut when its content is wider than its box (``scrollWidth`` > ``clientWidth``):
+    the reader would scroll sideways. ``assets/book.css`` sets the column and the code font,
+    and printed lines wrap, so a block that is cut is a code block with a line too long for it.
+    """
+    page.evaluate("document.fonts.ready.then(() => true)")
+    problems = []
+    for width in WINDOWS:
+        page.set_viewport_size({"width": width, "height": 900})
+        for b in page.evaluate(_BLOCKS, CODE_LINE):
+            where = f"{path} at {width} px, {b['block']}"
+            if b["scroll"] > b["client"]:
+                problems.append(
+                    f"{where}: {b['scroll']} px of content in a {b['client']} px box; its longest line "
+                    f"({len(b['longest'])} characters): {b['longest'][:120]!r}"
+                )
+            if b["kind"] == "source" and b["holds"] < CODE_LINE:
+                problems.append(f"{where}: holds {b['holds']} characters a line, fewer than {CODE_LINE}")
+    return problems
 
 
 def _wait_for_explorers(page, path: str, timeout_ms: int = 60_000) -> None:
