@@ -96,6 +96,27 @@ def test_expect_is_asserted_with_a_margin():
         _run({"base": base, "other": just}, expect={"other": "worse"}, quiet=True)
 
 
+def test_the_floor_and_ceiling_calls_need_the_margin_too():
+    # b clears the floor (8.0) by 0.09 against a noise of 0.08 (no seed scatter; the
+    # resolution, 1% of 8): a difference, but too close to the floor line to be stated.
+    a, b = [8.0, 8.0, 8.0], [7.91, 7.91, 7.91]
+    c = _run({"a": a, "b": b}, quiet=True)
+    assert c.floor_clearance == pytest.approx(0.09 / 0.08) and c.verdict("b", "a") == "better"
+    with pytest.raises(AssertionError, match="margin of the rule's floor line"):
+        _run({"a": a, "b": b}, expect={"b": "better"}, quiet=True)
+    _run({"a": a, "b": [7.5, 7.5, 7.5]}, expect={"b": "better"}, quiet=True)
+    # All at the ceiling, but one variant at 0.9 of its noise from it: not stated either.
+    ceil = dict(better="higher", floor=("chance", 0.0), ceiling=("perfect", 1.0), quiet=True)
+    runs = {"a": [1.0, 1.0, 1.0], "b": [0.99, 0.995, 1.0]}
+    d = _run(runs, **ceil).ceiling_distance
+    assert d <= 1
+    if d > 0.8:
+        with pytest.raises(AssertionError, match="ceiling line"):
+            _run(runs, expect={"b": "no finding: all at the ceiling"}, **ceil)
+    far = {"a": [1.0, 1.0, 1.0], "b": [1.0, 1.0, 0.9999]}
+    _run(far, expect={"b": "no finding: all at the ceiling"}, **ceil)
+
+
 def test_explicit_pairs_and_named_expectations():
     r = {"a": [1.0, 1.1, 1.2], "b": [2.0, 2.1, 2.2], "c": [2.0, 2.12, 2.2]}
     c = _run(r, pairs=[("b", "a"), ("c", "b")], expect={"b - a": "worse", "c - b": "indistinguishable"}, quiet=True)

@@ -27,7 +27,8 @@ same way in every chapter, with :func:`compare_variants`:
 A verdict printed by a lesson must come out the same on another CPU and in the perturbed
 run, so a lesson passes ``expect=`` (the verdict its prose states) and the call asserts
 it *with a margin*: the difference must clear the threshold by ``margin`` (25%), or stay
-below it by as much, else the design needs more seeds.
+below it by as much, and the variants must clear the floor and ceiling lines (or sit
+inside them, for a "no finding") by as much; else the design needs more seeds.
 
 The output has one fixed format; the lessons' nbval sanitize file masks each
 ``name=<number>`` value and compares everything else, the verdicts included::
@@ -130,6 +131,12 @@ class Comparison:
         ses: Each variant's standard error of the mean.
         differences: One :class:`Difference` per pair, in the order asked.
         floor, ceiling: ``(label, value)``; ``ceiling`` may be ``None``.
+        floor_clearance: How far the variant furthest above the floor clears it, in units
+            of that variant's own noise (its 95% half-interval plus the resolution): at most
+            1 means every variant sits at the floor.
+        ceiling_distance: How far the variant furthest from the ceiling stays below it, in
+            the same units: at most 1 means every variant sits at the ceiling (``None``
+            without a ceiling).
     """
 
     metric: str
@@ -139,6 +146,8 @@ class Comparison:
     differences: list[Difference]
     floor: tuple[str, float]
     ceiling: tuple[str, float] | None
+    floor_clearance: float = math.inf
+    ceiling_distance: float | None = None
 
     def __getitem__(self, pair: tuple[str, str]) -> Difference:
         for d in self.differences:
@@ -273,8 +282,13 @@ def compare_variants(
         # The variant's own 95% half-interval, plus the resolution of the task's scale.
         return t_quantile(0.975, len(values[name]) - 1) * ses[name] + resolution
 
-    at_floor = all(gap(n, floor_[1]) >= -noise(n) for n in names)  # none clearly above it
-    at_ceiling = ceiling_ is not None and all(gap(n, ceiling_[1]) <= noise(n) for n in names)
+    def in_noise(x: float, n: float) -> float:
+        return x / n if n > 0 else (0.0 if x <= 0 else math.inf)
+
+    floor_clearance = max(in_noise(-gap(n, floor_[1]), noise(n)) for n in names)
+    ceiling_distance = None if ceiling_ is None else max(in_noise(gap(n, ceiling_[1]), noise(n)) for n in names)
+    at_floor = floor_clearance <= 1  # no variant clearly above the floor
+    at_ceiling = ceiling_distance is not None and ceiling_distance <= 1  # every variant at the ceiling
 
     differences = []
     for a, b in todo:
@@ -290,7 +304,9 @@ def compare_variants(
         else:
             verdict = "indistinguishable"
         differences.append(Difference(a, b, delta, se, df, threshold, (t975 + t80) * se, verdict))
-    comparison = Comparison(metric, better, means, ses, differences, floor_, ceiling_)
+    comparison = Comparison(
+        metric, better, means, ses, differences, floor_, ceiling_, floor_clearance, ceiling_distance
+    )
     if not quiet:
         _print(comparison, values, paired)
     _check_expectations(comparison, expect or {}, base, margin, every=not quiet)
@@ -344,15 +360,23 @@ def _check_expectations(c: Comparison, expect: Mapping[str, str], base: str, mar
                 f"{d.a} - {d.b}: the rule says {d.verdict!r}, the page states {stated!r} "
                 f"(Δ={d.delta:+.3g}, threshold {d.threshold:.3g}, SE {d.se:.3g}, {d.df} df)"
             )
-        if stated in ("better", "worse"):
-            fragile = d.strength < 1 + margin
-        elif stated == "indistinguishable":
-            fragile = d.strength > 1 / (1 + margin)
+        # Each verdict must hold with the margin on both of the rule's decisions: whether the
+        # variants sit at the floor or the ceiling, and whether the difference passes the threshold.
+        limits = {"floor": c.floor_clearance, "ceiling": c.ceiling_distance}
+        if stated == VERDICTS[3]:
+            checks = [("floor", limits["floor"], "<")]
+        elif stated == VERDICTS[4]:
+            checks = [("ceiling", limits["ceiling"], "<")]
         else:
-            fragile = False
-        if fragile:
-            raise AssertionError(
-                f"{d.a} - {d.b}: {stated!r} holds, but |Δ|/threshold = {d.strength:.2f} is within the "
-                f"{margin:.0%} margin of the rule's threshold: another CPU could print the other verdict; "
-                "add seeds or redesign the experiment"
-            )
+            checks = [("floor", limits["floor"], ">")]
+            if limits["ceiling"] is not None:
+                checks.append(("ceiling", limits["ceiling"], ">"))
+            checks.append(("threshold", d.strength, ">" if stated != "indistinguishable" else "<"))
+        for what, ratio, side in checks:
+            if (ratio < 1 + margin) if side == ">" else (ratio > 1 / (1 + margin)):
+                measure = "|Δ|/threshold" if what == "threshold" else f"the distance from the {what} in noise units"
+                raise AssertionError(
+                    f"{d.a} - {d.b}: {stated!r} holds, but {measure} = {ratio:.2f} is within the "
+                    f"{margin:.0%} margin of the rule's {what} line: another CPU could print another verdict; "
+                    "add seeds or redesign the experiment"
+                )
