@@ -64,7 +64,6 @@ NOT_PRINTED = {
     ("16_gated_attention", "0.47"): "the difference of two printed means (3.130 - 2.660)",
     ("17_linear_attention", "0.65"): "the middle of the printed range 0.63-0.69",
     ("17_linear_attention", "7.5"): "5,040 of 66,848 parameters, both printed",
-    ("20_long_context", "0.125"): "chance for 8 answers, 1/8",
 }
 
 
