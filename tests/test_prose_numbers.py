@@ -61,7 +61,6 @@ NOT_PRINTED = {
     ("14_variants_compared", "93.3"): "DeepSeek-V2's abstract",
     ("14_variants_compared", "5.76"): "DeepSeek-V2's abstract",
     ("16_gated_attention", "5.55"): "2 ln 16, the divergence threshold the code writes as an expression",
-    ("16_gated_attention", "0.47"): "the difference of two printed means (3.130 - 2.660)",
     ("17_linear_attention", "0.65"): "the middle of the printed range 0.63-0.69",
     ("17_linear_attention", "7.5"): "5,040 of 66,848 parameters, both printed",
 }
