@@ -222,8 +222,8 @@ def seen_before_task(
     The data tokens are drawn from ``2..vocab_size-1`` (ids 0 and 1 are the answers, and
     0 is also the BOS token). One attention layer solves it: the query matches the keys
     of earlier copies of its token. When there is none, the softmax still has to put its
-    mass somewhere; a model trained with a BOS token learns to put it there, and the
-    BOS's value then says "new": the first token becomes an attention sink.
+    mass somewhere; a model trained with a BOS token learns to put it there: the first
+    token becomes an attention sink (chapter 15 measures how much the answers depend on it).
 
     Args:
         batch_size: ``B``.
