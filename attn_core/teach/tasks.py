@@ -223,7 +223,7 @@ def seen_before_task(
     0 is also the BOS token). One attention layer solves it: the query matches the keys
     of earlier copies of its token. When there is none, the softmax still has to put its
     mass somewhere; a model trained with a BOS token learns to put it there: the first
-    token becomes an attention sink (chapter 15 measures how much the answers depend on it).
+    token becomes an attention sink, and the answers come to depend on it.
 
     Args:
         batch_size: ``B``.
