@@ -42,7 +42,7 @@ def _gqa_diagnosis(w_k, w_v, w_dkv, w_uk, H: int, D: int) -> str | None:
 
 
 def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
-    """Exercise 7.1: ``fn(w_k, w_v, n_heads)`` writes a GQA layer's keys and values as MLA's.
+    """Exercise 7.1: ``fn(w_k, w_v, n_heads, head_dim)`` writes a GQA layer's keys and values as MLA's.
 
     It returns ``(w_dkv, w_uk, w_uv)``: a down-projection and every head's up-projections
     (``k_i = w_uk[i] @ w_dkv @ h``, ``v_i = w_uv[i] @ w_dkv @ h``) with the smallest latent
@@ -64,7 +64,7 @@ def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
             gqa = MultiHeadAttention(d, H, n_kv_heads=n_g, head_dim=D, causal=True).double()
         w_k, w_v = gqa.k_proj.weight.detach().clone(), gqa.v_proj.weight.detach().clone()
         try:
-            w_dkv, w_uk, w_uv = fn(w_k, w_v, H)
+            w_dkv, w_uk, w_uv = fn(w_k, w_v, H, D)
             d_c = w_dkv.shape[0]
             if w_dkv.shape != (d_c, d) or w_uk.shape != (H, D, d_c) or w_uv.shape != (H, D, d_c):
                 shapes = tuple(tuple(w.shape) for w in (w_dkv, w_uk, w_uv))
@@ -91,7 +91,7 @@ def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
             return report(
                 name, False, f"n_g={n_g}: exact, but with a latent of width {d_c}; a narrower one is exact too"
             )
-    return report(name, True, "2, 3 and 1 groups: the MLA layer's output equals the GQA layer's within 1e-10")
+    return report(name, True, "2, 3 and 1 groups: the MLA output equals the GQA output within 1e-10")
 
 
 def _content_keys(
