@@ -15,8 +15,7 @@ from attn_core.teach.exercises.ch07 import (
 
 
 # 7.1 GQA as MLA -------------------------------------------------------------------
-def _gqa_as_mla(w_k, w_v, n_heads, *, group_of=None, values_for_keys=False):
-    D = 4  # the check's head width
+def _gqa_as_mla(w_k, w_v, n_heads, D, *, group_of=None, values_for_keys=False):
     n_g = w_k.shape[0] // D
     group_of = group_of or (lambda i: i // (n_heads // n_g))
     w_dkv = torch.cat([w_k, w_v])  # (2·n_g·D, d_model): every group's key, then its value
@@ -31,16 +30,16 @@ def _gqa_as_mla(w_k, w_v, n_heads, *, group_of=None, values_for_keys=False):
     return w_dkv, w_uk, w_uv
 
 
-def _padded(w_k, w_v, n_heads):
-    w_dkv, w_uk, w_uv = _gqa_as_mla(w_k, w_v, n_heads)
+def _padded(w_k, w_v, n_heads, D):
+    w_dkv, w_uk, w_uv = _gqa_as_mla(w_k, w_v, n_heads, D)
     pad = w_dkv.new_zeros(2, w_dkv.shape[1])  # two unused latent rows
     grow = lambda w: torch.cat([w, w.new_zeros(*w.shape[:2], 2)], dim=-1)  # noqa: E731
     return torch.cat([w_dkv, pad]), grow(w_uk), grow(w_uv)
 
 
-def _keys_only(w_k, w_v, n_heads):  # one latent for keys and values: too narrow
-    D, n_g = 4, w_k.shape[0] // 4
-    w_dkv, w_uk, _ = _gqa_as_mla(w_k, w_v, n_heads)
+def _keys_only(w_k, w_v, n_heads, D):  # one latent for keys and values: too narrow
+    n_g = w_k.shape[0] // D
+    w_dkv, w_uk, _ = _gqa_as_mla(w_k, w_v, n_heads, D)
     return w_dkv[: n_g * D], w_uk[..., : n_g * D], w_uk[..., : n_g * D]
 
 
@@ -83,7 +82,7 @@ ANSWERS = {
     check_gqa_as_mla: (
         [_gqa_as_mla],
         [
-            (lambda *a: _gqa_as_mla(*a, group_of=lambda i: i % (a[0].shape[0] // 4)), "reads the key of group"),
+            (lambda *a: _gqa_as_mla(*a, group_of=lambda i: i % (a[0].shape[0] // a[3])), "reads the key of group"),
             (lambda *a: _gqa_as_mla(*a, values_for_keys=True), "value projection"),
             (_padded, "a narrower one is exact too"),
             (_keys_only, "max abs difference"),
