@@ -30,6 +30,16 @@ def _gqa_as_mla(w_k, w_v, n_heads, D, *, group_of=None, values_for_keys=False):
     return w_dkv, w_uk, w_uv
 
 
+def _capped(w_k, w_v, n_heads, D):  # the right answer: min(2·n_g·D, d_model) wide
+    if 2 * w_k.shape[0] <= w_k.shape[1]:
+        return _gqa_as_mla(w_k, w_v, n_heads, D)
+    n_g = w_k.shape[0] // D  # keys and values outnumber the input: cache the input itself
+    groups = [i // (n_heads // n_g) for i in range(n_heads)]
+    w_uk = torch.stack([w_k[g * D : (g + 1) * D] for g in groups])  # (H, D, d_model)
+    w_uv = torch.stack([w_v[g * D : (g + 1) * D] for g in groups])
+    return torch.eye(w_k.shape[1], dtype=w_k.dtype), w_uk, w_uv
+
+
 def _padded(w_k, w_v, n_heads, D):
     w_dkv, w_uk, w_uv = _gqa_as_mla(w_k, w_v, n_heads, D)
     pad = w_dkv.new_zeros(2, w_dkv.shape[1])  # two unused latent rows
@@ -80,8 +90,9 @@ def _wrong_head_split(w_uv, w_o):
 
 ANSWERS = {
     check_gqa_as_mla: (
-        [_gqa_as_mla],
+        [_capped],
         [
+            (_gqa_as_mla, "wider than the"),  # 2·n_g·D even where it exceeds d_model
             (lambda *a: _gqa_as_mla(*a, group_of=lambda i: i % (a[0].shape[0] // a[3])), "reads the key of group"),
             (lambda *a: _gqa_as_mla(*a, values_for_keys=True), "value projection"),
             (_padded, "a narrower one is exact too"),

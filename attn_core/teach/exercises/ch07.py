@@ -46,10 +46,12 @@ def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
 
     It returns ``(w_dkv, w_uk, w_uv)``: a down-projection and every head's up-projections
     (``k_i = w_uk[i] @ w_dkv @ h``, ``v_i = w_uv[i] @ w_dkv @ h``) with the smallest latent
-    that reproduces the GQA layer exactly. The check loads them into a real
+    that reproduces the GQA layer exactly: the rank of ``[W_K; W_V]``, which for random
+    weights is ``min(2·n_g·d_h, d_model)``. The check loads them into a real
     :class:`~attn_core.layers.mla.MultiHeadLatentAttention` (no RoPE path, no latent norm,
     the GQA layer's query and output projections) and compares its output with the GQA
-    layer's, for two, three and one key/value groups (MQA), then checks the latent's width.
+    layer's, for two, three and one key/value groups (MQA) and for six (MHA, where
+    ``2·n_g·d_h`` exceeds ``d_model``), then checks the latent's width.
 
     Shapes:
         w_k, w_v: ``(n_g·d_h, d_model)`` (``nn.Linear``'s layout); fn's output:
@@ -58,7 +60,7 @@ def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
     name = "7.1 GQA as MLA"
     d, H, D = 24, 6, 4
     x = _inputs(710, 2, 7, d)  # (B, T, d_model)
-    for n_g in (2, 3, 1):
+    for n_g in (2, 3, 1, H):  # H groups: MHA, whose keys and values outnumber d_model
         with torch.random.fork_rng(devices=[]):  # building layers must not move the notebook's RNG
             torch.manual_seed(711 + n_g)
             gqa = MultiHeadAttention(d, H, n_kv_heads=n_g, head_dim=D, causal=True).double()
@@ -87,11 +89,12 @@ def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
             return report(
                 name, False, f"n_g={n_g}: " + (why or f"output max abs difference {err:.1e} (tolerance 1e-10)")
             )
-        if d_c != 2 * n_g * D:
+        if d_c != min(2 * n_g * D, d):
+            wider = f", wider than the {d}-wide input" if d_c > d else ""
             return report(
-                name, False, f"n_g={n_g}: exact, but with a latent of width {d_c}; a narrower one is exact too"
+                name, False, f"n_g={n_g}: exact, but with a latent of width {d_c}{wider}; a narrower one is exact too"
             )
-    return report(name, True, "2, 3 and 1 groups: the MLA output equals the GQA output within 1e-10")
+    return report(name, True, "1, 2, 3 and 6 groups: MLA's output equals GQA's within 1e-10")
 
 
 def _content_keys(
