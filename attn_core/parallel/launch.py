@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 
 import torch
@@ -31,7 +31,7 @@ import torch.multiprocessing as mp
 
 from ..checks import check_callable, check_choice, check_int, check_number
 
-__all__ = ["run_on_ranks", "RemoteTraceback", "free_port"]
+__all__ = ["run_on_ranks", "RemoteTraceback", "exception_with_rank", "free_port"]
 
 BACKENDS = ("gloo", "nccl")
 GRACE_SECONDS = 3.0  # after a rank fails, how long the others get to fail on their own (their errors say more)
@@ -73,11 +73,13 @@ def _worker(index, fn, args, world_size, backend, port, timeout, threads, result
         with open(path, "wb") as f:
             f.write(payload)
     except BaseException as error:
-        tb = traceback.format_exc()
+        # When it failed: a rank's failure makes its peers' collectives fail after it ("connection
+        # closed by peer"); the earliest failure is the cause, the later ones its consequences.
+        when, tb = time.time(), traceback.format_exc()
         try:
-            payload = pickle.dumps(("error", error, tb))
+            payload = pickle.dumps(("error", error, tb, when))
         except Exception:  # noqa: BLE001 - an exception that does not pickle comes back as text
-            payload = pickle.dumps(("error", RuntimeError(f"{type(error).__name__}: {error}"), tb))
+            payload = pickle.dumps(("error", RuntimeError(f"{type(error).__name__}: {error}"), tb, when))
         with open(path, "wb") as f:
             f.write(payload)
         raise
@@ -99,8 +101,18 @@ def _check_importable(fn) -> None:
         )
 
 
-def _with_rank(error: BaseException, rank: int, others: list[int]) -> BaseException:
-    """The worker's exception, of its own type where it can be rebuilt, with the rank in the message."""
+def exception_with_rank(error: BaseException, rank: int, others: Sequence[int] = ()) -> BaseException:
+    """A worker's exception as the caller sees it: of its own type where it can be rebuilt, the rank in front.
+
+    ``ValueError("bad")`` from rank 1 becomes ``ValueError("rank 1: bad")``; an exception whose
+    class takes other arguments, or whose ``str`` is not its message (``KeyError`` quotes it),
+    becomes ``RuntimeError("rank 1 raised KeyError: 'k'")``. Its ``rank`` attribute is set.
+
+    Args:
+        error: What the worker raised.
+        rank: Its rank.
+        others: Ranks that failed after it (named in the message).
+    """
     also = f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} failed too)" if others else ""
     message = f"rank {rank}: {error}{also}"
     try:
@@ -144,10 +156,9 @@ def run_on_ranks(
     Raises:
         TypeError: ``fn`` is not importable by name; bad argument types.
         ValueError: ``world_size < 1``, an unknown backend, fewer GPUs than ranks for NCCL.
-        Exception: The first failing rank's exception (lowest rank among those that failed
-            within a few seconds of each other), of its own type where possible, its message
-            starting with ``rank r:``, its ``rank`` attribute set, the worker's traceback as
-            its ``__cause__``.
+        Exception: The exception of the rank that failed first (the others' failures, within a
+            few seconds, are usually its consequences and are named in the message), as
+            :func:`exception_with_rank` rebuilds it, the worker's traceback as its ``__cause__``.
         TimeoutError: The run took more than ``timeout`` seconds (the ranks still running named).
     """
     _check_importable(fn)
@@ -185,11 +196,11 @@ def run_on_ranks(
                     outcomes.append(pickle.load(f))
             else:
                 outcomes.append(None)
-    failed = [rank for rank, o in enumerate(outcomes) if o is not None and o[0] == "error"]
+    failed = sorted((o[3], rank) for rank, o in enumerate(outcomes) if o is not None and o[0] == "error")
     if failed:
-        rank = failed[0]
-        _, error, tb = outcomes[rank]
-        raise _with_rank(error, rank, failed[1:]) from RemoteTraceback(tb)
+        rank = failed[0][1]
+        _, error, tb, _ = outcomes[rank]
+        raise exception_with_rank(error, rank, [r for _, r in failed[1:]]) from RemoteTraceback(tb)
     lost = [rank for rank, o in enumerate(outcomes) if o is None and rank not in stopped]
     if lost:
         code = processes[lost[0]].exitcode

@@ -1,0 +1,71 @@
+"""attn_core.parallel.ring: ring attention in spawned gloo processes equals one-device attention, with gradients."""
+
+from __future__ import annotations
+
+import pytest
+from parallel_jobs import case_name, equality_cases, results
+
+from attn_core.parallel.ring import block_plan
+
+TOLERANCE = 1e-10  # float64; the merge reorders sums, so not bit-equal
+
+
+@pytest.mark.parametrize("W", [2, 4])
+def test_every_case_equals_one_device_attention(W):
+    cases = [c for c in equality_cases(W) if c["scheme"] == "ring"]
+    assert {c["is_causal"] for c in cases} == {True, False} and {c["layout"] for c in cases} == {"contiguous", "zigzag"}
+    assert {c["H_kv"] for c in cases} == {4, 2}  # MHA and GQA
+    for rank, report in enumerate(results(W)):
+        for case in cases:
+            errors, _ = report[case_name(case)]
+            worst = dict(zip(("output", "dq", "dk", "dv"), errors))
+            assert max(errors) < TOLERANCE, f"W={W} rank {rank} {case_name(case)}: {worst}"
+
+
+def test_on_a_subgroup():
+    # W = 4 split into two rings of 2 (group= given): each equals one-device attention.
+    for rank, report in enumerate(results(4)):
+        assert max(report["subgroups"]["ring"]) < TOLERANCE, (rank, report["subgroups"]["ring"])
+
+
+def test_block_plan_skips_the_future_and_masks_only_the_diagonal():
+    # Contiguous, rank 1 of 2: its own block causal, rank 0's block in full.
+    assert block_plan(1, 1, 2, 4, layout="contiguous", is_causal=True) == [(slice(0, 4), slice(0, 4), True)]
+    assert block_plan(1, 0, 2, 4, layout="contiguous", is_causal=True) == [(slice(0, 4), slice(0, 4), False)]
+    assert block_plan(0, 1, 2, 4, layout="contiguous", is_causal=True) == []
+    # Zig-zag, W = 2: rank 0 holds chunks (0, 3), rank 1 holds (1, 2).
+    assert block_plan(0, 1, 2, 4, layout="zigzag", is_causal=True) == [
+        (slice(2, 4), slice(0, 2), False),  # chunk 3 sees chunk 1
+        (slice(2, 4), slice(2, 4), False),  # and chunk 2; chunk 0 sees neither
+    ]
+    assert block_plan(1, 0, 2, 4, layout="zigzag", is_causal=True) == [
+        (slice(0, 2), slice(0, 2), False),  # chunk 1 sees chunk 0
+        (slice(2, 4), slice(0, 2), False),  # chunk 2 sees chunk 0, not chunk 3
+    ]
+    assert block_plan(0, 1, 2, 4, layout="zigzag", is_causal=False) == [(slice(0, 4), slice(0, 4), False)]
+
+
+def test_bad_input_raises_on_every_rank_and_leaves_the_ranks_in_step():
+    for W in (2, 4):
+        for rank, report in enumerate(results(W)):
+            bad = report["bad"]
+            assert bad["different_lengths"][0] == "ValueError"
+            assert "needs the same q (shape, dtype, device) on every rank" in bad["different_lengths"][1]
+            assert f"rank 1: ((2, 4, {16 // W - 2}, 8)" in bad["different_lengths"][1]
+            misspelled = "layout must be one of ('contiguous', 'zigzag'), got layout='zig-zag'"
+            assert bad["misspelled_layout"] == ("ValueError", misspelled)
+            assert bad["misspelled_on_rank_1"][0] == "ValueError"
+            assert ("layout='zigzag '" in bad["misspelled_on_rank_1"][1]) and (
+                rank == 1 or "rank 1 refused its arguments" in bad["misspelled_on_rank_1"][1]
+            )
+            assert bad["zigzag_odd_length"][0] == "ValueError" and f"T_l={16 // W - 1}" in bad["zigzag_odd_length"][1]
+            assert bad["after"] < TOLERANCE
+
+
+def test_a_rank_outside_the_group_is_refused():
+    for rank, report in enumerate(results(4)):
+        outsider = report["subgroups"]["outsider"]
+        if rank < 2:
+            assert outsider is None
+        else:
+            assert outsider[0] == "ValueError" and f"global rank {rank}) is not a member" in outsider[1]
