@@ -17,8 +17,8 @@ and each subpackage's docstring says what lives there.
                            MQA, cross), MLA, shaped attention, Gated DeltaNet, the indexer
                            and sparse attention, gating, KV sharing
     parallel      floor 2  attention across processes with torch.distributed: ring (contiguous
-                           or zig-zag) and Ulysses attention, sequence shards, a launcher of
-                           local ranks, bytes and work counted per rank
+                           or zig-zag), Ulysses and all-gather attention, sequence shards, a
+                           launcher of local ranks, bytes and work counted per rank
     config        floor 3  DecoderConfig and its parts
     model         floor 4  make_layer, blocks, DecoderLM, padding, parameter counts, generate
     hf            floor 5  Hugging Face models converted exactly (from_hf), SmolLM2 offline

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from attn_core import attention
+from attn_core.parallel.allgather import allgather_attention
 from attn_core.parallel.comm import all_gather, all_to_all, ring_shift
 from attn_core.parallel.cost import count_cost
 from attn_core.parallel.launch import run_on_ranks
@@ -22,7 +23,7 @@ from attn_core.parallel.sharding import all_gather_sequence, shard_sequence
 from attn_core.parallel.ulysses import ulysses_attention
 from conftest import F64, qkv, randn
 
-SCHEMES = {"ring": ring_attention, "ulysses": ulysses_attention}
+SCHEMES = {"ring": ring_attention, "ulysses": ulysses_attention, "allgather": allgather_attention}
 SHAPE = {"B": 2, "H": 4, "T": 16, "D": 8}  # T = 16 splits into 2W chunks for W = 2 and 4
 
 
@@ -90,6 +91,7 @@ def _bad_inputs(rank, W):
         "ulysses_heads": _error_of(lambda: ulysses_attention(local[0][:, :3], local[1][:, :1], local[2][:, :1])),
         "zigzag_odd_length": _error_of(lambda: ring_attention(*(t[..., :-1, :] for t in local), layout="zigzag")),
         "causal_disagrees": _error_of(lambda: ulysses_attention(*local, is_causal=rank == 0)),
+        "allgather_lengths": _error_of(lambda: allgather_attention(*shorter)),
     }
     # After every refusal the ranks are still in step: a good call works.
     out = ring_attention(*local)

@@ -18,8 +18,10 @@ def test_measured_bytes_equal_the_formulas(W):
         if case["scheme"] == "ring":
             forward = ring_bytes(B=B, H_kv=H_kv, T=T, D=D, W=W, element_size=E)
             backward = ring_bytes(B=B, H_kv=H_kv, T=T, D=D, W=W, element_size=E, backward=True)
-        else:
+        elif case["scheme"] == "ulysses":
             forward = backward = ulysses_bytes(B=B, H=H, H_kv=H_kv, T=T, D=D, W=W, element_size=E)
+        else:
+            forward = backward = allgather_bytes(B=B, H_kv=H_kv, T=T, D=D, W=W, element_size=E)
         for rank, report in enumerate(results(W)):
             cost = report[case_name(case)][1]
             assert cost["forward"][:2] == (forward, forward), (case_name(case), rank, cost)

@@ -10,6 +10,7 @@ each rank holding only its shard; the result equals one-device :func:`attn_core.
 * :mod:`.ring`: ring attention, key/value blocks passed around the ring, merged with the
   online softmax (:mod:`attn_core.ops.partial`), causal blocks skipped by global position.
 * :mod:`.ulysses`: DeepSpeed-Ulysses, all-to-all from a sequence split to a head split and back.
+* :mod:`.allgather`: Llama 3's all-gather of the keys and values, then local attention.
 * :mod:`.comm`: the communication (``batch_isend_irecv``, ``all_to_all``, ``all_gather``),
   each call counting its bytes into :mod:`.cost`; :mod:`.formulas`: what each scheme
   should cost, to compare.

@@ -7,7 +7,9 @@ wrapper reports its bytes to :mod:`.cost` (this rank's tensors sent to and recei
 *other* ranks), which is how the traffic of each scheme is measured rather than assumed.
 
 :class:`AllToAll` makes the all-to-all differentiable: its backward pass is the all-to-all
-of the gradients, in the opposite direction.
+of the gradients, in the opposite direction. :class:`AllGather` makes the all-gather
+differentiable: each rank's gradient is the sum of every rank's gradient for its piece
+(a reduce-scatter, made here of an all-to-all and a sum).
 
 Shape legend:
     W    world size (ranks in the group)
@@ -23,7 +25,7 @@ import torch.distributed as dist
 
 from .cost import record_bytes
 
-__all__ = ["RingShift", "ring_shift", "all_to_all", "all_gather", "AllToAll", "nbytes"]
+__all__ = ["RingShift", "ring_shift", "all_to_all", "all_gather", "AllToAll", "AllGather", "nbytes"]
 
 
 def nbytes(tensors: Sequence[torch.Tensor]) -> int:
@@ -167,3 +169,24 @@ class AllToAll(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         return (None, *all_to_all(grads, group=ctx.group))
+
+
+class AllGather(torch.autograd.Function):
+    """A differentiable :func:`all_gather`: ``AllGather.apply(group, tensor)`` returns every rank's tensor.
+
+    Every rank uses every piece, so the gradient of this rank's piece is the sum over the
+    ranks of their gradients for it: each rank sends its gradient for piece ``j`` to rank
+    ``j`` (:func:`all_to_all`) and sums what it receives (a reduce-scatter).
+
+    Shapes:
+        tensor: ``(...)``; output: a tuple of W × ``(...)``
+    """
+
+    @staticmethod
+    def forward(ctx, group, tensor):
+        ctx.group = group
+        return tuple(all_gather(tensor, group=group))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return None, torch.stack(all_to_all(grads, group=ctx.group)).sum(dim=0)

@@ -11,8 +11,9 @@ Bytes (one attention call, forward pass; the backward pass in brackets), for a s
   ``(W - 1) / W`` of the q, k and v shards (k and v with their key/value heads repeated
   to split, :func:`.ulysses.kv_head_repeats`) and of the output shard (backward: the same
   tensors' gradients, in the opposite direction);
-* **all-gather** (Llama 3's context parallelism): every rank receives the ``W - 1`` other
-  key/value shards and hands its own to ``W - 1`` ranks.
+* **all-gather** (Llama 3's context parallelism, :mod:`.allgather`): every rank receives
+  the ``W - 1`` other key/value shards and hands its own to ``W - 1`` ranks (backward: each
+  rank sends the other ranks its gradients for their shards, the same amount).
 
 Work: the number of query-key scores a rank computes, ``Σ T_q · T_k`` over its blocks
 (:func:`ring_scores`), the unit in which zig-zag's balance shows.
@@ -93,7 +94,9 @@ def ulysses_bytes(
 
 
 def allgather_bytes(*, B: int, H_kv: int, T: int, D: int, W: int, element_size: int, D_v: int | None = None) -> int:
-    """Bytes one rank receives (and, logically, sends) when every rank all-gathers the keys and values.
+    """Bytes one rank receives (and, logically, sends) in :func:`allgather_attention <.allgather.allgather_attention>`.
+
+    The backward pass moves the same amount (each shard's gradients, summed on its owner).
 
     Returns:
         ``(W - 1) · B · H_kv · T_l · (D + D_v) · e``: the same as the ring's forward pass,
