@@ -9,6 +9,7 @@ importable module because spawn imports them by name.
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 import torch.distributed as dist
@@ -163,3 +164,8 @@ def fails_on(rank_that_fails: int) -> str:
 def returns_rank() -> int:
     """A worker that returns its rank (never run by the tests: only refused arguments reach it)."""
     return dist.get_rank()
+
+
+def sleeps(seconds: float) -> None:
+    """A worker that outlives any short timeout."""
+    time.sleep(seconds)

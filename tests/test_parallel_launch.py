@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from parallel_jobs import fails_on, results, returns_rank
+from parallel_jobs import fails_on, results, returns_rank, sleeps
 
 from attn_core.parallel.launch import RemoteTraceback, exception_with_rank, free_port, run_on_ranks
 
@@ -25,6 +25,12 @@ def test_a_workers_error_is_raised_here_with_its_rank_while_the_others_wait_in_a
     assert info.value.rank == 1
     assert isinstance(info.value.__cause__, RemoteTraceback)
     assert "fails_on" in str(info.value.__cause__) and "ValueError: bad shard on purpose" in str(info.value.__cause__)
+
+
+def test_a_run_past_its_timeout_is_stopped_and_named():
+    # One second is less than the processes take to start: they are terminated, not waited for.
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] were still running after timeout=1 s"):
+        run_on_ranks(sleeps, 2, 60.0, timeout=1.0)
 
 
 def test_exception_with_rank_keeps_the_type_where_it_can():
