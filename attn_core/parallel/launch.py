@@ -204,7 +204,10 @@ def run_on_ranks(
     lost = [rank for rank, o in enumerate(outcomes) if o is None and rank not in stopped]
     if lost:
         code = processes[lost[0]].exitcode
-        raise RuntimeError(f"rank {lost[0]} exited with code {code} without a result (killed, or out of memory?)")
+        raise RuntimeError(
+            f"rank {lost[0]} exited with code {code} without a result (its output above says why: killed, out of "
+            f"memory, or a script that calls run_on_ranks outside `if __name__ == '__main__':`, which spawn re-runs)"
+        )
     if stopped:
         raise TimeoutError(f"run_on_ranks: ranks {stopped} were still running after timeout={timeout:g} s")
     return [o[1] for o in outcomes]
