@@ -27,37 +27,24 @@ import torch
 import torch.distributed as dist
 
 from attn_core import attention
-from attn_core.parallel.allgather import allgather_attention
 from attn_core.parallel.cost import count_cost
-from attn_core.parallel.formulas import allgather_bytes, ring_bytes, ring_scores, ulysses_bytes
+from attn_core.parallel.formulas import ring_scores, scheme_bytes
 from attn_core.parallel.launch import run_on_ranks
-from attn_core.parallel.ring import ring_attention
+from attn_core.parallel.measure import SCHEMES
 from attn_core.parallel.sharding import shard_sequence
-from attn_core.parallel.ulysses import ulysses_attention
 
 from .common import Timing, ratio_summary, time_interleaved
 
 BASELINE = "one process, all T"
-SCHEMES = {
-    "ring, contiguous": (ring_attention, "contiguous"),
-    "ring, zig-zag": (ring_attention, "zigzag"),
-    "Ulysses": (ulysses_attention, "contiguous"),
-    "all-gather K, V": (allgather_attention, "contiguous"),
-}
 FULL = dict(world_size=2, batch=1, n_heads=8, n_kv_heads=2, T=2048, head_dim=64, rounds=9)
 QUICK = dict(world_size=2, batch=1, n_heads=4, n_kv_heads=2, T=64, head_dim=16, rounds=3)
 
 
 def _formula_bytes(name: str, cfg: dict, element_size: int) -> int:
     """Bytes one rank sends in one forward and backward step of scheme ``name``, by formula."""
-    sizes = dict(B=cfg["batch"], H_kv=cfg["n_kv_heads"], T=cfg["T"], D=cfg["head_dim"], W=cfg["world_size"])
-    if name.startswith("ring"):
-        return ring_bytes(**sizes, element_size=element_size) + ring_bytes(
-            **sizes, element_size=element_size, backward=True
-        )
-    if name == "Ulysses":
-        return 2 * ulysses_bytes(**sizes, H=cfg["n_heads"], element_size=element_size)
-    return 2 * allgather_bytes(**sizes, element_size=element_size)
+    sizes = dict(B=cfg["batch"], H=cfg["n_heads"], H_kv=cfg["n_kv_heads"], T=cfg["T"], D=cfg["head_dim"])
+    sizes.update(W=cfg["world_size"], element_size=element_size)
+    return sum(scheme_bytes(name, **sizes, backward=backward) for backward in (False, True))
 
 
 def rank_job(cfg: dict, device_type: str) -> dict:
@@ -132,7 +119,7 @@ def run(device: str, *, quick: bool, log=print) -> dict:
         if name in SCHEMES:
             sent = [r["counted"][name][0] for r in reports]
             row.update(bytes_sent=max(sent), bytes_formula=_formula_bytes(name, cfg, element_size=4))
-            if name.startswith("ring"):
+            if name.startswith("ring"):  # the ring's work per rank: the zig-zag layout balances it
                 scores = [r["counted"][name][2] for r in reports]
                 layout = SCHEMES[name][1]
                 row.update(
@@ -141,7 +128,7 @@ def run(device: str, *, quick: bool, log=print) -> dict:
                     scores_formula=ring_scores(cfg["T"], W, layout=layout, is_causal=True),
                 )
         rows.append(row)
-    zigzag = ratio_summary(slowest["ring, zig-zag"], slowest["ring, contiguous"])
+    zigzag = ratio_summary(slowest["ring-zigzag"], slowest["ring"])
     targets.append(
         dict(
             name=f"zig-zag / contiguous ring step time, causal, W={W} [{device}]",

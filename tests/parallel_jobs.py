@@ -17,59 +17,28 @@ import torch.distributed as dist
 from attn_core import attention
 from attn_core.parallel.allgather import allgather_attention
 from attn_core.parallel.comm import all_gather, all_to_all, ring_shift
-from attn_core.parallel.cost import count_cost
 from attn_core.parallel.launch import run_on_ranks
+from attn_core.parallel.measure import SCHEMES, scheme_costs
 from attn_core.parallel.ring import ring_attention
 from attn_core.parallel.sharding import all_gather_sequence, shard_sequence
 from attn_core.parallel.ulysses import ulysses_attention
 from conftest import F64, qkv, randn
 
-SCHEMES = {"ring": ring_attention, "ulysses": ulysses_attention, "allgather": allgather_attention}
-SHAPE = {"B": 2, "H": 4, "T": 16, "D": 8}  # T = 16 splits into 2W chunks for W = 2 and 4
+SHAPE = {"batch": 2, "heads": 4, "T": 16, "head_dim": 8}  # T = 16 splits into 2W chunks for W = 2 and 4
+KV_HEADS = (4, 2, 1)  # MHA, GQA, MQA
 
 
-def equality_cases(world_size: int) -> list[dict]:
-    """Every (scheme, causal, layout, key/value heads) case run in the job."""
-    cases = []
-    for scheme in SCHEMES:
-        for is_causal in (False, True):
-            for layout in ("contiguous", "zigzag"):
-                for H_kv in (4, 2, 1) if scheme == "ulysses" else (4, 2):
-                    cases.append({"scheme": scheme, "is_causal": is_causal, "layout": layout, "H_kv": H_kv})
-    return cases
+def config(is_causal: bool, kv_heads: int, **changes) -> dict:
+    """A configuration of attn_core.parallel.measure.scheme_costs: every scheme, float64, with gradients."""
+    base = dict(SHAPE, kv_heads=kv_heads, is_causal=is_causal, backward=True, dtype="float64", seed=0)
+    return dict(base, schemes=list(SCHEMES), **changes)
 
 
-def case_name(case: dict) -> str:
-    causal = "causal" if case["is_causal"] else "full"
-    return f"{case['scheme']}-{causal}-{case['layout']}-Hkv{case['H_kv']}"
-
-
-def full_inputs(H_kv: int, seed: int = 0):
+def full_inputs(kv_heads: int, seed: int = 0):
     """q, k, v and an output cotangent for the whole sequence in float64, the same on every rank."""
-    B, H, T, D = SHAPE["B"], SHAPE["H"], SHAPE["T"], SHAPE["D"]
-    q, k, v = qkv(B, H, T, D, H_kv=H_kv, dtype=F64, seed=seed)
+    B, H, T, D = SHAPE["batch"], SHAPE["heads"], SHAPE["T"], SHAPE["head_dim"]
+    q, k, v = qkv(B, H, T, D, H_kv=kv_heads, dtype=F64, seed=seed)
     return q, k, v, randn(B, H, T, D, seed=seed + 1)
-
-
-def _run_case(case, rank, W, group=None):
-    """Max abs differences (output, dq, dk, dv) against one-device attention, and the counted cost."""
-    q, k, v, d_out = full_inputs(case["H_kv"])
-    qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
-    ref = attention(qf, kf, vf, is_causal=case["is_causal"])
-    ref_grads = torch.autograd.grad(ref, (qf, kf, vf), d_out)
-    layout = case["layout"]
-    local = [shard_sequence(t, rank, W, layout=layout).requires_grad_() for t in (q, k, v)]
-    with count_cost() as forward:
-        out = SCHEMES[case["scheme"]](*local, group=group, is_causal=case["is_causal"], layout=layout)
-    with count_cost() as backward:
-        grads = torch.autograd.grad(out, local, shard_sequence(d_out, rank, W, layout=layout))
-    errors = [(out - shard_sequence(ref, rank, W, layout=layout)).abs().max().item()]
-    errors += [(a - shard_sequence(b, rank, W, layout=layout)).abs().max().item() for a, b in zip(grads, ref_grads)]
-    cost = {
-        "forward": (forward.bytes_sent, forward.bytes_received, forward.scores),
-        "backward": (backward.bytes_sent, backward.bytes_received),
-    }
-    return errors, cost
 
 
 def _error_of(fn):
@@ -107,7 +76,7 @@ def _communication(rank, W):
     chunks = [torch.full((2,), float(10 * rank + j)) for j in range(W)]
     native, fallback = all_to_all(chunks), all_to_all(chunks, fallback=True)
     gathered = all_gather(mine)
-    x = torch.randn(2, 3, 4 * W, 5, generator=torch.Generator().manual_seed(1))
+    x = randn(2, 3, 4 * W, 5)
     return {
         "shifted": shifted.tolist(),
         "all_to_all": [c.tolist() for c in native],
@@ -121,30 +90,41 @@ def _communication(rank, W):
 
 
 def _subgroups(rank, W):
-    """Ring and Ulysses on two halves of the world at once (group= given), and a call from outside the group."""
+    """Every scheme on two halves of the world at once (group= given), and a call from outside the group."""
     halves = [dist.new_group(list(range(h * W // 2, (h + 1) * W // 2))) for h in range(2)]
-    mine = halves[rank * 2 // W]
-    sub_rank = rank % (W // 2)
-    report = {}
-    for scheme in ("ring", "ulysses"):
-        case = {"scheme": scheme, "is_causal": True, "layout": "zigzag", "H_kv": 2}
-        report[scheme] = _run_case(case, sub_rank, W // 2, group=mine)[0]
+    report = {"schemes": scheme_costs(config(True, 2), group=halves[rank * 2 // W])}
     q, k, v, _ = full_inputs(4)
-    local = [shard_sequence(t, sub_rank, W // 2) for t in (q, k, v)]
+    local = [shard_sequence(t, rank % (W // 2), W // 2) for t in (q, k, v)]
     # Every rank passes the first half's group: the second half is not in it.
     report["outsider"] = _error_of(lambda: ring_attention(*local, group=halves[0]))
     return report
 
 
 def every_case(W: int) -> dict:
-    """Run in each rank: every equality case, the bad inputs, the communication and, for W = 4, subgroups."""
+    """Run in each rank: every scheme causal or not with each head count, bad inputs, communication, subgroups."""
     rank = dist.get_rank()
-    report = {case_name(c): _run_case(c, rank, W) for c in equality_cases(W)}
+    report = {(c, h, None): scheme_costs(config(c, h)) for c in (False, True) for h in KV_HEADS}
+    # Every scheme on zig-zag shards too (Ulysses and the all-gather put the sequence back in order).
+    report |= {(c, h, "zigzag"): scheme_costs(config(c, h, layout="zigzag")) for c in (False, True) for h in (4, 2)}
     report["bad"] = _bad_inputs(rank, W)
     report["comm"] = _communication(rank, W)
     if W == 4:
         report["subgroups"] = _subgroups(rank, W)
     return report
+
+
+def equality_failures(W: int, schemes, tolerance: float = 1e-10) -> list[str]:
+    """The cases of ``schemes`` whose output or gradients differ from one-device attention by ``tolerance`` or more."""
+    failures = []
+    for rank, report in enumerate(results(W)):
+        cases = [key for key in report if isinstance(key, tuple)]
+        assert {c for c, _, _ in cases} == {False, True} and {h for _, h, _ in cases} == set(KV_HEADS)
+        for key in cases:
+            for name in schemes:
+                row = report[key][name]
+                if not max(row["output_error"], row["grad_error"]) < tolerance:
+                    failures.append(f"W={W} rank {rank} {name} (causal, H_kv, layout)={key}: {row}")
+    return failures
 
 
 @functools.cache

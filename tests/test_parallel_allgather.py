@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from parallel_jobs import case_name, equality_cases, results
+from parallel_jobs import equality_failures, results
 
 TOLERANCE = 1e-10
 
 
 @pytest.mark.parametrize("W", [2, 4])
 def test_every_case_equals_one_device_attention(W):
-    cases = [c for c in equality_cases(W) if c["scheme"] == "allgather"]
-    assert {(c["is_causal"], c["layout"], c["H_kv"]) for c in cases} == {
-        (causal, layout, H_kv) for causal in (False, True) for layout in ("contiguous", "zigzag") for H_kv in (4, 2)
-    }
-    for rank, report in enumerate(results(W)):
-        for case in cases:
-            errors, _ = report[case_name(case)]
-            worst = dict(zip(("output", "dq", "dk", "dv"), errors))
-            assert max(errors) < TOLERANCE, f"W={W} rank {rank} {case_name(case)}: {worst}"
+    # Causal and not, contiguous and zig-zag shards, MHA, GQA and MQA, output and gradients.
+    assert equality_failures(W, ("allgather",), TOLERANCE) == []
+
+
+def test_on_a_subgroup():
+    for rank, report in enumerate(results(4)):
+        row = report["subgroups"]["schemes"]["allgather"]
+        assert max(row["output_error"], row["grad_error"]) < TOLERANCE, (rank, row)
 
 
 def test_disagreeing_ranks_fail_on_every_rank():

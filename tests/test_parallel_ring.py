@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from parallel_jobs import case_name, equality_cases, results
+from parallel_jobs import equality_failures, results
 
 from attn_core.parallel.ring import block_plan
 
@@ -12,20 +12,16 @@ TOLERANCE = 1e-10  # float64; the merge reorders sums, so not bit-equal
 
 @pytest.mark.parametrize("W", [2, 4])
 def test_every_case_equals_one_device_attention(W):
-    cases = [c for c in equality_cases(W) if c["scheme"] == "ring"]
-    assert {c["is_causal"] for c in cases} == {True, False} and {c["layout"] for c in cases} == {"contiguous", "zigzag"}
-    assert {c["H_kv"] for c in cases} == {4, 2}  # MHA and GQA
-    for rank, report in enumerate(results(W)):
-        for case in cases:
-            errors, _ = report[case_name(case)]
-            worst = dict(zip(("output", "dq", "dk", "dv"), errors))
-            assert max(errors) < TOLERANCE, f"W={W} rank {rank} {case_name(case)}: {worst}"
+    # Causal and not, contiguous and zig-zag, MHA, GQA and MQA, output and dQ, dK, dV.
+    assert equality_failures(W, ("ring", "ring-zigzag"), TOLERANCE) == []
 
 
 def test_on_a_subgroup():
     # W = 4 split into two rings of 2 (group= given): each equals one-device attention.
     for rank, report in enumerate(results(4)):
-        assert max(report["subgroups"]["ring"]) < TOLERANCE, (rank, report["subgroups"]["ring"])
+        for name in ("ring", "ring-zigzag"):
+            row = report["subgroups"]["schemes"][name]
+            assert max(row["output_error"], row["grad_error"]) < TOLERANCE, (rank, name, row)
 
 
 def test_block_plan_skips_the_future_and_masks_only_the_diagonal():

@@ -21,13 +21,14 @@ Work: the number of query-key scores a rank computes, ``Σ T_q · T_k`` over its
 
 from __future__ import annotations
 
-from ..checks import check_bool, check_int
+from ..checks import check_bool, check_choice, check_int
 from .sharding import chunk_length
 from .ulysses import kv_head_repeats
 
-__all__ = ["ring_bytes", "ulysses_bytes", "allgather_bytes", "ring_scores", "SCHEMES"]
+__all__ = ["ring_bytes", "ulysses_bytes", "allgather_bytes", "scheme_bytes", "ring_scores", "SCHEMES"]
 
-SCHEMES = ("ring", "ulysses", "allgather")
+# The schemes by name: the two ring layouts send the same bytes.
+SCHEMES = ("ring", "ring-zigzag", "ulysses", "allgather")
 
 
 def _shard_elements(B: int, heads: int, T: int, W: int, width: int) -> int:
@@ -107,6 +108,41 @@ def allgather_bytes(*, B: int, H_kv: int, T: int, D: int, W: int, element_size: 
     """
     D_v = _check(B, H_kv, H_kv, T, D, D_v, W, element_size)
     return (W - 1) * _shard_elements(B, H_kv, T, W, D + D_v) * element_size
+
+
+def scheme_bytes(
+    scheme: str,
+    *,
+    B: int,
+    H: int,
+    H_kv: int,
+    T: int,
+    D: int,
+    W: int,
+    element_size: int,
+    D_v: int | None = None,
+    backward: bool = False,
+) -> int:
+    """Bytes one rank sends (and receives) in one call of ``scheme``, forward or backward, by name.
+
+    Args:
+        scheme: One of :data:`SCHEMES` (``"ring"``, ``"ring-zigzag"``, ``"ulysses"``, ``"allgather"``).
+        B, H, H_kv, T, D, W: Batch, query heads, key/value heads, sequence length, head width, ranks.
+        element_size: Bytes per element (4 for float32).
+        D_v: Value width per head; default ``D``.
+        backward: The backward pass's bytes instead of the forward pass's.
+
+    Raises:
+        ValueError: An unknown scheme, or sizes the scheme's formula refuses.
+    """
+    check_choice("scheme", scheme, SCHEMES)
+    check_bool("backward", backward)
+    sizes = dict(B=B, H_kv=H_kv, T=T, D=D, W=W, element_size=element_size, D_v=D_v)
+    if scheme.startswith("ring"):
+        return ring_bytes(**sizes, backward=backward)
+    if scheme == "ulysses":
+        return ulysses_bytes(**sizes, H=H)
+    return allgather_bytes(**sizes)
 
 
 def ring_scores(T: int, W: int, *, layout: str = "contiguous", is_causal: bool = False) -> list[int]:
