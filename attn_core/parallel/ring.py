@@ -6,7 +6,9 @@ key/value block of rank ``r - s`` (step ``s``), while it already sends that bloc
 rank ``r + 1`` and receives the next one from rank ``r - 1`` (:func:`.comm.ring_shift`):
 after ``W`` steps every query has met every key (Liu et al. 2023, "Ring Attention with
 Blockwise Transformers"). Each step's result is partial; the partials merge exactly with
-the online softmax's log-sum-exp rule (:func:`attn_core.ops.partial.merge_partials`).
+the online softmax's log-sum-exp rule (:func:`attn_core.ops.partial.merge_partials`), step by
+step: a rank keeps one running result per query, as FlashAttention keeps one running
+``(m, l, acc)`` per query while it visits the key tiles.
 
 Causal masking is by *global* positions: a query chunk never computes a key chunk that
 lies wholly in its future (skipped, not masked), computes the chunk on its diagonal with
@@ -83,7 +85,8 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, group, W, rank, is_causal, layout, scale):
         T_l = q.shape[-2]
-        by_query: dict[tuple[int, int], list] = {}
+        work = torch.promote_types(q.dtype, torch.float32)  # half inputs merge in float32
+        merged: dict[tuple[int, int], tuple] = {}  # per query slice: (output, lse) over the blocks seen so far
         k_cur, v_cur = k, v
         for step in range(W):
             source = (rank - step) % W
@@ -93,15 +96,16 @@ class _RingAttention(torch.autograd.Function):
             for qs, ks, _ in plan:
                 record_scores(qs.stop - qs.start, ks.stop - ks.start)
             for key, found in _step_blocks(q, k_cur, v_cur, plan, scale).items():
-                by_query.setdefault(key, []).extend(found)
+                # The online softmax: fold this step's partials into the running result at once,
+                # so that a rank never holds more than one partial output per query.
+                outputs = [merged[key][0]] if key in merged else []
+                lses = [merged[key][1]] if key in merged else []
+                merged[key] = merge_partials(outputs + [p[1].to(work) for p in found], lses + [p[2] for p in found])
             if shift is not None:
                 k_cur, v_cur = shift.wait()
-        outputs, lses = [], []
-        for key in sorted(by_query):  # query slices in order along T_l
-            o, lse = merge_partials([p[1] for p in by_query[key]], [p[2] for p in by_query[key]])
-            outputs.append(o)  # (B, H, c, D_v)
-            lses.append(lse)  # (B, H, c)
-        out, lse = torch.cat(outputs, dim=-2), torch.cat(lses, dim=-1)  # (B, H, T_l, D_v), (B, H, T_l)
+        keys = sorted(merged)  # query slices in order along T_l
+        out = torch.cat([merged[key][0] for key in keys], dim=-2).to(v.dtype)  # (B, H, T_l, D_v)
+        lse = torch.cat([merged[key][1] for key in keys], dim=-1)  # (B, H, T_l)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.settings = (group, W, rank, is_causal, layout, scale)
         return out
