@@ -13,7 +13,8 @@ each rank holding only its shard; the result equals one-device :func:`attn_core.
 * :mod:`.allgather`: Llama 3's all-gather of the keys and values, then local attention.
 * :mod:`.comm`: the communication (``batch_isend_irecv``, ``all_to_all``, ``all_gather``),
   each call counting its bytes into :mod:`.cost`; :mod:`.formulas`: what each scheme
-  should cost, to compare.
+  should cost, to compare; :mod:`.measure`: every scheme run in spawned processes, each
+  rank's bytes, scores and error against one device (a worker a notebook can import).
 * :mod:`.checks`: arguments checked on every rank and compared across ranks before any
   data moves, so that bad input raises on every rank instead of hanging one.
 
