@@ -8,8 +8,13 @@ importable module because spawn imports them by name.
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import os
+import pickle
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -129,8 +134,21 @@ def equality_failures(W: int, schemes, tolerance: float = 1e-10) -> list[str]:
 
 @functools.cache
 def results(W: int) -> tuple:
-    """Each rank's report of :func:`every_case`, from one spawned job per world size and pytest process."""
-    return tuple(run_on_ranks(every_case, W, W, timeout=120.0))
+    """Each rank's report of :func:`every_case`, from one spawned job per world size and test run.
+
+    Under pytest-xdist the workers share one job: the first to ask runs it and leaves the
+    reports in a file named by the run's id (``PYTEST_XDIST_TESTRUNUID``, the same in every
+    worker of a run); the others wait on a lock and read it.
+    """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return tuple(run_on_ranks(every_case, W, W, timeout=120.0))
+    path = Path(tempfile.gettempdir()) / f"attn_core_parallel_{run}_W{W}.pkl"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not path.exists():
+            path.write_bytes(pickle.dumps(tuple(run_on_ranks(every_case, W, W, timeout=120.0))))
+        return pickle.loads(path.read_bytes())
 
 
 def fails_on(rank_that_fails: int) -> str:
