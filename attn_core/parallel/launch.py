@@ -68,7 +68,7 @@ def _worker(index, fn, args, world_size, backend, port, timeout, threads, result
         value = fn(*args)
         try:
             payload = pickle.dumps(("ok", value))
-        except Exception as e:  # noqa: BLE001 - reported to the caller as this rank's error
+        except Exception as e:  # whatever pickle raised: reported to the caller as this rank's error
             raise TypeError(f"the value returned by {fn.__qualname__} cannot be pickled: {e}") from e
         with open(path, "wb") as f:
             f.write(payload)
@@ -78,7 +78,8 @@ def _worker(index, fn, args, world_size, backend, port, timeout, threads, result
         when, tb = time.time(), traceback.format_exc()
         try:
             payload = pickle.dumps(("error", error, tb, when))
-        except Exception:  # noqa: BLE001 - an exception that does not pickle comes back as text
+            pickle.loads(payload)  # some exception classes pickle but cannot be rebuilt
+        except Exception:  # such an exception comes back as its type's name and message
             payload = pickle.dumps(("error", RuntimeError(f"{type(error).__name__}: {error}"), tb, when))
         with open(path, "wb") as f:
             f.write(payload)
@@ -119,7 +120,7 @@ def exception_with_rank(error: BaseException, rank: int, others: Sequence[int] =
         raised = type(error)(message)
         if str(raised) != message:
             raise TypeError
-    except Exception:  # noqa: BLE001 - an exception class with its own constructor: say its name instead
+    except Exception:  # an exception class with a constructor of its own: say its name instead
         raised = RuntimeError(f"rank {rank} raised {type(error).__name__}: {error}{also}")
     raised.rank = rank
     return raised
