@@ -35,7 +35,7 @@ __all__ = ["explorer", "AttentionExplorer", "MAX_EMBED_BYTES", "FALLBACK_DPI"]
 
 #: Upper bound on the bytes one kernel-free explorer embeds in a page.
 MAX_EMBED_BYTES = 1_000_000
-_CHAR_PX = 8  # width of a label character at 12 px, for the page's label margins
+_CHAR_PX = 8  # width of a label character at 12 px, where the page cannot measure its labels
 # Scores are embedded with this many decimals, and the explorer works from the rounded
 # scores only (the page, weights() and the fallback picture). Rounding to a fixed grid
 # keeps the page identical on every CPU (float32 kernels differ in the last bits) and
