@@ -222,6 +222,7 @@ class AttentionExplorer:
             colorbar=False,
             xlabel=self.col_title,
             ylabel=self.row_title,
+            vrange=(0.0, 1.0),  # the live view's scale, so that both pictures read alike
         )
         if max(T_q, T_k) > 24:  # 10 pt labels would touch on cells of under ~20 px
             ax.tick_params(labelsize=8)
