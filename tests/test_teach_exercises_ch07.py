@@ -9,6 +9,7 @@ import torch
 from attn_core.layers.mla import MultiHeadLatentAttention
 from attn_core.teach.exercises.ch07 import (
     check_absorbed_output,
+    check_fold_prediction,
     check_gqa_as_mla,
     check_key_rank,
 )
@@ -115,6 +116,15 @@ ANSWERS = {
             (_first_head_everywhere, "max abs difference"),
             (_wrong_head_split, "max abs difference"),
             (lambda w_uv, w_o: _fold(w_uv, w_o)[:, :-1], "shape"),
+        ],
+    ),
+    check_fold_prediction: (
+        [lambda: (False, False, 131)],  # folded costs more; batch and context scale both alike
+        [
+            (lambda: (True, False, 131), "counted at d_c = 512"),  # "one matrix is cheaper"
+            (lambda: (False, True, 131), "the answer is the same"),  # "longer contexts favour it"
+            (lambda: (False, False, 128), "saves FLOPs up to d_c = 131"),  # d_c = d_v
+            (lambda: (False, False, 512), "saves FLOPs up to d_c = 131"),
         ],
     ),
 }

@@ -8,12 +8,13 @@ import torch
 
 from ...layers.mla import MultiHeadLatentAttention
 from ...layers.multihead import MultiHeadAttention
-from ._common import compare, report
+from ._common import compare, describe, report
 
 __all__ = [
     "check_gqa_as_mla",
     "check_key_rank",
     "check_absorbed_output",
+    "check_fold_prediction",
 ]
 
 
@@ -192,3 +193,67 @@ def check_absorbed_output(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
             err = (got - expected).abs().max().item()
             return report(name, False, f"H={H}, d_v={d_v}, d_c={d_c}: max abs difference {err:.1e}")
     return report(name, True, "two layer shapes, equal to W_UV then W_O within 1e-10")
+
+
+def _output_side_flops(d_c: int, batch: int, n_ctx: int, folded: bool) -> int:
+    """FLOPs of one decoding step's latent weighted sum and output side at DeepSeek-V2's size.
+
+    Counted by ``torch.utils.flop_counter`` on the ``meta`` device (shapes only, no memory):
+    the weighted sum of the cached latents (the same in both forms), then either every head's
+    ``W_UV`` and ``W_O`` or the folded ``W'``.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    H, d_v, d_model = 128, 128, 5120
+    with torch.device("meta"):
+        weights = torch.zeros(batch, H, 1, n_ctx)  # one new query per sequence
+        cache = torch.zeros(batch, 1, n_ctx, d_c)  # the cached latents
+        w_uv, w_o = torch.zeros(H, d_v, d_c), torch.zeros(d_model, H * d_v)
+        w_folded = torch.zeros(d_model, H * d_c)
+        with FlopCounterMode(display=False) as counter:
+            o_lat = weights @ cache  # (batch, H, 1, d_c)
+            if folded:  # (batch, H*d_c) @ (H*d_c, d_model)
+                o_lat.transpose(1, 2).reshape(batch, H * d_c) @ w_folded.T
+            else:  # (batch, H, 1, d_v), then (batch, H*d_v) @ (H*d_v, d_model)
+                heads = torch.einsum("bhtc,hvc->bhtv", o_lat, w_uv)
+                heads.transpose(1, 2).reshape(batch, H * d_v) @ w_o.T
+    return counter.get_total_flops()
+
+
+def check_fold_prediction(fn: Callable[[], tuple]) -> bool:
+    """Exercise 7.3's prediction: ``fn()`` returns ``(folded_cheaper, changes, largest_d_c)``.
+
+    ``folded_cheaper``: whether the folded ``W'`` costs fewer FLOPs per decoding step than
+    ``W_UV`` then ``W_O`` at DeepSeek-V2's size (``d_model = 5120``, 128 heads, ``d_v = 128``,
+    ``d_c = 512``), batch 8, context 4096; ``changes``: whether a longer context (32768) or
+    a larger batch (64) changes that answer; ``largest_d_c``: the largest latent width at
+    which folding saves FLOPs (the other sizes kept). Every answer is measured with
+    ``flop_counter`` on the ``meta`` device, not taken from a formula.
+    """
+    name = "7.3 fold prediction"
+    try:
+        answer = fn()
+    except Exception as e:  # a learner's bug should print, not stop the notebook
+        return report(name, False, f"{type(e).__name__}: {e}")
+    if not (isinstance(answer, tuple) and len(answer) == 3):
+        return report(name, False, f"fn() returned {describe(answer)}, expected three values")
+    folded_cheaper, changes, largest = answer
+    cheaper = lambda d_c, b=8, n=4096: _output_side_flops(d_c, b, n, True) < _output_side_flops(d_c, b, n, False)  # noqa: E731
+    want = cheaper(512)
+    if bool(folded_cheaper) != want:
+        apart, fold = (_output_side_flops(512, 8, 4096, f) for f in (False, True))
+        return report(name, False, f"counted at d_c = 512: folded {fold:,} FLOPs, apart {apart:,}")
+    want_changes = any(cheaper(512, b, n) != want for b, n in ((8, 32768), (64, 4096)))
+    if bool(changes) != want_changes:
+        return report(name, False, "batch 64 and context 32768 were counted too: the answer is the same")
+    # The difference folded - apart is affine in d_c: two counts place its root, two more confirm
+    diff = lambda d_c: _output_side_flops(d_c, 8, 4096, True) - _output_side_flops(d_c, 8, 4096, False)  # noqa: E731
+    d1, d512 = diff(1), diff(512)
+    lo = int(1 - d1 * 511 / (d512 - d1) - 1e-9)  # the last whole d_c below the root
+    while not cheaper(lo):  # (the root is exact: the loops only guard the algebra)
+        lo -= 1
+    while cheaper(lo + 1):
+        lo += 1
+    if largest != lo:
+        return report(name, False, f"largest d_c {largest!r}: folding saves FLOPs up to d_c = {lo}, counted")
+    return report(name, True, f"costs more at any batch, context; saves up to d_c = {lo}")
