@@ -105,6 +105,7 @@ def _perturbation_test(positions, lengths=(5, 2, 8, 1), T=8):
 
 _every_position = _perturbation_test(lambda n, T: range(T))
 _padding_only = _perturbation_test(lambda n, T: range(n, T))  # never checks that a real token counts
+_padding_and_last = _perturbation_test(lambda n, T: range(n - 1, T))  # never the first real token
 _last_position_only = _perturbation_test(lambda n, T: [T - 1])  # misses a leak at the first pad
 _batch_of_one = _perturbation_test(lambda n, T: range(T), lengths=(5,))  # the same lengths in every row
 
@@ -147,6 +148,7 @@ ANSWERS = {
         [
             (_padding_only, "last real token"),
             (_vs_unpadded, "last real token"),
+            (_padding_and_last, "first real token"),
             (_last_position_only, "first padded position"),
             (_batch_of_one, "first sequence's lengths"),
             (lambda model: True, "accepts a wrong model"),
