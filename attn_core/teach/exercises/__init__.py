@@ -17,7 +17,7 @@ from ._common import compare, report
 from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
 from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
 from .ch03 import check_mha_from_torch
-from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
+from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import check_decode_one_by_one, check_max_batch
 from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
 from .ch07 import check_absorbed_output, check_gqa_as_mla, check_key_rank
@@ -57,7 +57,7 @@ __all__ = [
     # ch03
     "check_mha_from_torch",
     # ch04
-    "check_teacher_forcing",
+    "check_padding_test",
     "check_prefix_lm_mask",
     "check_score_entries",
     # ch05
