@@ -4,8 +4,10 @@ standard by tests/test_teach_exercises_standard.py)."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from attn_core.teach.exercises.ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
+from attn_core import attention
+from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_mask, check_packed_causal_mask
 
 
 # 2.1 ------------------------------------------------------------------------------
@@ -33,8 +35,62 @@ def _by_position_in_document(doc_ids):  # resets positions but forgets the docum
 
 
 # 2.2 ------------------------------------------------------------------------------
-def _padding(lengths, T):
-    return (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None])[:, None, :]  # (B, 1, T)
+def _seen(attend, T_q, T_k):
+    """Which keys each query sees: equal scores (q = k = 0) and one-hot values show the weights."""
+    q = torch.zeros(1, 1, T_q, 4)
+    k = torch.zeros(1, 1, T_k, 4)
+    v = torch.eye(T_k)[None, None]  # (1, 1, T_k, T_k): output row i = the weights of query i
+    return attend(q, k, v)[0, 0] > 0  # (T_q, T_k)
+
+
+def _name(seen, T_q, T_k):
+    ones = torch.ones(T_q, T_k, dtype=torch.bool)
+    if torch.equal(seen, ones.tril()):
+        return "top-left"
+    if torch.equal(seen, ones.tril(T_k - T_q)):
+        return "bottom-right"
+    return "neither"
+
+
+def _alignment(attend):
+    return _name(_seen(attend, 3, 7), 3, 7)
+
+
+def _alignment_by_perturbing(attend):  # another right design: move one key, see which outputs move
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, n, 4, generator=g) for n in (3, 7, 7))
+    seen = torch.zeros(3, 7, dtype=torch.bool)
+    for j in range(7):
+        v2 = v.clone()
+        v2[..., j, :] += 1.0
+        seen[:, j] = (attend(q, k, v2) - attend(q, k, v))[0, 0].abs().amax(-1) > 1e-6
+    return _name(seen, 3, 7)
+
+
+def _square(attend):  # T_q == T_k: both alignments give the same mask
+    return _name(_seen(attend, 5, 5), 5, 5)
+
+
+def _one_query(attend):  # T_q = 1: the last query sees every key, leaks and all
+    return _name(_seen(attend, 1, 6), 1, 6)
+
+
+def _first_query_only(attend):  # reads query 0 only, and only whether it sees key T_k - T_q
+    seen = _seen(attend, 3, 7)
+    if not seen[0, 1]:
+        return "top-left"
+    return "bottom-right" if seen[0, 4] else "neither"
+
+
+def _compare_outputs(attend):  # compares with two references: another scale looks like neither
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, n, 4, generator=g) for n in (3, 7, 7))
+    out = attend(q, k, v)
+    if torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True)):
+        return "top-left"
+    if torch.allclose(out, attention(q, k, v, is_causal=True)):
+        return "bottom-right"
+    return "neither"
 
 
 # 2.3 ------------------------------------------------------------------------------
@@ -78,13 +134,14 @@ ANSWERS = {
             (lambda doc_ids: _packed(doc_ids).float(), "boolean"),
         ],
     ),
-    check_padding_mask: (
-        [_padding],
+    check_alignment_test: (
+        [_alignment, _alignment_by_perturbing],
         [
-            (lambda lengths, T: ~_padding(lengths, T), "inverted"),
-            (lambda lengths, T: _padding(lengths, T)[:, 0], "add the query axis"),
-            (lambda lengths, T: _padding([n - 1 for n in lengths], T), "entries differ"),  # off by one
-            (lambda lengths, T: _padding(lengths, T).float(), "boolean"),
+            (_square, "bottom-right"),
+            (_one_query, "one key of its future"),
+            (_first_query_only, "one key of its future"),
+            (_compare_outputs, "another score scale"),
+            (lambda attend: _alignment(attend).replace("-", " "), "returned 'bottom right'"),
         ],
     ),
     check_decode_mask: (

@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
+from ...ops.attention import attention
 from ...ops.masks import causal_mask, padding_mask
 from ._common import report
 
 __all__ = [
-    "check_padding_mask",
+    "alignment_candidates",
+    "check_alignment_test",
 ]
 
 
@@ -25,33 +28,93 @@ def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def check_padding_mask(fn: Callable[[list, int], torch.Tensor]) -> bool:
-    """Exercise 2.2: ``fn(lengths, T)`` is the key padding mask of a batch, ``True`` for real tokens.
+def _causal_candidate(shift: int | None, *, top_left: bool = False, square_only: bool = False, scale=None):
+    """A causal attention ``attend(q, k, v)`` whose mask is chosen (right or wrong).
+
+    ``shift``: query ``i`` sees key ``j`` when ``j <= i + shift``, with ``i`` counted from
+    the top-left corner (``top_left``) or as the last ``T_q`` of ``T_k`` positions
+    (bottom-right); ``None`` = no mask. ``square_only``: the mask is applied only when
+    ``T_q == T_k`` (code that skips it for a decoding step). ``scale``: another score
+    scale than ``1/sqrt(D)``, which changes the weights but not which keys are seen.
+    """
+
+    def impl(q, k, v):
+        T_q, T_k = q.shape[-2], k.shape[-2]
+        mask = None
+        if shift is not None and not (square_only and T_q != T_k):
+            offset = 0 if top_left else T_k - T_q
+            q_pos = torch.arange(T_q, device=q.device) + offset  # (T_q,)
+            k_pos = torch.arange(T_k, device=q.device)  # (T_k,)
+            mask = k_pos[None, :] <= q_pos[:, None] + shift  # (T_q, T_k)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+    return impl
+
+
+def _alike(impl: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """Wrap ``impl`` so that every candidate looks the same from outside (name, code, signature)."""
+
+    def attend(q, k, v):
+        return impl(q, k, v)
+
+    return attend
+
+
+def alignment_candidates() -> list[tuple[Callable[..., torch.Tensor], str, str]]:
+    """The functions exercise 2.2's test is run on: ``(attend, alignment, what it is)``, mixed order."""
+
+    def sdpa_is_causal(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def attn_core_is_causal(q, k, v):
+        return attention(q, k, v, is_causal=True)
+
+    cases = [
+        (_causal_candidate(0, scale=1.0), "bottom-right", "is bottom-right with another score scale"),
+        (sdpa_is_causal, "top-left", "is PyTorch's is_causal=True"),
+        (_causal_candidate(1), "neither", "lets each query see one key of its future"),
+        (attn_core_is_causal, "bottom-right", "is attn_core's is_causal=True"),
+        (_causal_candidate(None), "neither", "has no mask at all"),
+        (_causal_candidate(0, top_left=True, scale=0.1), "top-left", "is top-left with another score scale"),
+        (_causal_candidate(0, square_only=True), "neither", "applies its mask only when T_q == T_k"),
+    ]
+    return [(_alike(fn), expected, what) for fn, expected, what in cases]
+
+
+def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]) -> bool:
+    """Exercise 2.2: ``alignment(attend)`` tells how a causal ``attend(q, k, v)`` aligns its mask.
+
+    It returns ``"top-left"`` (query ``i`` sees keys ``0..i``, PyTorch's ``is_causal``),
+    ``"bottom-right"`` (the queries are the last ``T_q`` of ``T_k`` positions, attn_core's
+    and FlashAttention's) or ``"neither"``. It is run on seven functions that look alike
+    from outside (the same name, code and signature, in a mixed order): two top-left, two
+    bottom-right (one of each with another score scale, which a test comparing outputs
+    with a reference would misread) and three that are neither: no mask, a mask that lets
+    each query see one future key (a test that reads only the last query, or only
+    whether a key is seen and not which, misses it), and a mask applied only when
+    ``T_q == T_k`` (a test with one query misses it). Only a test with several queries,
+    fewer than the keys, that reads exactly which keys each query sees gets all seven.
 
     Shapes:
-        lengths: ``B`` ints; fn's output: ``(B, 1, T)`` (the middle axis broadcasts over queries)
+        the inputs ``alignment`` passes to ``attend``: q ``(B, H, T_q, D)``, k and v
+        ``(B, H, T_k, D)`` with ``T_q <= T_k`` (D may differ between k and v)
     """
-    name = "2.2 padding mask"
-    for lengths, T in (([3, 5, 1], 5), ([0, 2], 4), ([7], 7)):
+    name = "2.2 alignment test"
+    candidates = alignment_candidates()
+    for i, (attend, expected, what) in enumerate(candidates, start=1):
         try:
-            got = fn(list(lengths), T)
-        except Exception as e:
-            return report(name, False, f"fn({lengths}, {T}) raised {type(e).__name__}: {e}")
-        expected = padding_mask(lengths, T)  # (B, 1, T)
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (len(lengths), T):
+            with torch.random.fork_rng():  # the learner's draws leave the notebook's state alone
+                got = alignment(attend)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"candidate {i} of {len(candidates)}: {type(e).__name__}: {e}")
+        if got != expected:
             return report(
                 name,
                 False,
-                f"shape {tuple(got.shape)}: add the query axis, (B, 1, T), so that "
-                "it broadcasts over the queries of (B, T_q, T_k) scores",
+                f"alignment(candidate {i} of {len(candidates)}) returned {got!r}, expected "
+                f"{expected!r}: that candidate {what}",
             )
-        if not _is_bool_tensor(f"{name} (lengths={lengths}, T={T})", got, tuple(expected.shape)):
-            return False
-        if torch.equal(got, ~expected):
-            return report(name, False, "inverted: True must mean a real token (may attend), False padding")
-        if not torch.equal(got, expected):
-            return report(name, False, f"lengths={lengths}, T={T}: {int((got != expected).sum())} entries differ")
-    return report(name, True, "lengths [3, 5, 1], [0, 2] and [7] all match")
+    return report(name, True, f"right on all {len(candidates)} candidates (2 top-left, 2 bottom-right, 3 neither)")
 
 
 # The exercises of the revised chapter (issue 25): two masks the chapter did not build.
