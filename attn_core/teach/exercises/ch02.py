@@ -114,7 +114,7 @@ def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]
                 f"alignment(candidate {i} of {len(candidates)}) returned {got!r}, expected "
                 f"{expected!r}: that candidate {what}",
             )
-    return report(name, True, f"right on all {len(candidates)} candidates (2 top-left, 2 bottom-right, 3 neither)")
+    return report(name, True, f"{len(candidates)} of {len(candidates)} right: 2 top-left, 2 bottom-right, 3 neither")
 
 
 # The exercises of the revised chapter (issue 25): two masks the chapter did not build.
