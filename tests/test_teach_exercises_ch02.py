@@ -82,6 +82,18 @@ def _first_query_only(attend):  # reads query 0 only, and only whether it sees k
     return "bottom-right" if seen[0, 4] else "neither"
 
 
+def _query_zero_only(attend):  # T_q = 2 < T_k, but reads the keys of query 0 alone
+    row = _seen(attend, 2, 5)[0]  # (T_k,)
+    if torch.equal(row, torch.tensor([True, False, False, False, False])):
+        return "top-left"
+    return "bottom-right" if torch.equal(row, torch.tensor([True] * 4 + [False])) else "neither"
+
+
+def _counts_only(attend):  # compares how many keys each query sees, not which
+    counts = _seen(attend, 3, 7).sum(-1).tolist()
+    return {(1, 2, 3): "top-left", (5, 6, 7): "bottom-right"}.get(tuple(counts), "neither")
+
+
 def _compare_outputs(attend):  # compares with two references: another scale looks like neither
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, n, 4, generator=g) for n in (3, 7, 7))
@@ -95,10 +107,27 @@ def _compare_outputs(attend):  # compares with two references: another scale loo
 
 # 2.3 ------------------------------------------------------------------------------
 def _decode(T_q, T_k, lengths):
-    q_pos = torch.arange(T_k - T_q, T_k)  # (T_q,): the queries are the last positions
+    length = torch.tensor(lengths)[:, None]  # (B, 1)
     k_pos = torch.arange(T_k)
-    real = k_pos[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
-    return (k_pos[None, :] <= q_pos[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
+    q_pos = k_pos[T_k - T_q :]  # (T_q,): the queries are the last columns
+    real = k_pos[None, :] >= T_k - length  # (B, T_k)
+    mask = (k_pos[None, :] <= q_pos[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
+    return mask, q_pos[None, :] - (T_k - length)  # positions from the first real token
+
+
+def _decode_cumsum(T_q, T_k, lengths):  # another right way: cumsum of the real columns
+    mask, _ = _decode(T_q, T_k, lengths)
+    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
+    positions = (real.long().cumsum(-1) - 1).masked_fill(~real, 1)  # pads: any value
+    return mask, positions[:, T_k - T_q :]
+
+
+def _with_mask(make_mask):  # a wrong mask beside the right positions
+    return lambda T_q, T_k, lengths: (make_mask(T_q, T_k, lengths), _decode(T_q, T_k, lengths)[1])
+
+
+def _with_positions(make_positions):  # the right mask beside wrong positions
+    return lambda T_q, T_k, lengths: (_decode(T_q, T_k, lengths)[0], make_positions(T_q, T_k, lengths))
 
 
 def _top_left(T_q, T_k, lengths):
@@ -123,6 +152,18 @@ def _off_by_one(T_q, T_k, lengths):  # one padding position too many stays visib
     return (torch.arange(T_k)[None, :] <= q_pos[:, None])[None] & real[:, None, :]
 
 
+def _by_column(T_q, T_k, lengths):  # the columns of the cache, as if nothing were padded
+    return torch.arange(T_k - T_q, T_k).expand(len(lengths), T_q)
+
+
+def _cumsum_no_minus_one(T_q, T_k, lengths):  # counts the real tokens up to and including t
+    return _decode(T_q, T_k, lengths)[1] + 1
+
+
+def _step_from_zero(T_q, T_k, lengths):  # numbers the step's own tokens
+    return torch.arange(T_q).expand(len(lengths), T_q)
+
+
 ANSWERS = {
     check_packed_causal_mask: (
         [_packed],
@@ -140,18 +181,24 @@ ANSWERS = {
             (_square, "bottom-right"),
             (_one_query, "one key of its future"),
             (_first_query_only, "one key of its future"),
+            (_query_zero_only, "every later query"),
+            (_counts_only, "shifted by one key"),
             (_compare_outputs, "another score scale"),
             (lambda attend: _alignment(attend).replace("-", " "), "returned 'bottom right'"),
         ],
     ),
     check_decode_mask: (
-        [_decode],
+        [_decode, _decode_cumsum],
         [
-            (_top_left, "top-left"),
-            (_right_padded, "padded on the right"),
-            (_no_padding, "padding is not masked"),
-            (_off_by_one, "may attend"),
-            (lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[0], "shape"),
+            (_with_mask(_top_left), "top-left"),
+            (_with_mask(_right_padded), "padded on the right"),
+            (_with_mask(_no_padding), "padding is not masked"),
+            (_with_mask(_off_by_one), "may attend"),
+            (_with_positions(_by_column), "counted from column 0"),
+            (_with_positions(_cumsum_no_minus_one), "one too high"),
+            (_with_positions(_step_from_zero), "restart at 0"),
+            (_with_positions(lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[1].float()), "integer"),
+            (lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[0], "pair"),
         ],
     ),
 }

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ...ops.attention import attention
 from ...ops.masks import causal_mask, padding_mask
-from ._common import report
+from ._common import describe, report
 
 __all__ = [
     "alignment_candidates",
@@ -28,7 +28,15 @@ def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _causal_candidate(shift: int | None, *, top_left: bool = False, square_only: bool = False, scale=None):
+def _causal_candidate(
+    shift: int | None,
+    *,
+    top_left: bool = False,
+    square_only: bool = False,
+    scale=None,
+    later_leak: bool = False,
+    skip_first: bool = False,
+):
     """A causal attention ``attend(q, k, v)`` whose mask is chosen (right or wrong).
 
     ``shift``: query ``i`` sees key ``j`` when ``j <= i + shift``, with ``i`` counted from
@@ -36,6 +44,9 @@ def _causal_candidate(shift: int | None, *, top_left: bool = False, square_only:
     (bottom-right); ``None`` = no mask. ``square_only``: the mask is applied only when
     ``T_q == T_k`` (code that skips it for a decoding step). ``scale``: another score
     scale than ``1/sqrt(D)``, which changes the weights but not which keys are seen.
+    ``later_leak``: every query but the first also sees the key just after it (right in
+    row 0, wrong below). ``skip_first``: key 0 is never seen (with ``shift=1``, query
+    ``i`` sees keys ``1..i+1``: the right number of keys, the wrong ones).
     """
 
     def impl(q, k, v):
@@ -46,6 +57,10 @@ def _causal_candidate(shift: int | None, *, top_left: bool = False, square_only:
             q_pos = torch.arange(T_q, device=q.device) + offset  # (T_q,)
             k_pos = torch.arange(T_k, device=q.device)  # (T_k,)
             mask = k_pos[None, :] <= q_pos[:, None] + shift  # (T_q, T_k)
+            if later_leak:  # rows 1.. also see their next key
+                mask = mask | ((k_pos[None, :] == q_pos[:, None] + 1) & (q_pos[:, None] > offset))
+            if skip_first:
+                mask = mask & (k_pos[None, :] >= 1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
     return impl
@@ -75,8 +90,18 @@ def alignment_candidates() -> list[tuple[Callable[..., torch.Tensor], str, str]]
         (_causal_candidate(1), "neither", "lets each query see one key of its future"),
         (attn_core_is_causal, "bottom-right", "is attn_core's is_causal=True"),
         (_causal_candidate(None), "neither", "has no mask at all"),
+        (
+            _causal_candidate(0, top_left=True, later_leak=True),
+            "neither",
+            "is top-left in query 0, but every later query sees one key of its future",
+        ),
         (_causal_candidate(0, top_left=True, scale=0.1), "top-left", "is top-left with another score scale"),
         (_causal_candidate(0, square_only=True), "neither", "applies its mask only when T_q == T_k"),
+        (
+            _causal_candidate(1, top_left=True, skip_first=True),
+            "neither",
+            "lets query i see keys 1..i+1: the top-left counts, but shifted by one key",
+        ),
     ]
     return [(_alike(fn), expected, what) for fn, expected, what in cases]
 
@@ -86,14 +111,17 @@ def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]
 
     It returns ``"top-left"`` (query ``i`` sees keys ``0..i``, PyTorch's ``is_causal``),
     ``"bottom-right"`` (the queries are the last ``T_q`` of ``T_k`` positions, attn_core's
-    and FlashAttention's) or ``"neither"``. It is run on seven functions that look alike
+    and FlashAttention's) or ``"neither"``. It is run on nine functions that look alike
     from outside (the same name, code and signature, in a mixed order): two top-left, two
     bottom-right (one of each with another score scale, which a test comparing outputs
-    with a reference would misread) and three that are neither: no mask, a mask that lets
+    with a reference would misread) and five that are neither: no mask, a mask that lets
     each query see one future key (a test that reads only the last query, or only
-    whether a key is seen and not which, misses it), and a mask applied only when
-    ``T_q == T_k`` (a test with one query misses it). Only a test with several queries,
-    fewer than the keys, that reads exactly which keys each query sees gets all seven.
+    whether a key is seen and not which, misses it), a mask applied only when
+    ``T_q == T_k`` (a test with one query misses it), a mask right in query 0 that leaks
+    in the later queries (a test that reads query 0 alone misses it) and one that gives
+    query ``i`` keys ``1..i+1`` (a test that counts each query's keys misses it). Only a
+    test with several queries, fewer than the keys, that reads exactly which keys each
+    query sees gets all nine.
 
     Shapes:
         the inputs ``alignment`` passes to ``attend``: q ``(B, H, T_q, D)``, k and v
@@ -114,7 +142,11 @@ def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]
                 f"alignment(candidate {i} of {len(candidates)}) returned {got!r}, expected "
                 f"{expected!r}: that candidate {what}",
             )
-    return report(name, True, f"{len(candidates)} of {len(candidates)} right: 2 top-left, 2 bottom-right, 3 neither")
+    counts = {
+        kind: sum(expected == kind for _, expected, _ in candidates) for kind in ("top-left", "bottom-right", "neither")
+    }
+    tally = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    return report(name, True, f"{len(candidates)} of {len(candidates)} right: {tally}")
 
 
 # The exercises of the revised chapter (issue 25): two masks the chapter did not build.
@@ -164,42 +196,86 @@ def check_packed_causal_mask(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool
     return report(name, True, "4 packings match, a one-token document and one-token documents included")
 
 
-def check_decode_mask(fn: Callable[[int, int, list], torch.Tensor]) -> bool:
-    """Exercise 2.3: ``fn(T_q, T_k, lengths)``: the mask of a *left-padded* batch decoding with a cache.
+def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
+    """Report (and return False) unless ``got`` is an integer tensor of ``shape``."""
+    if not isinstance(got, torch.Tensor):
+        return report(name, False, f"expected a torch.Tensor, got {type(got).__name__}")
+    if got.dtype == torch.bool or got.is_floating_point() or got.is_complex():
+        return report(name, False, f"expected integer position ids, got dtype={got.dtype}")
+    if tuple(got.shape) != shape:
+        return report(name, False, f"shape {tuple(got.shape)}, expected {shape}")
+    return True
 
-    The cache holds ``T_k`` positions per sequence; sequence ``b`` has ``lengths[b]`` real
-    tokens, at the *end* (its first ``T_k - lengths[b]`` positions are padding). The
-    ``T_q`` queries are the last ``T_q`` positions. A query may attend to a key that is
-    real and not in its future. ``True`` = may attend.
+
+def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Exercise 2.3: ``fn(T_q, T_k, lengths)`` returns the mask *and* the position ids of a
+    decoding step of a *left-padded* batch.
+
+    The cache holds ``T_k`` columns per sequence; sequence ``b`` has ``lengths[b]`` real
+    tokens, at the *end* (its first ``T_k - lengths[b]`` columns are padding). The ``T_q``
+    queries are the last ``T_q`` columns. The mask: a query may attend to a key that is
+    real and not in its future, ``True`` = may attend. The position ids: each real query's
+    position counted from its row's first real token (what a learned position table must
+    be given); those of padded queries (a prefill of a short prompt) are not checked.
 
     Shapes:
-        fn's output: ``(B, T_q, T_k)``, boolean
+        fn's output: ``(mask, position_ids)``, ``(B, T_q, T_k)`` boolean and ``(B, T_q)``
+        integer
     """
-    name = "2.3 decode mask"
+    name = "2.3 decode step"
     cases = ((1, 6, [6, 4, 2]), (3, 7, [7, 5]), (4, 4, [4, 2]), (2, 9, [3]))
     for T_q, T_k, lengths in cases:
+        where = f"T_q={T_q}, T_k={T_k}, lengths={lengths}"
         try:
             got = fn(T_q, T_k, list(lengths))
-        except Exception as e:
+        except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"fn({T_q}, {T_k}, {lengths}) raised {type(e).__name__}: {e}")
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return report(name, False, f"{where}: expected a pair (mask, position_ids), got {describe(got)}")
+        got_mask, got_pos = got
         B = len(lengths)
-        if not _is_bool_tensor(f"{name} (T_q={T_q}, T_k={T_k}, lengths={lengths})", got, (B, T_q, T_k)):
+        if not _is_bool_tensor(f"{name} ({where}), mask", got_mask, (B, T_q, T_k)):
             return False
-        real = torch.arange(T_k) >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k): left padding
+        if not _is_int_tensor(f"{name} ({where}), position_ids", got_pos, (B, T_q)):
+            return False
+        length = torch.tensor(lengths)[:, None]  # (B, 1)
+        columns = torch.arange(T_k)  # (T_k,)
+        real = columns >= T_k - length  # (B, T_k): left padding
         bottom_right = causal_mask(T_q, T_k)  # (T_q, T_k)
         want = bottom_right[None] & real[:, None, :]  # (B, T_q, T_k)
-        if torch.equal(got, want):
+        if not torch.equal(got_mask, want):
+            top_left = torch.ones(T_q, T_k, dtype=torch.bool).tril()
+            right_padded = padding_mask(lengths, T_k)  # (B, 1, T_k): real tokens first
+            if torch.equal(got_mask, top_left[None] & real[:, None, :]):
+                return report(name, False, f"{where}: causal part aligned top-left; the queries are the *last* columns")
+            if torch.equal(got_mask, bottom_right[None] & right_padded):
+                return report(name, False, f"{where}: padded on the right; here the padding comes first")
+            if torch.equal(got_mask, bottom_right.expand(B, T_q, T_k)):
+                return report(name, False, f"{where}: the padding is not masked")
+            b = int((got_mask != want).nonzero()[0][0])
+            return report(name, False, f"{where}: mask of sequence {b}, {_first_difference(got_mask, want)}")
+        q_cols = columns[T_k - T_q :]  # (T_q,)
+        want_pos = q_cols[None, :] - (T_k - length)  # (B, T_q): from each row's first real token
+        checked = want_pos >= 0  # (B, T_q): padded queries have no position to check
+        got_pos = got_pos.long()
+        if torch.equal(got_pos[checked], want_pos[checked]):
             continue
-        top_left = torch.ones(T_q, T_k, dtype=torch.bool).tril()
-        right_padded = padding_mask(lengths, T_k)  # (B, 1, T_k): real tokens first
-        where = f"T_q={T_q}, T_k={T_k}, lengths={lengths}"
-        if torch.equal(got, top_left[None] & real[:, None, :]):
-            return report(name, False, f"{where}: causal part aligned top-left; the queries are the *last* positions")
-        if torch.equal(got, bottom_right[None] & right_padded):
-            return report(name, False, f"{where}: padded on the right; here the padding comes first")
-        if torch.equal(got, bottom_right.expand(B, T_q, T_k)):
-            return report(name, False, f"{where}: the padding is not masked")
+        if torch.equal(got_pos[checked], q_cols.expand(B, T_q)[checked]):
+            return report(
+                name, False, f"{where}: positions counted from column 0; count from each row's first real token"
+            )
+        if torch.equal(got_pos[checked], (want_pos + 1)[checked]):
+            return report(name, False, f"{where}: positions one too high; a row's first real token is position 0")
+        if torch.equal(got_pos[checked], torch.arange(T_q).expand(B, T_q)[checked]):
+            return report(
+                name, False, f"{where}: positions restart at 0 for the step; the new tokens follow the prompt"
+            )
+        b, i = (int(n) for n in (got_pos != want_pos).logical_and(checked).nonzero()[0])
         return report(
-            name, False, f"{where}: in sequence {int((got != want).nonzero()[0][0])}, {_first_difference(got, want)}"
+            name,
+            False,
+            f"{where}: sequence {b}, query {i} has position {int(got_pos[b, i])}, expected {int(want_pos[b, i])}",
         )
-    return report(name, True, "4 batches match (one-token decoding, prefill, short and long prompts)")
+    return report(
+        name, True, "4 batches match (one-token decoding, a prefill with padded queries, short and long prompts)"
+    )
