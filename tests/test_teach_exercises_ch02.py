@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attn_core import attention
+from attn_core import attention, causal_mask
 from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_mask, check_packed_causal_mask
 
 
@@ -122,6 +122,18 @@ def _decode_cumsum(T_q, T_k, lengths):  # another right way: cumsum of the real 
     return mask, positions[:, T_k - T_q :]
 
 
+def _with_causal_mask(T_q, T_k, lengths):  # right, but retypes attn_core's causal_mask
+    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
+    return causal_mask(T_q, T_k)[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
+
+
+def _with_module_causal_mask(T_q, T_k, lengths):  # the same, through the package attribute
+    import attn_core
+
+    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
+    return attn_core.causal_mask(T_q, T_k)[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
+
+
 def _with_mask(make_mask):  # a wrong mask beside the right positions
     return lambda T_q, T_k, lengths: (make_mask(T_q, T_k, lengths), _decode(T_q, T_k, lengths)[1])
 
@@ -199,6 +211,8 @@ ANSWERS = {
             (_with_positions(_step_from_zero), "restart at 0"),
             (_with_positions(lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[1].float()), "integer"),
             (lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[0], "pair"),
+            (_with_causal_mask, "causal_mask"),
+            (_with_module_causal_mask, "causal_mask"),
         ],
     ),
 }

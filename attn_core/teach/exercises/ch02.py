@@ -212,6 +212,35 @@ def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     return True
 
 
+class _CausalMaskCalled(RuntimeError):
+    """Raised by the stand-in for ``causal_mask`` while exercise 2.3's answer runs."""
+
+
+def _call_without_causal_mask(fn: Callable, *args):
+    """Call ``fn(*args)`` with attn_core's ``causal_mask`` replaced by a stand-in that raises.
+
+    The stand-in replaces every name bound to ``causal_mask`` in ``fn``'s module (a notebook's
+    ``from attn_core import causal_mask``) and the attributes of ``attn_core`` and
+    ``attn_core.ops.masks``; all are restored afterwards, whatever ``fn`` does.
+    """
+    import attn_core
+
+    from ...ops import masks
+
+    def stand_in(*_args, **_kwargs):
+        raise _CausalMaskCalled("derive the bottom-right alignment from the positions")
+
+    namespaces = [attn_core.__dict__, masks.__dict__, getattr(fn, "__globals__", {})]
+    saved = [(ns, name) for ns in namespaces for name, value in list(ns.items()) if value is causal_mask]
+    for ns, name in saved:
+        ns[name] = stand_in
+    try:
+        return fn(*args)
+    finally:
+        for ns, name in saved:
+            ns[name] = causal_mask
+
+
 def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.Tensor]]) -> bool:
     """Exercise 2.3: ``fn(T_q, T_k, lengths)`` returns the mask *and* the position ids of a
     decoding step of a *left-padded* batch.
@@ -221,7 +250,9 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
     queries are the last ``T_q`` columns. The mask: a query may attend to a key that is
     real and not in its future, ``True`` = may attend. The position ids: each real query's
     position counted from its row's first real token (what a learned position table must
-    be given); those of padded queries (a prefill of a short prompt) are not checked.
+    be given); those of padded queries (a prefill of a short prompt) are not checked. The
+    mask must be derived from the positions: ``fn`` runs with attn_core's ``causal_mask``
+    replaced by a stand-in that raises, so an answer that calls it is reported.
 
     Shapes:
         fn's output: ``(mask, position_ids)``, ``(B, T_q, T_k)`` boolean and ``(B, T_q)``
@@ -232,7 +263,9 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
     for T_q, T_k, lengths in cases:
         where = f"T_q={T_q}, T_k={T_k}, lengths={lengths}"
         try:
-            got = fn(T_q, T_k, list(lengths))
+            got = _call_without_causal_mask(fn, T_q, T_k, list(lengths))
+        except _CausalMaskCalled:
+            return report(name, False, f"{where}: calls attn_core's causal_mask; build the mask from the positions")
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"fn({T_q}, {T_k}, {lengths}) raised {_raised(e)}")
         if not (isinstance(got, tuple) and len(got) == 2):
