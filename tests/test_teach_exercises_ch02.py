@@ -29,6 +29,11 @@ def _strict(doc_ids):  # j < i: a token does not see itself
     return _packed(doc_ids) & ~torch.eye(len(doc_ids), dtype=torch.bool)
 
 
+def _later_or_same_id(doc_ids):  # right only while the ids ascend: [2, 2, 0] sees document 2
+    T = len(doc_ids)
+    return causal_mask(T) & (doc_ids[None, :] >= doc_ids[:, None])
+
+
 def _by_position_in_document(doc_ids):  # resets positions but forgets the document test
     starts = torch.tensor([int((doc_ids[: t + 1] == doc_ids[t]).sum()) - 1 for t in range(len(doc_ids))])
     return starts[None, :] <= starts[:, None]
@@ -112,7 +117,13 @@ def _decode(T_q, T_k, lengths):
     q_pos = k_pos[T_k - T_q :]  # (T_q,): the queries are the last columns
     real = k_pos[None, :] >= T_k - length  # (B, T_k)
     mask = (k_pos[None, :] <= q_pos[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
-    return mask, q_pos[None, :] - (T_k - length)  # positions from the first real token
+    return mask, (q_pos[None, :] - (T_k - length)).clamp(min=0)  # from the first real token
+
+
+def _decode_negative(T_q, T_k, lengths):  # right for real queries; padded ones get ids < 0
+    mask, _ = _decode(T_q, T_k, lengths)
+    q_pos = torch.arange(T_k - T_q, T_k)
+    return mask, q_pos[None, :] - (T_k - torch.tensor(lengths)[:, None])
 
 
 def _decode_cumsum(T_q, T_k, lengths):  # another right way: cumsum of the real columns
@@ -132,6 +143,14 @@ def _with_module_causal_mask(T_q, T_k, lengths):  # the same, through the packag
 
     real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
     return attn_core.causal_mask(T_q, T_k)[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
+
+
+def _with_lower_right(T_q, T_k, lengths):  # PyTorch's bottom-right bias, made a tensor
+    from torch.nn.attention.bias import causal_lower_right
+
+    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
+    causal = causal_lower_right(T_q, T_k)._materialize()  # (T_q, T_k)
+    return causal[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
 
 
 def _with_mask(make_mask):  # a wrong mask beside the right positions
@@ -184,6 +203,7 @@ ANSWERS = {
             (_same_document_only, "future"),
             (_strict, "see itself"),
             (_by_position_in_document, "query"),
+            (_later_or_same_id, "may attend"),
             (lambda doc_ids: _packed(doc_ids).float(), "boolean"),
         ],
     ),
@@ -213,6 +233,8 @@ ANSWERS = {
             (lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[0], "pair"),
             (_with_causal_mask, "causal_mask"),
             (_with_module_causal_mask, "causal_mask"),
+            (_with_lower_right, "causal_lower_right"),
+            (_decode_negative, "no negative rows"),
         ],
     ),
 }

@@ -169,14 +169,16 @@ def check_packed_causal_mask(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool
     """Exercise 2.1: ``fn(doc_ids)`` is the causal mask of several documents packed into one row.
 
     ``doc_ids[t]`` names the document that token ``t`` belongs to (documents are contiguous
-    runs). Token ``i`` may attend to token ``j`` only if ``j <= i`` *and* both belong to
-    the same document. ``True`` = may attend.
+    runs, named by any integers, not necessarily ascending). Token ``i`` may attend to
+    token ``j`` only if ``j <= i`` *and* both belong to the same document. ``True`` = may
+    attend.
 
     Shapes:
         doc_ids: ``(T,)``, integers; fn's output: ``(T, T)``, boolean
     """
     name = "2.1 packed causal mask"
-    cases = ([3, 3, 7, 7, 7, 7], [0, 0, 0, 1, 1, 2, 2, 2, 2], [5], [0, 1, 2, 3])
+    # The last case's ids are not in ascending order: a test ``doc[j] >= doc[i]`` passes the others.
+    cases = ([3, 3, 7, 7, 7, 7], [0, 0, 0, 1, 1, 2, 2, 2, 2], [5], [0, 1, 2, 3], [4, 4, 1, 1, 1, 9])
     for ids in cases:
         doc = torch.tensor(ids)
         T = len(ids)
@@ -198,7 +200,7 @@ def check_packed_causal_mask(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool
         if torch.equal(got, want & ~torch.eye(T, dtype=torch.bool)):
             return report(name, False, f"doc_ids={ids}: a token must see itself (j <= i)")
         return report(name, False, f"doc_ids={ids}: {_first_difference(got, want)}")
-    return report(name, True, "4 packings match, one-token documents included")
+    return report(name, True, f"{len(cases)} packings match (one-token documents, unsorted ids)")
 
 
 def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
@@ -213,32 +215,43 @@ def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
 
 
 class _CausalMaskCalled(RuntimeError):
-    """Raised by the stand-in for ``causal_mask`` while exercise 2.3's answer runs."""
+    """Raised by the stand-ins for ready-made causal masks while exercise 2.3's answer runs."""
 
 
 def _call_without_causal_mask(fn: Callable, *args):
-    """Call ``fn(*args)`` with attn_core's ``causal_mask`` replaced by a stand-in that raises.
+    """Call ``fn(*args)`` with the ready-made causal masks replaced by stand-ins that raise.
 
-    The stand-in replaces every name bound to ``causal_mask`` in ``fn``'s module (a notebook's
-    ``from attn_core import causal_mask``) and the attributes of ``attn_core`` and
-    ``attn_core.ops.masks``; all are restored afterwards, whatever ``fn`` does.
+    Replaced: every name bound to attn_core's ``causal_mask`` in ``fn``'s module (a notebook's
+    ``from attn_core import causal_mask``) and in ``attn_core`` and ``attn_core.ops.masks``;
+    and the methods through which PyTorch's ``CausalBias`` (``causal_lower_right``,
+    ``causal_upper_left``) becomes a tensor. All are restored afterwards, whatever ``fn`` does.
     """
     import attn_core
+    from torch.nn.attention.bias import CausalBias
 
     from ...ops import masks
 
-    def stand_in(*_args, **_kwargs):
-        raise _CausalMaskCalled("derive the bottom-right alignment from the positions")
+    def stand_in(what):
+        def raises(*_args, **_kwargs):
+            raise _CausalMaskCalled(what)
+
+        return raises
 
     namespaces = [attn_core.__dict__, masks.__dict__, getattr(fn, "__globals__", {})]
     saved = [(ns, name) for ns in namespaces for name, value in list(ns.items()) if value is causal_mask]
+    methods = [m for m in ("_materialize", "_lower_right", "_upper_left") if m in vars(CausalBias)]
+    originals = {m: vars(CausalBias)[m] for m in methods}
     for ns, name in saved:
-        ns[name] = stand_in
+        ns[name] = stand_in("attn_core's causal_mask")
+    for m in methods:
+        setattr(CausalBias, m, stand_in("PyTorch's causal_lower_right/causal_upper_left"))
     try:
         return fn(*args)
     finally:
         for ns, name in saved:
             ns[name] = causal_mask
+        for m, original in originals.items():
+            setattr(CausalBias, m, original)
 
 
 def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.Tensor]]) -> bool:
@@ -250,9 +263,11 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
     queries are the last ``T_q`` columns. The mask: a query may attend to a key that is
     real and not in its future, ``True`` = may attend. The position ids: each real query's
     position counted from its row's first real token (what a learned position table must
-    be given); those of padded queries (a prefill of a short prompt) are not checked. The
-    mask must be derived from the positions: ``fn`` runs with attn_core's ``causal_mask``
-    replaced by a stand-in that raises, so an answer that calls it is reported.
+    be given); a padded query (a prefill of a short prompt) may get any position a table
+    has, that is any id >= 0 (its output is dropped by the loss). The mask must be derived
+    from the positions: ``fn`` runs with attn_core's ``causal_mask`` and PyTorch's causal
+    biases (``causal_lower_right``, ``causal_upper_left``) replaced by stand-ins that
+    raise, so an answer that calls one is reported.
 
     Shapes:
         fn's output: ``(mask, position_ids)``, ``(B, T_q, T_k)`` boolean and ``(B, T_q)``
@@ -264,8 +279,8 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
         where = f"T_q={T_q}, T_k={T_k}, lengths={lengths}"
         try:
             got = _call_without_causal_mask(fn, T_q, T_k, list(lengths))
-        except _CausalMaskCalled:
-            return report(name, False, f"{where}: calls attn_core's causal_mask; build the mask from the positions")
+        except _CausalMaskCalled as e:
+            return report(name, False, f"{where}: calls {e}; build the mask from the positions")
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"fn({T_q}, {T_k}, {lengths}) raised {_raised(e)}")
         if not (isinstance(got, tuple) and len(got) == 2):
@@ -294,8 +309,16 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
             return report(name, False, f"{where}: mask of sequence {b}, {_first_difference(got_mask, want)}")
         q_cols = columns[T_k - T_q :]  # (T_q,)
         want_pos = q_cols[None, :] - (T_k - length)  # (B, T_q): from each row's first real token
-        checked = want_pos >= 0  # (B, T_q): padded queries have no position to check
+        checked = want_pos >= 0  # (B, T_q): a padded query needs only an id >= 0 (above)
         got_pos = got_pos.long()
+        if bool((got_pos < 0).any()):  # a learned table (nn.Embedding) has no row -1
+            b, i = (int(n) for n in (got_pos < 0).nonzero()[0])
+            return report(
+                name,
+                False,
+                f"{where}: sequence {b}, query {i} has position {int(got_pos[b, i])}; a position "
+                "table has no negative rows: give padded queries an id >= 0 (e.g. 0)",
+            )
         if torch.equal(got_pos[checked], want_pos[checked]):
             continue
         if torch.equal(got_pos[checked], q_cols.expand(B, T_q)[checked]):
