@@ -226,8 +226,9 @@ def _call_without_causal_mask(fn: Callable, *args):
     and the methods through which PyTorch's ``CausalBias`` (``causal_lower_right``,
     ``causal_upper_left``) becomes a tensor. All are restored afterwards, whatever ``fn`` does.
     """
-    import attn_core
     from torch.nn.attention.bias import CausalBias
+
+    import attn_core
 
     from ...ops import masks
 
