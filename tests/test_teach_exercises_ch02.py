@@ -7,17 +7,41 @@ import torch
 import torch.nn.functional as F
 
 from attn_core import attention, causal_mask
-from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_mask, check_packed_causal_mask
+from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_mask, check_packed_documents
 
 
 # 2.1 ------------------------------------------------------------------------------
-def _packed(doc_ids):
+def _packed_mask(doc_ids):
     T = len(doc_ids)
     pos = torch.arange(T)
     return (pos[None, :] <= pos[:, None]) & (doc_ids[:, None] == doc_ids[None, :])  # (T, T)
 
 
-def _causal_only(doc_ids):
+def _restarting(doc_ids):  # (T,): tokens of the same document before t
+    T = len(doc_ids)
+    same = doc_ids[:, None] == doc_ids[None, :]  # (T, T)
+    return (same & (torch.arange(T)[None, :] < torch.arange(T)[:, None])).sum(-1)
+
+
+def _packed(doc_ids):
+    return _packed_mask(doc_ids), _restarting(doc_ids)
+
+
+def _packed_by_boundaries(doc_ids):  # another right way: a new document where the id changes
+    starts = torch.cat([torch.tensor([True]), doc_ids[1:] != doc_ids[:-1]])  # (T,)
+    first = torch.cummax(torch.where(starts, torch.arange(len(doc_ids)), 0), 0).values
+    return _packed_mask(doc_ids), torch.arange(len(doc_ids)) - first
+
+
+def _mask_with(make_mask):  # a wrong mask beside the right positions
+    return lambda doc_ids: (make_mask(doc_ids), _restarting(doc_ids))
+
+
+def _positions_with(make_positions):  # the right mask beside wrong positions
+    return lambda doc_ids: (_packed_mask(doc_ids), make_positions(doc_ids))
+
+
+def _causal_only(doc_ids):  # leaks across documents
     return torch.ones(len(doc_ids), len(doc_ids), dtype=torch.bool).tril()
 
 
@@ -26,7 +50,7 @@ def _same_document_only(doc_ids):
 
 
 def _strict(doc_ids):  # j < i: a token does not see itself
-    return _packed(doc_ids) & ~torch.eye(len(doc_ids), dtype=torch.bool)
+    return _packed_mask(doc_ids) & ~torch.eye(len(doc_ids), dtype=torch.bool)
 
 
 def _later_or_same_id(doc_ids):  # right only while the ids ascend: [2, 2, 0] sees document 2
@@ -34,9 +58,15 @@ def _later_or_same_id(doc_ids):  # right only while the ids ascend: [2, 2, 0] se
     return causal_mask(T) & (doc_ids[None, :] >= doc_ids[:, None])
 
 
-def _by_position_in_document(doc_ids):  # resets positions but forgets the document test
-    starts = torch.tensor([int((doc_ids[: t + 1] == doc_ids[t]).sum()) - 1 for t in range(len(doc_ids))])
-    return starts[None, :] <= starts[:, None]
+def _by_position_in_document(doc_ids):  # compares restarted positions, forgets the document
+    pos = _restarting(doc_ids)
+    return pos[None, :] <= pos[:, None]
+
+
+def _restart_where_id_grows(doc_ids):  # right only while the ids ascend: [4, 4, 1] never restarts
+    starts = torch.cat([torch.tensor([True]), doc_ids[1:] > doc_ids[:-1]])  # (T,)
+    first = torch.cummax(torch.where(starts, torch.arange(len(doc_ids)), 0), 0).values
+    return torch.arange(len(doc_ids)) - first
 
 
 # 2.2 ------------------------------------------------------------------------------
@@ -196,15 +226,21 @@ def _step_from_zero(T_q, T_k, lengths):  # numbers the step's own tokens
 
 
 ANSWERS = {
-    check_packed_causal_mask: (
-        [_packed],
+    check_packed_documents: (
+        [_packed, _packed_by_boundaries],
         [
-            (_causal_only, "earlier documents"),
-            (_same_document_only, "future"),
-            (_strict, "see itself"),
-            (_by_position_in_document, "query"),
-            (_later_or_same_id, "may attend"),
-            (lambda doc_ids: _packed(doc_ids).float(), "boolean"),
+            (_mask_with(_causal_only), "earlier documents"),
+            (_mask_with(_same_document_only), "future"),
+            (_mask_with(_strict), "see itself"),
+            (_mask_with(_by_position_in_document), "query"),
+            (_mask_with(_later_or_same_id), "may attend"),
+            (_positions_with(lambda doc_ids: torch.arange(len(doc_ids))), "do not restart"),
+            (_positions_with(lambda doc_ids: _restarting(doc_ids) + 1), "one too high"),
+            (_positions_with(_restart_where_id_grows), "expected"),
+            (_positions_with(lambda doc_ids: _restarting(doc_ids) - 1), "outside the table"),
+            (lambda doc_ids: (_packed_mask(doc_ids).float(), _restarting(doc_ids)), "boolean"),
+            (lambda doc_ids: (_packed_mask(doc_ids), _restarting(doc_ids).float()), "integer"),
+            (_packed_mask, "pair"),
         ],
     ),
     check_alignment_test: (

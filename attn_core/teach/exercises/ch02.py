@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention
 from ...ops.masks import causal_mask, padding_mask
 from ._common import describe, report
@@ -155,7 +156,7 @@ def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]
 
 
 # The exercises of the revised chapter (issue 25): a packed mask and a decoding step the chapter did not build.
-__all__ += ["check_packed_causal_mask", "check_decode_mask"]
+__all__ += ["check_packed_documents", "check_decode_mask"]
 
 
 def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -165,42 +166,81 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"query {index[-2]}, key {index[-1]} {verdict} in yours"
 
 
-def check_packed_causal_mask(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 2.1: ``fn(doc_ids)`` is the causal mask of several documents packed into one row.
+def _packed_vs_alone(ids: list[int], mask: torch.Tensor, pos: torch.Tensor) -> float:
+    """Largest |packed - alone| over the tokens, with a learned position table (float64).
 
-    ``doc_ids[t]`` names the document that token ``t`` belongs to (documents are contiguous
-    runs, named by any integers, not necessarily ascending). Token ``i`` may attend to
-    token ``j`` only if ``j <= i`` *and* both belong to the same document. ``True`` = may
-    attend.
+    The layer has no causal mask of its own: ``mask`` must bring causality too.
+    """
+    with torch.random.fork_rng():  # the check's draws leave the notebook's state alone
+        torch.manual_seed(0)
+        layer = MultiHeadAttention(16, 2).double().eval()
+        table = torch.nn.Embedding(len(ids), 16).double()  # learned absolute positions
+        x = torch.randn(1, len(ids), 16, dtype=torch.float64)  # (1, T, d_model)
+    doc = torch.tensor(ids)
+    with torch.no_grad():
+        packed = layer(x + table(pos), mask=mask)[0]  # (T, d_model)
+        gap = 0.0
+        for d in dict.fromkeys(ids):  # each document alone, its positions from 0
+            rows = (doc == d).nonzero()[:, 0]  # (n,)
+            n = len(rows)
+            alone = layer(x[:, rows] + table(torch.arange(n)), mask=causal_mask(n))[0]
+            gap = max(gap, (packed[rows] - alone).abs().max().item())
+    return gap
+
+
+def check_packed_documents(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Exercise 2.1: ``fn(doc_ids)`` returns the mask *and* the position ids of several
+    documents packed into one row.
+
+    ``doc_ids[t]`` names the document of token ``t`` (contiguous runs, named by any
+    integers, not necessarily ascending). The mask: token ``i`` may attend to token ``j``
+    only if ``j <= i`` *and* both belong to the same document, ``True`` = may attend. The
+    position ids restart at 0 at each document's first token. The test: through a layer
+    with a learned position table, every document of the packed row gives the output it
+    gives alone; when it does not, the message says which part is off.
 
     Shapes:
-        doc_ids: ``(T,)``, integers; fn's output: ``(T, T)``, boolean
+        doc_ids: ``(T,)``, integers; fn's output: ``(mask, position_ids)``, ``(T, T)``
+        boolean and ``(T,)`` integer
     """
-    name = "2.1 packed causal mask"
+    name = "2.1 packed documents"
     # The last case's ids are not in ascending order: a test ``doc[j] >= doc[i]`` passes the others.
     cases = ([3, 3, 7, 7, 7, 7], [0, 0, 0, 1, 1, 2, 2, 2, 2], [5], [0, 1, 2, 3], [4, 4, 1, 1, 1, 9])
     for ids in cases:
-        doc = torch.tensor(ids)
-        T = len(ids)
+        doc, T = torch.tensor(ids), len(ids)
         try:
             got = fn(doc.clone())
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"fn({ids}) raised {_raised(e)}")
-        if not _is_bool_tensor(f"{name} (doc_ids={ids})", got, (T, T)):
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return report(name, False, f"doc_ids={ids}: expected a pair (mask, position_ids), got {describe(got)}")
+        mask, pos = got
+        if not _is_bool_tensor(f"{name} (doc_ids={ids}), mask", mask, (T, T)):
             return False
-        causal = causal_mask(T)
-        same_doc = doc[:, None] == doc[None, :]  # (T, T)
-        want = causal & same_doc
-        if torch.equal(got, want):
+        if not _is_int_tensor(f"{name} (doc_ids={ids}), position_ids", pos, (T,)):
+            return False
+        if bool((pos < 0).any()) or bool((pos >= T).any()):
+            return report(name, False, f"doc_ids={ids}: position ids {pos.tolist()} are outside the table (0..{T - 1})")
+        if _packed_vs_alone(ids, mask, pos.long()) < 1e-10:
             continue
-        if torch.equal(got, causal):
-            return report(name, False, f"doc_ids={ids}: a token sees the earlier documents (causal only)")
-        if torch.equal(got, same_doc):
-            return report(name, False, f"doc_ids={ids}: a token sees the future of its document")
-        if torch.equal(got, want & ~torch.eye(T, dtype=torch.bool)):
-            return report(name, False, f"doc_ids={ids}: a token must see itself (j <= i)")
-        return report(name, False, f"doc_ids={ids}: {_first_difference(got, want)}")
-    return report(name, True, f"{len(cases)} packings match (one-token documents, unsorted ids)")
+        causal, same_doc = causal_mask(T), doc[:, None] == doc[None, :]  # (T, T) each
+        want = causal & same_doc
+        first = torch.tensor([ids.index(d) for d in ids])  # (T,): each document's first token
+        want_pos = torch.arange(T) - first  # (T,)
+        if not torch.equal(mask, want):
+            if torch.equal(mask, causal):
+                return report(name, False, f"doc_ids={ids}: a token sees the earlier documents (causal only)")
+            if torch.equal(mask, same_doc):
+                return report(name, False, f"doc_ids={ids}: a token sees the future of its document")
+            if torch.equal(mask, want & ~torch.eye(T, dtype=torch.bool)):
+                return report(name, False, f"doc_ids={ids}: a token must see itself (j <= i)")
+            return report(name, False, f"doc_ids={ids}: {_first_difference(mask, want)}")
+        if torch.equal(pos, torch.arange(T)):
+            return report(name, False, f"doc_ids={ids}: positions do not restart at each document")
+        if torch.equal(pos, want_pos + 1):
+            return report(name, False, f"doc_ids={ids}: positions one too high; a document starts at 0")
+        return report(name, False, f"doc_ids={ids}: position ids {pos.tolist()}, expected {want_pos.tolist()}")
+    return report(name, True, f"{len(cases)} packings, each document as alone (unsorted ids too)")
 
 
 def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
@@ -265,10 +305,11 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
     real and not in its future, ``True`` = may attend. The position ids: each real query's
     position counted from its row's first real token (what a learned position table must
     be given); a padded query (a prefill of a short prompt) may get any position a table
-    has, that is any id >= 0 (its output is dropped by the loss). The mask must be derived
-    from the positions: ``fn`` runs with attn_core's ``causal_mask`` and PyTorch's causal
-    biases (``causal_lower_right``, ``causal_upper_left``) replaced by stand-ins that
-    raise, so an answer that calls one is reported.
+    has, that is any id >= 0 (its output is dropped by the loss). The mask must be built
+    without the ready-made causal masks (``tril`` on ones or comparing positions is fine):
+    ``fn`` runs with attn_core's ``causal_mask`` and PyTorch's causal biases
+    (``causal_lower_right``, ``causal_upper_left``) replaced by stand-ins that raise, so
+    an answer that calls one is reported.
 
     Shapes:
         fn's output: ``(mask, position_ids)``, ``(B, T_q, T_k)`` boolean and ``(B, T_q)``
@@ -281,7 +322,7 @@ def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.T
         try:
             got = _call_without_causal_mask(fn, T_q, T_k, list(lengths))
         except _CausalMaskCalled as e:
-            return report(name, False, f"{where}: calls {e}; build the mask from the positions")
+            return report(name, False, f"{where}: calls {e}; build the mask yourself")
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"fn({T_q}, {T_k}, {lengths}) raised {_raised(e)}")
         if not (isinstance(got, tuple) and len(got) == 2):
