@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_core import attention, causal_mask
-from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_mask, check_packed_documents
+from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 
 
 # 2.1 ------------------------------------------------------------------------------
@@ -141,88 +141,50 @@ def _compare_outputs(attend):  # compares with two references: another scale loo
 
 
 # 2.3 ------------------------------------------------------------------------------
-def _decode(T_q, T_k, lengths):
-    length = torch.tensor(lengths)[:, None]  # (B, 1)
-    k_pos = torch.arange(T_k)
-    q_pos = k_pos[T_k - T_q :]  # (T_q,): the queries are the last columns
-    real = k_pos[None, :] >= T_k - length  # (B, T_k)
-    mask = (k_pos[None, :] <= q_pos[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
-    return mask, (q_pos[None, :] - (T_k - length)).clamp(min=0)  # from the first real token
+def _padded_vs_alone(decode_step, cases):  # the chapter's test: each row as if alone
+    torch.manual_seed(0)
+    table = torch.randn(16, 4, dtype=torch.float64)  # a learned position table
+    for T_q, T_k, lengths in cases:
+        mask, pos = decode_step(T_q, T_k, lengths)
+        x = torch.randn(len(lengths), T_k, 4, dtype=torch.float64)  # (B, T_k, D)
+        for b, n in enumerate(lengths):
+            m = min(n, T_q)  # the real queries of row b
+            seq = x[b, T_k - n :] + table[:n]  # (n, D): the prompt alone, from position 0
+            alone = attention(seq, seq, seq, mask=causal_mask(n))[n - m :]
+            cache = x[b] + table[(torch.arange(T_k) - (T_k - n)).clamp(min=0)]  # (T_k, D)
+            q = x[b, T_k - T_q :] + table[pos[b]]  # (T_q, D)
+            out = attention(q, cache, cache, mask=mask[b])[T_q - m :]
+            if not torch.allclose(out, alone):
+                return False
+    return True
 
 
-def _decode_negative(T_q, T_k, lengths):  # right for real queries; padded ones get ids < 0
-    mask, _ = _decode(T_q, T_k, lengths)
-    q_pos = torch.arange(T_k - T_q, T_k)
-    return mask, q_pos[None, :] - (T_k - torch.tensor(lengths)[:, None])
+def _is_right(decode_step):
+    return _padded_vs_alone(decode_step, ((1, 6, [6, 4, 2]), (3, 6, [6, 4]), (4, 4, [4, 2])))
 
 
-def _decode_cumsum(T_q, T_k, lengths):  # another right way: cumsum of the real columns
-    mask, _ = _decode(T_q, T_k, lengths)
-    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
-    positions = (real.long().cumsum(-1) - 1).masked_fill(~real, 1)  # pads: any value
-    return mask, positions[:, T_k - T_q :]
+def _by_reference(decode_step):  # another right test: the mask, and the real queries' positions
+    T_q, T_k, lengths = 2, 6, [6, 3, 1]
+    mask, pos = decode_step(T_q, T_k, lengths)
+    start = T_k - torch.tensor(lengths)[:, None]  # (B, 1)
+    cols = torch.arange(T_k)
+    want = (cols[None, :] <= cols[T_k - T_q :, None])[None] & (cols >= start)[:, None, :]
+    want_pos = cols[T_k - T_q :] - start  # (B, T_q)
+    real = want_pos >= 0
+    return torch.equal(mask, want) and torch.equal(pos[real], want_pos[real])
 
 
-def _with_causal_mask(T_q, T_k, lengths):  # right, but retypes attn_core's causal_mask
-    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
-    return causal_mask(T_q, T_k)[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
+def _prefill_only(decode_step):  # T_q = T_k: top-left and bottom-right agree
+    return _padded_vs_alone(decode_step, ((4, 4, [4, 2]), (6, 6, [6, 3])))
 
 
-def _with_module_causal_mask(T_q, T_k, lengths):  # the same, through the package attribute
-    import attn_core
-
-    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
-    return attn_core.causal_mask(T_q, T_k)[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
+def _no_padding(decode_step):  # every row full: positions from column 0 are right there
+    return _padded_vs_alone(decode_step, ((1, 6, [6, 6]), (3, 6, [6])))
 
 
-def _with_lower_right(T_q, T_k, lengths):  # PyTorch's bottom-right bias, made a tensor
-    from torch.nn.attention.bias import causal_lower_right
-
-    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k)
-    causal = causal_lower_right(T_q, T_k)._materialize()  # (T_q, T_k)
-    return causal[None] & real[:, None, :], _decode(T_q, T_k, lengths)[1]
-
-
-def _with_mask(make_mask):  # a wrong mask beside the right positions
-    return lambda T_q, T_k, lengths: (make_mask(T_q, T_k, lengths), _decode(T_q, T_k, lengths)[1])
-
-
-def _with_positions(make_positions):  # the right mask beside wrong positions
-    return lambda T_q, T_k, lengths: (_decode(T_q, T_k, lengths)[0], make_positions(T_q, T_k, lengths))
-
-
-def _top_left(T_q, T_k, lengths):
-    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None]
-    return torch.ones(T_q, T_k, dtype=torch.bool).tril()[None] & real[:, None, :]
-
-
-def _right_padded(T_q, T_k, lengths):
-    real = torch.arange(T_k)[None, :] < torch.tensor(lengths)[:, None]
-    q_pos = torch.arange(T_k - T_q, T_k)
-    return (torch.arange(T_k)[None, :] <= q_pos[:, None])[None] & real[:, None, :]
-
-
-def _no_padding(T_q, T_k, lengths):
-    q_pos = torch.arange(T_k - T_q, T_k)
-    return (torch.arange(T_k)[None, :] <= q_pos[:, None])[None].expand(len(lengths), T_q, T_k)
-
-
-def _off_by_one(T_q, T_k, lengths):  # one padding position too many stays visible
-    real = torch.arange(T_k)[None, :] >= T_k - torch.tensor(lengths)[:, None] - 1
-    q_pos = torch.arange(T_k - T_q, T_k)
-    return (torch.arange(T_k)[None, :] <= q_pos[:, None])[None] & real[:, None, :]
-
-
-def _by_column(T_q, T_k, lengths):  # the columns of the cache, as if nothing were padded
-    return torch.arange(T_k - T_q, T_k).expand(len(lengths), T_q)
-
-
-def _cumsum_no_minus_one(T_q, T_k, lengths):  # counts the real tokens up to and including t
-    return _decode(T_q, T_k, lengths)[1] + 1
-
-
-def _step_from_zero(T_q, T_k, lengths):  # numbers the step's own tokens
-    return torch.arange(T_q).expand(len(lengths), T_q)
+def _pads_at_zero(decode_step):  # also pins the padded queries' positions to 0
+    _, pos = decode_step(4, 4, [4, 2])
+    return _is_right(decode_step) and int(pos[1, :2].abs().sum()) == 0
 
 
 ANSWERS = {
@@ -255,22 +217,14 @@ ANSWERS = {
             (lambda attend: _alignment(attend).replace("-", " "), "returned 'bottom right'"),
         ],
     ),
-    check_decode_mask: (
-        [_decode, _decode_cumsum],
+    check_decode_step_test: (
+        [_is_right, _by_reference],
         [
-            (_with_mask(_top_left), "top-left"),
-            (_with_mask(_right_padded), "padded on the right"),
-            (_with_mask(_no_padding), "padding is not masked"),
-            (_with_mask(_off_by_one), "may attend"),
-            (_with_positions(_by_column), "counted from column 0"),
-            (_with_positions(_cumsum_no_minus_one), "one too high"),
-            (_with_positions(_step_from_zero), "restart at 0"),
-            (_with_positions(lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[1].float()), "integer"),
-            (lambda T_q, T_k, lengths: _decode(T_q, T_k, lengths)[0], "pair"),
-            (_with_causal_mask, "causal_mask"),
-            (_with_module_causal_mask, "causal_mask"),
-            (_with_lower_right, "causal_lower_right"),
-            (_decode_negative, "no negative rows"),
+            (_prefill_only, "top-left"),
+            (_no_padding, "column 0"),
+            (_pads_at_zero, "position 1"),
+            (lambda decode_step: False, "is right"),
+            (lambda decode_step: 1, "expected a bool"),
         ],
     ),
 }

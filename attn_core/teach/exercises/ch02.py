@@ -9,12 +9,15 @@ import torch.nn.functional as F
 
 from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention
-from ...ops.masks import causal_mask, padding_mask
+from ...ops.masks import causal_mask
 from ._common import describe, report
 
 __all__ = [
     "alignment_candidates",
     "check_alignment_test",
+    "check_decode_step_test",
+    "check_packed_documents",
+    "decode_step_candidates",
 ]
 
 
@@ -156,7 +159,6 @@ def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]
 
 
 # The exercises of the revised chapter (issue 25): a packed mask and a decoding step the chapter did not build.
-__all__ += ["check_packed_documents", "check_decode_mask"]
 
 
 def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -254,129 +256,72 @@ def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     return True
 
 
-class _CausalMaskCalled(RuntimeError):
-    """Raised by the stand-ins for ready-made causal masks while exercise 2.3's answer runs."""
-
-
-def _call_without_causal_mask(fn: Callable, *args):
-    """Call ``fn(*args)`` with the ready-made causal masks replaced by stand-ins that raise.
-
-    Replaced: every name bound to attn_core's ``causal_mask`` in ``fn``'s module (a notebook's
-    ``from attn_core import causal_mask``) and in ``attn_core`` and ``attn_core.ops.masks``;
-    and the methods through which PyTorch's ``CausalBias`` (``causal_lower_right``,
-    ``causal_upper_left``) becomes a tensor. All are restored afterwards, whatever ``fn`` does.
-    """
-    from torch.nn.attention.bias import CausalBias
-
-    import attn_core
-
-    from ...ops import masks
-
-    def stand_in(what):
-        def raises(*_args, **_kwargs):
-            raise _CausalMaskCalled(what)
-
-        return raises
-
-    namespaces = [attn_core.__dict__, masks.__dict__, getattr(fn, "__globals__", {})]
-    saved = [(ns, name) for ns in namespaces for name, value in list(ns.items()) if value is causal_mask]
-    methods = [m for m in ("_materialize", "_lower_right", "_upper_left") if m in vars(CausalBias)]
-    originals = {m: vars(CausalBias)[m] for m in methods}
-    for ns, name in saved:
-        ns[name] = stand_in("attn_core's causal_mask")
-    for m in methods:
-        setattr(CausalBias, m, stand_in("PyTorch's causal_lower_right/causal_upper_left"))
-    try:
-        return fn(*args)
-    finally:
-        for ns, name in saved:
-            ns[name] = causal_mask
-        for m, original in originals.items():
-            setattr(CausalBias, m, original)
-
-
-def check_decode_mask(fn: Callable[[int, int, list], tuple[torch.Tensor, torch.Tensor]]) -> bool:
-    """Exercise 2.3: ``fn(T_q, T_k, lengths)`` returns the mask *and* the position ids of a
-    decoding step of a *left-padded* batch.
-
-    The cache holds ``T_k`` columns per sequence; sequence ``b`` has ``lengths[b]`` real
-    tokens, at the *end* (its first ``T_k - lengths[b]`` columns are padding). The ``T_q``
-    queries are the last ``T_q`` columns. The mask: a query may attend to a key that is
-    real and not in its future, ``True`` = may attend. The position ids: each real query's
-    position counted from its row's first real token (what a learned position table must
-    be given); a padded query (a prefill of a short prompt) may get any position a table
-    has, that is any id >= 0 (its output is dropped by the loss). The mask must be built
-    without the ready-made causal masks (``tril`` on ones or comparing positions is fine):
-    ``fn`` runs with attn_core's ``causal_mask`` and PyTorch's causal biases
-    (``causal_lower_right``, ``causal_upper_left``) replaced by stand-ins that raise, so
-    an answer that calls one is reported.
+def _decode_variant(*, top_left=False, from_column=False, right_padded=False, pad_visible=False, shift=0, pad_id=0):
+    """A ``decode_step(T_q, T_k, lengths) -> (mask, position_ids)`` for exercise 2.3: the right
+    one (no flags), or one with the slips the flags name; all look alike from outside.
 
     Shapes:
-        fn's output: ``(mask, position_ids)``, ``(B, T_q, T_k)`` boolean and ``(B, T_q)``
-        integer
+        decode_step's output: ``(B, T_q, T_k)`` boolean and ``(B, T_q)`` integer
     """
-    name = "2.3 decode step"
-    cases = ((1, 6, [6, 4, 2]), (3, 7, [7, 5]), (4, 4, [4, 2]), (2, 9, [3]))
-    for T_q, T_k, lengths in cases:
-        where = f"T_q={T_q}, T_k={T_k}, lengths={lengths}"
-        try:
-            got = _call_without_causal_mask(fn, T_q, T_k, list(lengths))
-        except _CausalMaskCalled as e:
-            return report(name, False, f"{where}: calls {e}; build the mask yourself")
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"fn({T_q}, {T_k}, {lengths}) raised {_raised(e)}")
-        if not (isinstance(got, tuple) and len(got) == 2):
-            return report(name, False, f"{where}: expected a pair (mask, position_ids), got {describe(got)}")
-        got_mask, got_pos = got
-        B = len(lengths)
-        if not _is_bool_tensor(f"{name} ({where}), mask", got_mask, (B, T_q, T_k)):
-            return False
-        if not _is_int_tensor(f"{name} ({where}), position_ids", got_pos, (B, T_q)):
-            return False
+
+    def decode_step(T_q, T_k, lengths):
         length = torch.tensor(lengths)[:, None]  # (B, 1)
-        columns = torch.arange(T_k)  # (T_k,)
-        real = columns >= T_k - length  # (B, T_k): left padding
-        bottom_right = causal_mask(T_q, T_k)  # (T_q, T_k)
-        want = bottom_right[None] & real[:, None, :]  # (B, T_q, T_k)
-        if not torch.equal(got_mask, want):
-            top_left = torch.ones(T_q, T_k, dtype=torch.bool).tril()
-            right_padded = padding_mask(lengths, T_k)  # (B, 1, T_k): real tokens first
-            if torch.equal(got_mask, top_left[None] & real[:, None, :]):
-                return report(name, False, f"{where}: causal part aligned top-left; the queries are the *last* columns")
-            if torch.equal(got_mask, bottom_right[None] & right_padded):
-                return report(name, False, f"{where}: padded on the right; here the padding comes first")
-            if torch.equal(got_mask, bottom_right.expand(B, T_q, T_k)):
-                return report(name, False, f"{where}: the padding is not masked")
-            b = int((got_mask != want).nonzero()[0][0])
-            return report(name, False, f"{where}: mask of sequence {b}, {_first_difference(got_mask, want)}")
-        q_cols = columns[T_k - T_q :]  # (T_q,)
-        want_pos = q_cols[None, :] - (T_k - length)  # (B, T_q): from each row's first real token
-        checked = want_pos >= 0  # (B, T_q): a padded query needs only an id >= 0 (above)
-        got_pos = got_pos.long()
-        if bool((got_pos < 0).any()):  # a learned table (nn.Embedding) has no row -1
-            b, i = (int(n) for n in (got_pos < 0).nonzero()[0])
+        columns = torch.arange(T_k)  # (T_k,): the cache's columns
+        start = T_k - length  # (B, 1): each row's first real column
+        real = (columns < length) if right_padded else (columns >= start)  # (B, T_k)
+        real = real | pad_visible
+        q_cols = columns[T_k - T_q :]  # (T_q,): the queries are the last columns
+        now = torch.arange(T_q) if top_left else q_cols  # (T_q,): the last key a query sees
+        mask = (columns[None, :] <= now[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
+        pos = (q_cols[None, :] - (0 if from_column else start) + shift).expand(len(lengths), T_q)
+        return mask, pos.masked_fill(q_cols[None, :] < start, pad_id)  # padded queries: pad_id
+
+    return decode_step
+
+
+def decode_step_candidates() -> list[tuple[Callable, bool, str]]:
+    """Exercise 2.3's candidates, ``(decode_step, right, what)``, in a fixed mixed order; the
+    first is the one the chapter hands over (both slips)."""
+    return [
+        (_decode_variant(top_left=True, from_column=True), False, "is the one shown (both slips)"),
+        (_decode_variant(), True, "is right"),
+        (_decode_variant(from_column=True), False, "counts positions from column 0 (seen only if a row is padded)"),
+        (_decode_variant(pad_id=1), True, "is right; its padded queries get position 1 (their output is dropped)"),
+        (_decode_variant(top_left=True), False, "aligns the causal part top-left (seen only if T_q < T_k)"),
+        (_decode_variant(right_padded=True), False, "masks the padding as if it were on the right"),
+        (_decode_variant(shift=1), False, "counts positions from 1"),
+        (_decode_variant(pad_visible=True), False, "leaves the padding visible"),
+    ]
+
+
+def check_decode_step_test(is_right: Callable[[Callable], bool]) -> bool:
+    """Exercise 2.3: ``is_right(decode_step)`` returns True if ``decode_step`` passes the
+    learner's test. ``decode_step(T_q, T_k, lengths)`` returns ``(mask, position_ids)`` for a
+    decoding step of a left-padded batch (the cache holds ``T_k`` columns, row ``b`` has
+    ``lengths[b]`` real tokens at the end, the ``T_q`` queries are the last columns).
+
+    It is run on eight look-alike candidates (:func:`decode_step_candidates`): two right (one
+    gives padded queries position 1, which a test pinning them to 0 wrongly rejects) and six
+    with slips; a test passes only if it says True for the right ones and False for the others.
+    Catching them all needs fewer queries than keys (top-left equals bottom-right when
+    ``T_q = T_k``), a padded row (positions from column 0 are right in a full row), and
+    learned positions (RoPE's scores do not see a shift common to a row).
+
+    Shapes:
+        decode_step's output: ``(B, T_q, T_k)`` boolean and ``(B, T_q)`` integer
+    """
+    name = "2.3 decode-step test"
+    candidates = decode_step_candidates()
+    for i, (fn, right, what) in enumerate(candidates, start=1):
+        try:
+            with torch.random.fork_rng():  # the test's draws leave the notebook's state alone
+                got = is_right(fn)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"is_right(candidate {i}) raised {_raised(e)}")
+        if not isinstance(got, bool):
+            return report(name, False, f"is_right(candidate {i}) returned {describe(got)}, expected a bool")
+        if got != right:
             return report(
-                name,
-                False,
-                f"{where}: sequence {b}, query {i} has position {int(got_pos[b, i])}; a position "
-                "table has no negative rows: give padded queries an id >= 0 (e.g. 0)",
+                name, False, f"is_right(candidate {i} of {len(candidates)}) returned {got}, but that candidate {what}"
             )
-        if torch.equal(got_pos[checked], want_pos[checked]):
-            continue
-        if torch.equal(got_pos[checked], q_cols.expand(B, T_q)[checked]):
-            return report(
-                name, False, f"{where}: positions counted from column 0; count from each row's first real token"
-            )
-        if torch.equal(got_pos[checked], (want_pos + 1)[checked]):
-            return report(name, False, f"{where}: positions one too high; a row's first real token is position 0")
-        if torch.equal(got_pos[checked], torch.arange(T_q).expand(B, T_q)[checked]):
-            return report(
-                name, False, f"{where}: positions restart at 0 for the step; the new tokens follow the prompt"
-            )
-        b, i = (int(n) for n in (got_pos != want_pos).logical_and(checked).nonzero()[0])
-        return report(
-            name,
-            False,
-            f"{where}: sequence {b}, query {i} has position {int(got_pos[b, i])}, expected {int(want_pos[b, i])}",
-        )
-    return report(name, True, "4 batches match, a prefill with padded queries included")
+    return report(name, True, f"right on all {len(candidates)} candidates (2 right, 6 with slips)")
