@@ -15,7 +15,7 @@ tests.
 
 from ._common import compare, report
 from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
-from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
+from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 from .ch03 import check_mha_from_torch
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import check_decode_one_by_one, check_max_batch
@@ -51,9 +51,9 @@ __all__ = [
     "check_query_jacobian",
     "check_scale_test",
     # ch02
-    "check_padding_mask",
-    "check_packed_causal_mask",
-    "check_decode_mask",
+    "check_packed_documents",
+    "check_alignment_test",
+    "check_decode_step_test",
     # ch03
     "check_mha_from_torch",
     # ch04
