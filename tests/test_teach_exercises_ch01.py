@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from attn_core.teach.exercises.ch01 import check_query_jacobian, check_scale_test, check_score_scale, scale_candidates
+from attn_core.teach.exercises.ch01 import check_query_jacobian, check_scale_test, check_self_score, scale_candidates
 
 
 def _jacobian(q, K, scale):
@@ -46,6 +46,15 @@ def _scaled_correctly_square(attn):  # the same test with d_v = d_k: misses the 
     return bool(torch.allclose(attn(q, k, v), want, atol=1e-8))
 
 
+def _scaled_correctly_keys_square(attn):  # T_k = d_k: misses the √T_k bug
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 8, 8, generator=g, dtype=torch.float64)  # 8 keys of width 8
+    v = torch.randn(2, 8, 3, generator=g, dtype=torch.float64)
+    want = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) @ v
+    return bool(torch.allclose(attn(q, k, v), want, atol=1e-8))
+
+
 def _rows_sum_to_one(attn):  # a property that holds for every scale: tests nothing about it
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(4, 6, generator=g, dtype=torch.float64) for _ in range(2))
@@ -55,13 +64,14 @@ def _rows_sum_to_one(attn):  # a property that holds for every scale: tests noth
 
 
 ANSWERS = {
-    check_score_scale: (
-        [lambda d_k, var_q, var_k: 1 / math.sqrt(d_k * var_q * var_k)],
+    check_self_score: (
+        [lambda d_k: (math.sqrt(d_k), 2.0)],
         [
-            (lambda d_k, var_q, var_k: 1 / math.sqrt(d_k), "assumes unit variances"),
-            (lambda d_k, var_q, var_k: 1 / (d_k * var_q * var_k), "square root"),
-            (lambda d_k, var_q, var_k: 1 / math.sqrt(d_k * (var_q + var_k)), "not 1"),  # variances added
-            (lambda d_k, var_q, var_k: 1 / d_k, "variance"),
+            (lambda d_k: (0.0, 1.0), "cannot average 0"),  # as if q and k were independent
+            (lambda d_k: (math.sqrt(d_k), 1.0), "E[q_i⁴] - 1"),  # q_i² taken as unit-variance
+            (lambda d_k: (math.sqrt(d_k), 3.0), "E[q_i⁴] - 1"),  # E[q_i⁴] without the mean's square
+            (lambda d_k: (float(d_k), 2.0 * d_k), "mean"),  # the unscaled score
+            (lambda d_k: (math.sqrt(d_k), 2.0 * math.sqrt(d_k)), "variance"),  # scaled by 1/√d_k only
         ],
     ),
     check_query_jacobian: (
@@ -77,6 +87,7 @@ ANSWERS = {
         [_scaled_correctly],
         [
             (_scaled_correctly_square, "√d_v"),
+            (_scaled_correctly_keys_square, "√T_k"),
             (_rows_sum_to_one, "accepts a wrong implementation"),
             (lambda attn: True, "accepts a wrong implementation"),
             (lambda attn: attn.__name__ == "attn", "accepts a wrong implementation"),
