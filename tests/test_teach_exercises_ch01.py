@@ -7,27 +7,20 @@ import math
 
 import torch
 
-from attn_core.teach.exercises.ch01 import check_query_jacobian, check_scale_test, check_self_score, scale_candidates
+from attn_core.teach.exercises.ch01 import check_query_weight_grad, check_scale_test, check_self_score, scale_candidates
 
 
-def _jacobian(q, K, scale):
-    a = torch.softmax(scale * (K @ q), dim=-1)  # (T_k,)
-    return scale * (torch.diag(a) - torch.outer(a, a)) @ K  # (T_k, d)
-
-
-def _no_scale_factor(q, K, scale):  # the chain rule's last factor forgotten
-    a = torch.softmax(scale * (K @ q), dim=-1)
-    return (torch.diag(a) - torch.outer(a, a)) @ K
-
-
-def _diagonal_only(q, K, scale):  # ∂a_i/∂s_i only: a_i (1 - a_i)
-    a = torch.softmax(scale * (K @ q), dim=-1)
-    return scale * torch.diag(a * (1 - a)) @ K
-
-
-def _unscaled_weights(q, K, scale):  # the softmax of the raw scores
-    a = torch.softmax(K @ q, dim=-1)
-    return scale * (torch.diag(a) - torch.outer(a, a)) @ K
+def _grad_w_q(x, W_q, W_k, W_v, grad_out, *, scaled=True, row_term=True, transposed_scores=False, through_x=True):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v  # (T, d_k), (T, d_k), (T, d_v)
+    scale = 1 / math.sqrt(W_q.shape[-1]) if scaled else 1.0
+    a = torch.softmax(q @ k.T / math.sqrt(W_q.shape[-1]), dim=-1)  # (T, T)
+    grad_a = grad_out @ v.T  # (T, T)
+    # softmax backward: a ⊙ (∂L/∂a - Σ_j a_j ∂L/∂a_j), row by row
+    grad_s = a * (grad_a - (a * grad_a).sum(-1, keepdim=True) * row_term)
+    if transposed_scores:  # the queries' and keys' roles swapped
+        grad_s = grad_s.T
+    grad_q = grad_s @ k * scale  # (T, d_k)
+    return x.T @ grad_q if through_x else grad_q  # (d_in, d_k)
 
 
 def _scaled_correctly(attn):
@@ -74,13 +67,14 @@ ANSWERS = {
             (lambda d_k: (math.sqrt(d_k), 2.0 * math.sqrt(d_k)), "variance"),  # scaled by 1/√d_k only
         ],
     ),
-    check_query_jacobian: (
-        [_jacobian],
+    check_query_weight_grad: (
+        [_grad_w_q],
         [
-            (_no_scale_factor, "max abs difference"),
-            (_diagonal_only, "max abs difference"),
-            (_unscaled_weights, "max abs difference"),
-            (lambda q, K, scale: _jacobian(q, K, scale).T, "shape"),
+            (lambda *a: _grad_w_q(*a, scaled=False), "off by exactly √d_k"),  # the scale forgotten
+            (lambda *a: _grad_w_q(*a, row_term=False), "max abs difference"),  # ∂a_i/∂s_i only
+            (lambda *a: _grad_w_q(*a, transposed_scores=True), "max abs difference"),
+            (lambda *a: _grad_w_q(*a).T, "shape"),  # (d_k, d_in)
+            (lambda *a: _grad_w_q(*a, through_x=False), "shape"),  # ∂L/∂Q: X forgotten
         ],
     ),
     check_scale_test: (

@@ -14,7 +14,7 @@ import ...``. Two names exist in two chapters and are left to their modules here
 """
 
 from ._common import compare, report
-from .ch01 import check_query_jacobian, check_scale_test, check_self_score
+from .ch01 import check_query_weight_grad, check_scale_test, check_self_score
 from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
 from .ch03 import check_mha_from_torch
 from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
@@ -48,7 +48,7 @@ __all__ = [
     "compare",
     # ch01
     "check_self_score",
-    "check_query_jacobian",
+    "check_query_weight_grad",
     "check_scale_test",
     # ch02
     "check_padding_mask",

@@ -11,8 +11,9 @@ from ...ops.attention import attention
 from ._common import mismatch, report
 
 # The exercises: a derivation checked by measurement (a token's score with itself), a
-# gradient derived by the chain rule and checked against autograd, and a test to write.
-__all__ = ["check_self_score", "check_query_jacobian", "check_scale_test"]
+# weight's gradient derived by the chain rule and checked against autograd, and a test
+# to write.
+__all__ = ["check_self_score", "check_query_weight_grad", "check_scale_test"]
 
 
 def check_self_score(fn: Callable[[int], tuple[float, float]]) -> bool:
@@ -51,33 +52,45 @@ def check_self_score(fn: Callable[[int], tuple[float, float]]) -> bool:
     return report(name, True, f"weight on itself at d_k 4, 64, 1024: {', '.join(weights)}")
 
 
-def _weights_of_query(q: torch.Tensor, K: torch.Tensor, scale: float) -> torch.Tensor:
-    return torch.softmax(scale * (K @ q), dim=-1)  # (T_k,)
+def _attention_loss(x, W_q, W_k, W_v, grad_out):
+    """``L = Σ (Z ⊙ G)`` for ``Z = softmax(X W_q (X W_k)ᵀ / √d_k) X W_v``: its gradient in ``Z`` is ``G``."""
+    q, k, v = x @ W_q, x @ W_k, x @ W_v  # (T, d_k), (T, d_k), (T, d_v)
+    a = torch.softmax(q @ k.T / math.sqrt(W_q.shape[-1]), dim=-1)  # (T, T)
+    return ((a @ v) * grad_out).sum()
 
 
-def check_query_jacobian(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> bool:
-    """Exercise 1.2: ``fn(q, K, scale)`` is ``∂a/∂q`` for ``a = softmax(scale · K q)``, without autograd.
+def check_query_weight_grad(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 1.2: ``fn(x, W_q, W_k, W_v, grad_out)`` is ``∂L/∂W_q``, derived by hand.
 
-    Compared with ``torch.autograd.functional.jacobian`` in float64, for a peaked and a
-    flat softmax and two scales.
+    The layer is ``Z = softmax(Q Kᵀ / √d_k) V`` with ``Q = X W_q``, ``K = X W_k``,
+    ``V = X W_v``, and ``grad_out`` is the upstream gradient ``∂L/∂Z``. The answer is
+    compared with autograd in float64 in three settings (a flat and a peaked softmax, two
+    widths), with ``T``, ``d_in`` and ``d_k`` all different so that a transposed or a
+    missing factor shows in the shape. An answer off by exactly ``√d_k`` gets a hint.
 
     Shapes:
-        q: ``(d,)``; K: ``(T_k, d)``; fn's output: ``(T_k, d)`` (row i is ``∂a_i/∂q``)
+        x: ``(T, d_in)``; W_q, W_k: ``(d_in, d_k)``; W_v: ``(d_in, d_v)``;
+        grad_out: ``(T, d_v)``; fn's output: ``(d_in, d_k)``
     """
-    name = "1.2 ∂a/∂q"
+    name = "1.2 ∂L/∂W_q"
     g = torch.Generator().manual_seed(12)
-    for T_k, d, scale, spread in ((5, 8, 1 / math.sqrt(8), 1.0), (7, 16, 1.0, 0.5), (4, 3, 0.3, 3.0)):
-        q = torch.randn(d, generator=g, dtype=torch.float64) * spread
-        K = torch.randn(T_k, d, generator=g, dtype=torch.float64)
-        want = torch.autograd.functional.jacobian(lambda q_, K=K, scale=scale: _weights_of_query(q_, K, scale), q)
+    for T, d_in, d_k, d_v, spread in ((5, 6, 4, 3, 1.0), (7, 10, 16, 5, 1.0), (6, 5, 8, 2, 3.0)):
+        x = torch.randn(T, d_in, generator=g, dtype=torch.float64) * spread
+        W_q, W_k = (torch.randn(d_in, d_k, generator=g, dtype=torch.float64) for _ in range(2))
+        W_v = torch.randn(d_in, d_v, generator=g, dtype=torch.float64)
+        grad_out = torch.randn(T, d_v, generator=g, dtype=torch.float64)
+        leaf = W_q.clone().requires_grad_(True)
+        (want,) = torch.autograd.grad(_attention_loss(x, leaf, W_k, W_v, grad_out), leaf)
         try:
-            got = fn(q.clone(), K.clone(), scale)
-        except Exception as e:
+            got = fn(x.clone(), W_q.clone(), W_k.clone(), W_v.clone(), grad_out.clone())
+        except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
         problem = mismatch(got, want, atol=1e-10)
+        if problem and mismatch(got, want * math.sqrt(d_k), atol=1e-9) is None:
+            problem = f"{problem}: off by exactly √d_k (the scores' scale)"
         if problem:
-            return report(name, False, f"T_k={T_k}, d={d}, scale={scale:.3g}: {problem}")
-    return report(name, True, "equal to autograd's Jacobian in 3 settings")
+            return report(name, False, f"T={T}, d_in={d_in}, d_k={d_k}: {problem}")
+    return report(name, True, "equal to autograd's ∂L/∂W_q in 3 settings")
 
 
 def scale_candidates() -> list[tuple[Callable, bool, str]]:
