@@ -7,27 +7,20 @@ import math
 
 import torch
 
-from attn_core.teach.exercises.ch01 import check_query_jacobian, check_scale_test, check_score_scale, scale_candidates
+from attn_core.teach.exercises.ch01 import check_query_weight_grad, check_scale_test, check_self_score, scale_candidates
 
 
-def _jacobian(q, K, scale):
-    a = torch.softmax(scale * (K @ q), dim=-1)  # (T_k,)
-    return scale * (torch.diag(a) - torch.outer(a, a)) @ K  # (T_k, d)
-
-
-def _no_scale_factor(q, K, scale):  # the chain rule's last factor forgotten
-    a = torch.softmax(scale * (K @ q), dim=-1)
-    return (torch.diag(a) - torch.outer(a, a)) @ K
-
-
-def _diagonal_only(q, K, scale):  # ∂a_i/∂s_i only: a_i (1 - a_i)
-    a = torch.softmax(scale * (K @ q), dim=-1)
-    return scale * torch.diag(a * (1 - a)) @ K
-
-
-def _unscaled_weights(q, K, scale):  # the softmax of the raw scores
-    a = torch.softmax(K @ q, dim=-1)
-    return scale * (torch.diag(a) - torch.outer(a, a)) @ K
+def _grad_w_q(x, W_q, W_k, W_v, grad_out, *, scaled=True, row_term=True, transposed_scores=False, through_x=True):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v  # (T, d_k), (T, d_k), (T, d_v)
+    scale = 1 / math.sqrt(W_q.shape[-1]) if scaled else 1.0
+    a = torch.softmax(q @ k.T / math.sqrt(W_q.shape[-1]), dim=-1)  # (T, T)
+    grad_a = grad_out @ v.T  # (T, T)
+    # softmax backward: a ⊙ (∂L/∂a - Σ_j a_j ∂L/∂a_j), row by row
+    grad_s = a * (grad_a - (a * grad_a).sum(-1, keepdim=True) * row_term)
+    if transposed_scores:  # the queries' and keys' roles swapped
+        grad_s = grad_s.T
+    grad_q = grad_s @ k * scale  # (T, d_k)
+    return x.T @ grad_q if through_x else grad_q  # (d_in, d_k)
 
 
 def _scaled_correctly(attn):
@@ -46,6 +39,15 @@ def _scaled_correctly_square(attn):  # the same test with d_v = d_k: misses the 
     return bool(torch.allclose(attn(q, k, v), want, atol=1e-8))
 
 
+def _scaled_correctly_keys_square(attn):  # T_k = d_k: misses the √T_k bug
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 8, 8, generator=g, dtype=torch.float64)  # 8 keys of width 8
+    v = torch.randn(2, 8, 3, generator=g, dtype=torch.float64)
+    want = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) @ v
+    return bool(torch.allclose(attn(q, k, v), want, atol=1e-8))
+
+
 def _rows_sum_to_one(attn):  # a property that holds for every scale: tests nothing about it
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(4, 6, generator=g, dtype=torch.float64) for _ in range(2))
@@ -55,28 +57,31 @@ def _rows_sum_to_one(attn):  # a property that holds for every scale: tests noth
 
 
 ANSWERS = {
-    check_score_scale: (
-        [lambda d_k, var_q, var_k: 1 / math.sqrt(d_k * var_q * var_k)],
+    check_self_score: (
+        [lambda d_k: (math.sqrt(d_k), 2.0)],
         [
-            (lambda d_k, var_q, var_k: 1 / math.sqrt(d_k), "assumes unit variances"),
-            (lambda d_k, var_q, var_k: 1 / (d_k * var_q * var_k), "square root"),
-            (lambda d_k, var_q, var_k: 1 / math.sqrt(d_k * (var_q + var_k)), "not 1"),  # variances added
-            (lambda d_k, var_q, var_k: 1 / d_k, "variance"),
+            (lambda d_k: (0.0, 1.0), "cannot average 0"),  # as if q and k were independent
+            (lambda d_k: (math.sqrt(d_k), 1.0), "E[q_i⁴] - 1"),  # q_i² taken as unit-variance
+            (lambda d_k: (math.sqrt(d_k), 3.0), "E[q_i⁴] - 1"),  # E[q_i⁴] without the mean's square
+            (lambda d_k: (float(d_k), 2.0 * d_k), "mean"),  # the unscaled score
+            (lambda d_k: (math.sqrt(d_k), 2.0 * math.sqrt(d_k)), "variance"),  # scaled by 1/√d_k only
         ],
     ),
-    check_query_jacobian: (
-        [_jacobian],
+    check_query_weight_grad: (
+        [_grad_w_q],
         [
-            (_no_scale_factor, "max abs difference"),
-            (_diagonal_only, "max abs difference"),
-            (_unscaled_weights, "max abs difference"),
-            (lambda q, K, scale: _jacobian(q, K, scale).T, "shape"),
+            (lambda *a: _grad_w_q(*a, scaled=False), "off by exactly √d_k"),  # the scale forgotten
+            (lambda *a: _grad_w_q(*a, row_term=False), "max abs difference"),  # ∂a_i/∂s_i only
+            (lambda *a: _grad_w_q(*a, transposed_scores=True), "max abs difference"),
+            (lambda *a: _grad_w_q(*a).T, "shape"),  # (d_k, d_in)
+            (lambda *a: _grad_w_q(*a, through_x=False), "shape"),  # ∂L/∂Q: X forgotten
         ],
     ),
     check_scale_test: (
         [_scaled_correctly],
         [
             (_scaled_correctly_square, "√d_v"),
+            (_scaled_correctly_keys_square, "√T_k"),
             (_rows_sum_to_one, "accepts a wrong implementation"),
             (lambda attn: True, "accepts a wrong implementation"),
             (lambda attn: attn.__name__ == "attn", "accepts a wrong implementation"),

@@ -14,7 +14,7 @@ tests.
 """
 
 from ._common import compare, report
-from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
+from .ch01 import check_query_weight_grad, check_scale_test, check_self_score
 from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 from .ch03 import check_mha_from_torch
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
@@ -47,8 +47,8 @@ __all__ = [
     "report",
     "compare",
     # ch01
-    "check_score_scale",
-    "check_query_jacobian",
+    "check_self_score",
+    "check_query_weight_grad",
     "check_scale_test",
     # ch02
     "check_packed_documents",
