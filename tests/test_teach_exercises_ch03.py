@@ -82,6 +82,7 @@ def circuit(layer, h, *, variant="right"):
         "columns": layer.q_proj.weight[:, rows].detach() @ layer.k_proj.weight[:, rows].detach().T / math.sqrt(D),
         "whole": layer.q_proj.weight.detach().T @ layer.k_proj.weight.detach() / math.sqrt(D),
         "small": w_q @ w_k.T,
+        "symmetrised": (w_q.T @ w_k + w_k.T @ w_q) / (2 * math.sqrt(D)),
     }[variant]
 
 
@@ -148,6 +149,7 @@ ANSWERS = {
                 "columns": "rows h·D",
                 "whole": "not the head's circuit",
                 "small": "expected a (12, 12) tensor",
+                "symmetrised": "need not equal Mᵀ",
             }.items()
         ],
     ),
@@ -165,7 +167,8 @@ ANSWERS = {
 
 def test_qk_circuit_names_the_rank(capsys):
     assert check_qk_circuit(circuit)
-    assert "rank 4 = D" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rank 4 = D" in out and "not symmetric" in out
 
 
 def test_right_answers_match_the_sum_over_heads():

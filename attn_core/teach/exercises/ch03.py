@@ -224,6 +224,8 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         if not torch.allclose(M, exact, atol=1e-10):
             if torch.allclose(M, exact.T, atol=1e-10):
                 hint = "transposed: query side on the left, X M Xᵀ[i, j] = x_i M x_jᵀ"
+            elif torch.allclose(M, (exact + exact.T) / 2, atol=1e-10):
+                hint = "symmetrised: the query and key projections differ, so M need not equal Mᵀ"
             elif torch.allclose(M, exact * math.sqrt(D), atol=1e-10):
                 hint = "the 1/√D scale is missing"
             elif torch.allclose(M, exact * math.sqrt(D / d), atol=1e-10):
@@ -241,4 +243,5 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         if not torch.allclose(got_w, weights[0, h], atol=1e-10):  # pragma: no cover - follows from `exact`
             return report(name, False, f"head {h}: softmax(X M Xᵀ) is not the head's weights")
     rank = int(torch.linalg.matrix_rank(exact).item())
-    return report(name, True, f"heads 1 and 2 reproduced; M is {d}x{d} but of rank {rank} = D")
+    symmetric = "symmetric" if torch.allclose(exact, exact.T, atol=1e-10) else "not symmetric"
+    return report(name, True, f"heads 1 and 2 reproduced; M is {d}x{d}, of rank {rank} = D, {symmetric}")
