@@ -244,4 +244,4 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
             return report(name, False, f"head {h}: softmax(X M Xᵀ) is not the head's weights")
     rank = int(torch.linalg.matrix_rank(exact).item())
     symmetric = "symmetric" if torch.allclose(exact, exact.T, atol=1e-10) else "not symmetric"
-    return report(name, True, f"heads 1 and 2 reproduced; M is {d}x{d}, of rank {rank} = D, {symmetric}")
+    return report(name, True, f"heads 1, 2 reproduced; M: {d}x{d}, rank {rank} = D, {symmetric}")
