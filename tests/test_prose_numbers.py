@@ -45,7 +45,6 @@ NOT_PRINTED = {
     ("appendix_explorer", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_reading_an_llm", "134.5"): "the introduction quotes the count cell 4 prints in full",
     ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
-    ("appendix_reading_a_model", "31"): "1 - ln 2: a loss in nats read as bits",
     ("appendix_explorer", "0.001"): "the value of attn_core.teach.plots.LOG_FLOOR, which the text names",
     ("07_multi_head_latent_attention", "0.06"): "worked out in the text: 0.01 radian per position, 6 positions",
     ("07_multi_head_latent_attention", "0.09"): "worked out in the text: the slope of the slow cosine's sine",
