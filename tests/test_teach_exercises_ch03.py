@@ -12,7 +12,7 @@ import torch
 from attn_core import MultiHeadAttention
 from attn_core.teach.exercises.ch03 import (
     check_ablate_head,
-    check_mha_from_torch,
+    check_mha_test,
     check_permute_heads,
     check_qk_circuit,
 )
@@ -86,28 +86,40 @@ def circuit(layer, h, *, variant="right"):
     }[variant]
 
 
-def _mha_from_torch(ref, swap_qk=False):
-    layer = MultiHeadAttention(ref.embed_dim, ref.num_heads, bias=True).double()
-    w_q, w_k, w_v = ref.in_proj_weight.chunk(3)  # each (d, d)
-    b_q, b_k, b_v = ref.in_proj_bias.chunk(3)
-    if swap_qk:
-        w_q, w_k = w_k, w_q
-    with torch.no_grad():
-        for proj, w, b in [
-            (layer.q_proj, w_q, b_q),
-            (layer.k_proj, w_k, b_k),
-            (layer.v_proj, w_v, b_v),
-            (layer.out_proj, ref.out_proj.weight, ref.out_proj.bias),
-        ]:
-            proj.weight.copy_(w)
-            proj.bias.copy_(b)
-    return layer
+def _by_heads(layer, x, *, scale_width=None, project=True):
+    # the list-of-heads reference: head h uses rows h·D..(h+1)·D-1 of each projection
+    H = layer.n_heads
+    D = x.shape[-1] // H
+    heads = []
+    for h in range(H):
+        rows = slice(h * D, (h + 1) * D)
+        q, k, v = (x @ p.weight[rows].T for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(scale_width or D), dim=-1)
+        heads.append(w @ v)  # (B, T, D)
+    concat = torch.cat(heads, dim=-1)  # (B, T, H·D)
+    return layer.out_proj(concat) if project else concat  # (B, T, d_model)
 
 
-def _modifies_the_reference(ref):
+def mha_test(layer, *, T=5, atol=1e-10, scale_width=None):
+    x = torch.randn(2, T, layer.q_proj.weight.shape[1], dtype=torch.float64)
     with torch.no_grad():
-        ref.out_proj.bias.zero_()
-    return _mha_from_torch(ref)
+        return torch.allclose(layer(x), _by_heads(layer, x, scale_width=scale_width), atol=atol)
+
+
+def _forgets_w_o(layer):
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    with torch.no_grad():  # the reference stops at the concatenation: W_O missing
+        return torch.allclose(layer(x), _by_heads(layer, x, project=False), atol=1e-10)
+
+
+def _against_torch(layer):
+    d, H = layer.q_proj.weight.shape[1], layer.n_heads
+    ref = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True).double()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight]))
+        ref.out_proj.weight.copy_(layer.out_proj.weight)
+        x = torch.randn(2, 6, d, dtype=torch.float64)
+        return torch.allclose(layer(x), ref(x, x, x, need_weights=False)[0], atol=1e-10)
 
 
 ANSWERS = {
@@ -153,13 +165,14 @@ ANSWERS = {
             }.items()
         ],
     ),
-    check_mha_from_torch: (
-        [_mha_from_torch],
+    check_mha_test: (
+        [mha_test, _against_torch],
         [
-            (lambda ref: _mha_from_torch(ref, swap_qk=True), "max abs difference"),
-            (lambda ref: _mha_from_torch(ref).float(), "build the layer in float64"),
-            (lambda ref: MultiHeadAttention(12, 3).double(), "bias=True"),
-            (_modifies_the_reference, "reference layer was modified"),
+            (lambda layer: layer(torch.randn(2, 5, 12, dtype=torch.float64)).shape == (2, 5, 12), "passed 3 of 3"),
+            (lambda layer: mha_test(layer, T=1), "passed 3 of 3"),
+            (lambda layer: mha_test(layer, atol=0.3), "1/√d_model"),
+            (lambda layer: mha_test(layer, scale_width=12), "rejected a correct layer"),
+            (_forgets_w_o, "rejected a correct layer"),
         ],
     ),
 }

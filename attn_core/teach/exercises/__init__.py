@@ -16,7 +16,7 @@ import ...``. Two names exist in two chapters and are left to their modules here
 from ._common import compare, report
 from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
 from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
-from .ch03 import check_mha_from_torch
+from .ch03 import check_mha_test
 from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
 from .ch05 import check_decode_one_by_one, check_max_batch
 from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
@@ -55,7 +55,7 @@ __all__ = [
     "check_packed_causal_mask",
     "check_decode_mask",
     # ch03
-    "check_mha_from_torch",
+    "check_mha_test",
     # ch04
     "check_teacher_forcing",
     "check_prefix_lm_mask",

@@ -7,13 +7,12 @@ import math
 from typing import Callable
 
 import torch
-from torch import nn
 
 from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention as attn_core_attention
 from ._common import compare, report
 
-__all__ = ["check_mha_from_torch"]
+__all__ = ["check_mha_test"]
 
 
 def _inputs(seed: int, *shape: int) -> torch.Tensor:
@@ -21,43 +20,80 @@ def _inputs(seed: int, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
-def check_mha_from_torch(fn: Callable[[nn.MultiheadAttention], MultiHeadAttention]) -> bool:
-    """Exercise 3.3: ``fn(ref)`` builds a :class:`~attn_core.MultiHeadAttention` computing what ``ref`` computes.
+#: The bugs of the candidate layers, in the words the check prints.
+_BUGS = {
+    "split": "heads split with view(B, H, T, D)",
+    "scale": "scores scaled by 1/√d_model",
+    "merge": "heads merged without the transpose",
+}
 
-    ``ref`` is a ``torch.nn.MultiheadAttention(batch_first=True, bias=True)`` with random
-    weights: its stacked ``in_proj_weight``/``in_proj_bias`` (q, k, v) and ``out_proj`` must
-    be split into the four projections of ``MultiHeadAttention``. The check compares the
-    outputs on a random batch, in float64, and that ``ref`` was left untouched.
+
+class _Candidate(MultiHeadAttention):
+    """A multi-head layer written out by hand, with one head-bookkeeping bug (``bug``) or none.
 
     Shapes:
-        x: ``(B, T, d_model)``; both outputs ``(B, T, d_model)``
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
     """
-    name = "3.3 weights from nn.MultiheadAttention"
-    with torch.random.fork_rng(devices=[]):  # building the layer must not move the notebook's RNG
-        torch.manual_seed(33)
-        ref = nn.MultiheadAttention(12, 3, bias=True, batch_first=True).double()
-        with torch.no_grad():
-            for p in ref.parameters():  # biases are zero at init: make every number count
-                p.normal_(0.0, 0.3)
-    before = {k: v.clone() for k, v in ref.state_dict().items()}
-    x = _inputs(32, 2, 5, 12)  # (B, T, d_model)
-    try:
-        with torch.random.fork_rng(devices=[]):  # nor must the learner's layer
-            layer = fn(ref)
-        if not isinstance(layer, MultiHeadAttention):
-            return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(layer).__name__}")
-        got = copy.deepcopy(layer).double()(x)  # compared in float64, whatever dtype it was built in
-    except Exception as e:
-        return report(name, False, f"{type(e).__name__}: {e}")
-    if any(not torch.equal(v, ref.state_dict()[k]) for k, v in before.items()):
-        return report(name, False, "the reference layer was modified: copy its weights, do not change them")
-    with torch.no_grad():
-        expected = ref(x, x, x, need_weights=False)[0]  # (B, T, d_model)
-    if layer.q_proj.bias is None:
-        return report(name, False, "the reference has biases: build MultiHeadAttention(..., bias=True)")
-    if layer.q_proj.weight.dtype != torch.float64:
-        return report(name, False, "the reference is float64: build the layer in float64 too (.double())")
-    return compare(name, got, expected, atol=1e-10)
+
+    def __init__(self, d_model: int, n_heads: int, bug: str | None) -> None:
+        super().__init__(d_model, n_heads)
+        self._bug = bug
+
+    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        if kwargs:
+            raise TypeError(f"these layers are called as layer(x) only, got {sorted(kwargs)}")
+        B, T, width = x.shape
+        H = self.n_heads
+        D = width // H
+        q, k, v = (p(x) for p in (self.q_proj, self.k_proj, self.v_proj))  # (B, T, H·D) each
+        if self._bug == "split":  # right shape, heads and tokens mixed
+            q, k, v = (t.view(B, H, T, D) for t in (q, k, v))
+        else:
+            q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        scale = 1 / math.sqrt(width if self._bug == "scale" else D)
+        z = attn_core_attention(q, k, v, scale=scale)  # (B, H, T, D)
+        if self._bug == "merge":  # (B, H, T, D) read as (B, T, H·D)
+            z = z.contiguous().view(B, T, H * D)
+        else:
+            z = z.transpose(1, 2).reshape(B, T, H * D)
+        return self.out_proj(z)  # (B, T, d_model)
+
+
+def check_mha_test(fn: Callable[[MultiHeadAttention], bool]) -> bool:
+    """Exercise 3.4: ``fn(layer)`` is a test: ``True`` when ``layer`` computes multi-head attention.
+
+    The check hands ``fn`` two correct layers and three layers with one bug each (heads
+    split with ``view(B, H, T, D)``, scores scaled by ``1/√d_model``, heads merged without
+    the transpose), each float64, ``d_model = 12``, 3 heads, no biases, called as
+    ``layer(x)``. A good test accepts both correct layers and rejects every bug.
+
+    Shapes:
+        x: ``(B, T, d_model)``, chosen by the test; output ``(B, T, d_model)``
+    """
+    name = "3.4 a test for head bookkeeping"
+    verdicts = {}
+    for bug in (None, None, *_BUGS):
+        with torch.random.fork_rng(devices=[]):  # neither the layers nor the test move the notebook's RNG
+            torch.manual_seed(40 + len(verdicts))
+            layer = _Candidate(12, 3, bug).double()
+            try:
+                verdict = fn(layer)
+            except Exception as e:  # a learner's bug should print, not stop the notebook
+                return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(verdict, (bool, torch.Tensor)) or (
+            isinstance(verdict, torch.Tensor) and verdict.numel() != 1
+        ):
+            return report(name, False, f"expected True or False, got {type(verdict).__name__}")
+        verdicts[len(verdicts)] = (bug, bool(verdict))
+    if not all(ok for bug, ok in verdicts.values() if bug is None):
+        return report(name, False, "your test rejected a correct layer: check its reference")
+    missed = [_BUGS[bug] for bug, ok in verdicts.values() if bug is not None and ok]
+    if missed:
+        hint = " (on one token, or by shape, all three look right)" if len(missed) == len(_BUGS) else ""
+        return report(
+            name, False, f"your test passed {len(missed)} of {len(_BUGS)} wrong layers: {'; '.join(missed)}{hint}"
+        )
+    return report(name, True, f"accepts 2 correct layers, rejects all {len(_BUGS)} bugs")
 
 
 # ---- issue 25: exercises on where a head lives in the weights ----
