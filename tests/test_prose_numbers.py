@@ -39,7 +39,6 @@ SKIPPED = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`|\[[^\]]*\]\([^)]*\)", re.DO
 
 # (notebook stem, number as the text writes it): why no cell prints it.
 NOT_PRINTED = {
-    ("03_multi_head_attention", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("12_kv_cache", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("15_sliding_window_and_sinks", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_explorer", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
