@@ -15,6 +15,8 @@ from attn_core.teach.exercises.ch03 import (
     check_mha_test,
     check_permute_heads,
     check_qk_circuit,
+    check_qk_prediction,
+    check_wide_head_prediction,
 )
 
 
@@ -165,6 +167,26 @@ ANSWERS = {
             }.items()
         ],
     ),
+    check_qk_prediction: (
+        [{"symmetric": False, "rank": 4}],
+        [
+            ({"symmetric": True, "rank": 4}, "W_Q and W_K differ"),
+            ({"symmetric": False, "rank": 12}, "a product through D"),
+            ({"symmetric": False, "rank": 3}, "rank 3"),
+            ({"symmetric": False, "rank": True}, "expected a int"),
+            ({"symmetric": ..., "rank": ...}, "expected a bool"),
+        ],
+    ),
+    check_wide_head_prediction: (
+        [{"splits its weight": True, "reaches the four heads' loss": True}],
+        [
+            # "more steps make one head pick one position": it cannot, one average
+            ({"splits its weight": False, "reaches the four heads' loss": True}, "'splits its weight'"),
+            # "splitting caps the loss near 0.13": the gap at 80 steps is speed
+            ({"splits its weight": True, "reaches the four heads' loss": False}, "four heads' loss"),
+            ({"splits its weight": True}, "expected a dict"),
+        ],
+    ),
     check_mha_test: (
         [mha_test, _against_torch],
         [
@@ -178,10 +200,13 @@ ANSWERS = {
 }
 
 
-def test_qk_circuit_names_the_rank(capsys):
+def test_qk_circuit_does_not_give_the_prediction_away(capsys):
+    # the circuit's check runs after the prediction's: it must not print the answer
     assert check_qk_circuit(circuit)
     out = capsys.readouterr().out
-    assert "rank 4 = D" in out and "not symmetric" in out
+    assert "rank" not in out and "symmetric" not in out
+    assert check_qk_prediction({"symmetric": False, "rank": 4})
+    assert "rank 4 = D" in capsys.readouterr().out
 
 
 def test_right_answers_match_the_sum_over_heads():

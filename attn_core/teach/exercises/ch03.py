@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
+from ...config import DecoderConfig
 from ...layers.multihead import MultiHeadAttention
+from ...model.decoder import DecoderLM
 from ...ops.attention import attention as attn_core_attention
+from ..tasks import IGNORE_INDEX
+from ..training import train
 from ._common import compare, report
 
 __all__ = ["check_mha_test"]
@@ -98,7 +104,8 @@ def check_mha_test(fn: Callable[[MultiHeadAttention], bool]) -> bool:
 
 # ---- issue 25: exercises on where a head lives in the weights ----
 
-__all__ += ["check_ablate_head", "check_permute_heads", "check_qk_circuit"]
+__all__ += ["check_ablate_head", "check_permute_heads", "check_qk_circuit", "check_qk_prediction"]
+__all__ += ["check_wide_head_prediction"]
 
 
 def _layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) -> MultiHeadAttention:
@@ -278,6 +285,99 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         got_w = torch.softmax(x[0] @ M @ x[0].T, dim=-1)  # (T, T)
         if not torch.allclose(got_w, weights[0, h], atol=1e-10):  # pragma: no cover - follows from `exact`
             return report(name, False, f"head {h}: softmax(X M Xᵀ) is not the head's weights")
+    return report(name, True, f"heads 1, 2: softmax(X M Xᵀ) is the head's map, M {d}x{d}")
+
+
+def _committed(prediction: object, keys: tuple[str, ...], kinds: tuple[type, ...]) -> str | None:
+    """Why ``prediction`` is not a filled-in dict of ``keys`` (values of ``kinds``), or None."""
+    if not isinstance(prediction, dict) or set(prediction) != set(keys):
+        return f"expected a dict with the keys {list(keys)}, got {prediction!r:.60}"
+    for key, kind in zip(keys, kinds):
+        if type(prediction[key]) is not kind:  # bool is not int here: True is no rank
+            return f"{key!r}: expected a {kind.__name__}, got {prediction[key]!r}"
+    return None
+
+
+def check_qk_prediction(prediction: dict) -> bool:
+    """Exercise 3.3, first part: the reader's prediction about the QK circuit, made before any check prints it.
+
+    ``prediction = {"symmetric": bool, "rank": int}`` for head 1 of the layer
+    :func:`check_qk_circuit` uses (``d_model = 12``, 3 heads, no biases). Compared with the
+    exact matrix ``W_Q^(h)ᵀ W_K^(h) / √D``.
+    """
+    name = "3.3 QK circuit, the prediction"
+    why = _committed(prediction, ("symmetric", "rank"), (bool, int))
+    if why:
+        return report(name, False, why)
+    layer = _layer(38, bias=False)
+    D = layer.d_model // layer.n_heads
+    rows = slice(D, 2 * D)  # head 1
+    exact = layer.q_proj.weight[rows].detach().T @ layer.k_proj.weight[rows].detach() / math.sqrt(D)
     rank = int(torch.linalg.matrix_rank(exact).item())
-    symmetric = "symmetric" if torch.allclose(exact, exact.T, atol=1e-10) else "not symmetric"
-    return report(name, True, f"heads 1, 2 reproduced; M: {d}x{d}, rank {rank} = D, {symmetric}")
+    symmetric = bool(torch.allclose(exact, exact.T, atol=1e-10))
+    if prediction["symmetric"] != symmetric:
+        gap = (exact - exact.T).abs().max().item()
+        return report(name, False, f"symmetric: M - Mᵀ reaches {gap:.2f}; W_Q and W_K differ")
+    if prediction["rank"] != rank:
+        return report(
+            name, False, f"rank {prediction['rank']}: M is {layer.d_model}x{layer.d_model} but a product through D"
+        )
+    return report(name, True, f"not symmetric, rank {rank} = D of a 12x12 matrix")
+
+
+#: The pair task of the chapter: position t names (x_{t-1}, x_{t-2}) as one of 64 classes.
+_PAIR_V, _PAIR_T = 8, 8
+
+
+def _pair_batch(batch_size: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randint(0, _PAIR_V, (batch_size, _PAIR_T), generator=generator)  # (B, T)
+    y = torch.full_like(x, IGNORE_INDEX)  # positions 0 and 1 are not scored
+    y[:, 2:] = x[:, 1:-1] * _PAIR_V + x[:, :-2]
+    return x, y
+
+
+@functools.lru_cache(maxsize=1)
+def _wide_head_longer(steps: int = 320, seeds: tuple[int, ...] = (0, 1)) -> tuple[float, float]:
+    """Mean test loss (nats) and the largest mean weight on t-1 or t-2 over seeds, of one head of width 32."""
+    x, y = _pair_batch(1024, torch.Generator().manual_seed(99))
+    losses, largest = [], []
+    with torch.random.fork_rng():  # the reader's global random state is left as it was
+        for seed in seeds:
+            torch.manual_seed(seed)
+            config = DecoderConfig(vocab_size=_PAIR_V**2, n_layers=1, d_model=32, n_heads=1, max_len=_PAIR_T)
+            model = DecoderLM(config)
+            train(model, _pair_batch, steps=steps, lr=1e-2, warmup=10, seed=seed)
+            model.eval()
+            with torch.no_grad():
+                logits, (w,) = model(x, return_weights=True)  # (B, T, 64), (B, 1, T, T)
+            losses.append(F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX).item())
+            t = torch.arange(2, _PAIR_T)
+            largest.append(max(w[:, 0, t, t - k].mean().item() for k in (1, 2)))
+    return sum(losses) / len(losses), max(largest)
+
+
+def check_wide_head_prediction(prediction: dict) -> bool:
+    """Exercise 3.5: predict what one head of width 32 does on the pair task with 4x the steps, then train it.
+
+    ``prediction = {"splits its weight": bool, "reaches the four heads' loss": bool}``: after
+    320 steps instead of 80, does the head still split its weight between t-1 and t-2 (its
+    larger mean weight below 0.75), and is its test loss (mean of 2 seeds) nearer the four
+    heads' 0.02 than its own 0.13 at 80 steps (below 0.075)? The check trains the two models
+    (a few seconds, once per session) and prints what they did.
+    """
+    name = "3.5 wide head, longer"
+    keys = ("splits its weight", "reaches the four heads' loss")
+    why = _committed(prediction, keys, (bool, bool))
+    if why:
+        return report(name, False, why)
+    loss, largest = _wide_head_longer()
+    measured = {keys[0]: largest < 0.75, keys[1]: loss < 0.075}
+    # categories, not digits: trained float32 weights differ in their last digits by CPU
+    seen = (
+        f"weight {'<' if measured[keys[0]] else '>'} 0.75, "
+        f"loss {'<' if measured[keys[1]] else '>'} 0.075"
+    )
+    wrong = [key for key in keys if prediction[key] != measured[key]]
+    if wrong:
+        return report(name, False, f"{', '.join(repr(k) for k in wrong)} wrong: {seen}")
+    return report(name, True, f"{seen}: still splits, just slower")
