@@ -373,10 +373,7 @@ def check_wide_head_prediction(prediction: dict) -> bool:
     loss, largest = _wide_head_longer()
     measured = {keys[0]: largest < 0.75, keys[1]: loss < 0.075}
     # categories, not digits: trained float32 weights differ in their last digits by CPU
-    seen = (
-        f"weight {'<' if measured[keys[0]] else '>'} 0.75, "
-        f"loss {'<' if measured[keys[1]] else '>'} 0.075"
-    )
+    seen = f"weight {'<' if measured[keys[0]] else '>'} 0.75, loss {'<' if measured[keys[1]] else '>'} 0.075"
     wrong = [key for key in keys if prediction[key] != measured[key]]
     if wrong:
         return report(name, False, f"{', '.join(repr(k) for k in wrong)} wrong: {seen}")
