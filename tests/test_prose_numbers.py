@@ -39,13 +39,11 @@ SKIPPED = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`|\[[^\]]*\]\([^)]*\)", re.DO
 
 # (notebook stem, number as the text writes it): why no cell prints it.
 NOT_PRINTED = {
-    ("03_multi_head_attention", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("12_kv_cache", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("15_sliding_window_and_sinks", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_explorer", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_reading_an_llm", "134.5"): "the introduction quotes the count cell 4 prints in full",
     ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
-    ("appendix_reading_a_model", "31"): "1 - ln 2: a loss in nats read as bits",
     ("appendix_explorer", "0.001"): "the value of attn_core.teach.plots.LOG_FLOOR, which the text names",
     ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
     ("12_kv_cache", "6.1"): "an exercise's number",

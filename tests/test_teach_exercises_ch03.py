@@ -12,9 +12,11 @@ import torch
 from attn_core import MultiHeadAttention
 from attn_core.teach.exercises.ch03 import (
     check_ablate_head,
-    check_mha_from_torch,
+    check_mha_test,
     check_permute_heads,
     check_qk_circuit,
+    check_qk_prediction,
+    check_wide_head_prediction,
 )
 
 
@@ -82,31 +84,44 @@ def circuit(layer, h, *, variant="right"):
         "columns": layer.q_proj.weight[:, rows].detach() @ layer.k_proj.weight[:, rows].detach().T / math.sqrt(D),
         "whole": layer.q_proj.weight.detach().T @ layer.k_proj.weight.detach() / math.sqrt(D),
         "small": w_q @ w_k.T,
+        "symmetrised": (w_q.T @ w_k + w_k.T @ w_q) / (2 * math.sqrt(D)),
     }[variant]
 
 
-def _mha_from_torch(ref, swap_qk=False):
-    layer = MultiHeadAttention(ref.embed_dim, ref.num_heads, bias=True).double()
-    w_q, w_k, w_v = ref.in_proj_weight.chunk(3)  # each (d, d)
-    b_q, b_k, b_v = ref.in_proj_bias.chunk(3)
-    if swap_qk:
-        w_q, w_k = w_k, w_q
-    with torch.no_grad():
-        for proj, w, b in [
-            (layer.q_proj, w_q, b_q),
-            (layer.k_proj, w_k, b_k),
-            (layer.v_proj, w_v, b_v),
-            (layer.out_proj, ref.out_proj.weight, ref.out_proj.bias),
-        ]:
-            proj.weight.copy_(w)
-            proj.bias.copy_(b)
-    return layer
+def _by_heads(layer, x, *, scale_width=None, project=True):
+    # the list-of-heads reference: head h uses rows h·D..(h+1)·D-1 of each projection
+    H = layer.n_heads
+    D = x.shape[-1] // H
+    heads = []
+    for h in range(H):
+        rows = slice(h * D, (h + 1) * D)
+        q, k, v = (x @ p.weight[rows].T for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(scale_width or D), dim=-1)
+        heads.append(w @ v)  # (B, T, D)
+    concat = torch.cat(heads, dim=-1)  # (B, T, H·D)
+    return layer.out_proj(concat) if project else concat  # (B, T, d_model)
 
 
-def _modifies_the_reference(ref):
+def mha_test(layer, *, T=5, atol=1e-10, scale_width=None):
+    x = torch.randn(2, T, layer.q_proj.weight.shape[1], dtype=torch.float64)
     with torch.no_grad():
-        ref.out_proj.bias.zero_()
-    return _mha_from_torch(ref)
+        return torch.allclose(layer(x), _by_heads(layer, x, scale_width=scale_width), atol=atol)
+
+
+def _forgets_w_o(layer):
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    with torch.no_grad():  # the reference stops at the concatenation: W_O missing
+        return torch.allclose(layer(x), _by_heads(layer, x, project=False), atol=1e-10)
+
+
+def _against_torch(layer):
+    d, H = layer.q_proj.weight.shape[1], layer.n_heads
+    ref = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True).double()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight]))
+        ref.out_proj.weight.copy_(layer.out_proj.weight)
+        x = torch.randn(2, 6, d, dtype=torch.float64)
+        return torch.allclose(layer(x), ref(x, x, x, need_weights=False)[0], atol=1e-10)
 
 
 ANSWERS = {
@@ -148,23 +163,49 @@ ANSWERS = {
                 "columns": "rows h·D",
                 "whole": "not the head's circuit",
                 "small": "expected a (12, 12) tensor",
+                "symmetrised": "need not equal Mᵀ",
             }.items()
         ],
     ),
-    check_mha_from_torch: (
-        [_mha_from_torch],
+    check_qk_prediction: (
+        [{"symmetric": False, "rank": 4}],
         [
-            (lambda ref: _mha_from_torch(ref, swap_qk=True), "max abs difference"),
-            (lambda ref: _mha_from_torch(ref).float(), "build the layer in float64"),
-            (lambda ref: MultiHeadAttention(12, 3).double(), "bias=True"),
-            (_modifies_the_reference, "reference layer was modified"),
+            ({"symmetric": True, "rank": 4}, "W_Q and W_K differ"),
+            ({"symmetric": False, "rank": 12}, "a product through D"),
+            ({"symmetric": False, "rank": 3}, "rank 3"),
+            ({"symmetric": False, "rank": True}, "expected a int"),
+            ({"symmetric": ..., "rank": ...}, "expected a bool"),
+        ],
+    ),
+    check_wide_head_prediction: (
+        [{"splits its weight": True, "reaches the four heads' loss": True}],
+        [
+            # "more steps make one head pick one position": it cannot, one average
+            ({"splits its weight": False, "reaches the four heads' loss": True}, "'splits its weight'"),
+            # "splitting caps the loss near 0.13": the gap at 80 steps is speed
+            ({"splits its weight": True, "reaches the four heads' loss": False}, "four heads' loss"),
+            ({"splits its weight": True}, "expected a dict"),
+        ],
+    ),
+    check_mha_test: (
+        [mha_test, _against_torch],
+        [
+            (lambda layer: layer(torch.randn(2, 5, 12, dtype=torch.float64)).shape == (2, 5, 12), "passed 3 of 3"),
+            (lambda layer: mha_test(layer, T=1), "passed 3 of 3"),
+            (lambda layer: mha_test(layer, atol=0.3), "1/√d_model"),
+            (lambda layer: mha_test(layer, scale_width=12), "rejected a correct layer"),
+            (_forgets_w_o, "rejected a correct layer"),
         ],
     ),
 }
 
 
-def test_qk_circuit_names_the_rank(capsys):
+def test_qk_circuit_does_not_give_the_prediction_away(capsys):
+    # the circuit's check runs after the prediction's: it must not print the answer
     assert check_qk_circuit(circuit)
+    out = capsys.readouterr().out
+    assert "rank" not in out and "symmetric" not in out
+    assert check_qk_prediction({"symmetric": False, "rank": 4})
     assert "rank 4 = D" in capsys.readouterr().out
 
 

@@ -16,7 +16,7 @@ tests.
 from ._common import compare, report
 from .ch01 import check_query_weight_grad, check_scale_test, check_self_score
 from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
-from .ch03 import check_mha_from_torch
+from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import check_decode_one_by_one, check_max_batch
 from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
@@ -55,7 +55,7 @@ __all__ = [
     "check_alignment_test",
     "check_decode_step_test",
     # ch03
-    "check_mha_from_torch",
+    "check_mha_test",
     # ch04
     "check_padding_test",
     "check_prefix_lm_mask",

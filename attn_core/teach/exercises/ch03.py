@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import Callable
 
 import torch
-from torch import nn
+import torch.nn.functional as F
 
+from ...config import DecoderConfig
 from ...layers.multihead import MultiHeadAttention
+from ...model.decoder import DecoderLM
 from ...ops.attention import attention as attn_core_attention
+from ..tasks import IGNORE_INDEX
+from ..training import train
 from ._common import compare, report
 
-__all__ = ["check_mha_from_torch"]
+__all__ = ["check_mha_test", "pair_task_longer"]
 
 
 def _inputs(seed: int, *shape: int) -> torch.Tensor:
@@ -21,48 +26,86 @@ def _inputs(seed: int, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
-def check_mha_from_torch(fn: Callable[[nn.MultiheadAttention], MultiHeadAttention]) -> bool:
-    """Exercise 3.3: ``fn(ref)`` builds a :class:`~attn_core.MultiHeadAttention` computing what ``ref`` computes.
+#: The bugs of the candidate layers, in the words the check prints.
+_BUGS = {
+    "split": "heads split with view(B, H, T, D)",
+    "scale": "scores scaled by 1/√d_model",
+    "merge": "heads merged without the transpose",
+}
 
-    ``ref`` is a ``torch.nn.MultiheadAttention(batch_first=True, bias=True)`` with random
-    weights: its stacked ``in_proj_weight``/``in_proj_bias`` (q, k, v) and ``out_proj`` must
-    be split into the four projections of ``MultiHeadAttention``. The check compares the
-    outputs on a random batch, in float64, and that ``ref`` was left untouched.
+
+class _Candidate(MultiHeadAttention):
+    """A multi-head layer written out by hand, with one head-bookkeeping bug (``bug``) or none.
 
     Shapes:
-        x: ``(B, T, d_model)``; both outputs ``(B, T, d_model)``
+        x: ``(B, T, d_model)``; output: ``(B, T, d_model)``
     """
-    name = "3.3 weights from nn.MultiheadAttention"
-    with torch.random.fork_rng(devices=[]):  # building the layer must not move the notebook's RNG
-        torch.manual_seed(33)
-        ref = nn.MultiheadAttention(12, 3, bias=True, batch_first=True).double()
-        with torch.no_grad():
-            for p in ref.parameters():  # biases are zero at init: make every number count
-                p.normal_(0.0, 0.3)
-    before = {k: v.clone() for k, v in ref.state_dict().items()}
-    x = _inputs(32, 2, 5, 12)  # (B, T, d_model)
-    try:
-        with torch.random.fork_rng(devices=[]):  # nor must the learner's layer
-            layer = fn(ref)
-        if not isinstance(layer, MultiHeadAttention):
-            return report(name, False, f"expected an attn_core.MultiHeadAttention, got {type(layer).__name__}")
-        got = copy.deepcopy(layer).double()(x)  # compared in float64, whatever dtype it was built in
-    except Exception as e:
-        return report(name, False, f"{type(e).__name__}: {e}")
-    if any(not torch.equal(v, ref.state_dict()[k]) for k, v in before.items()):
-        return report(name, False, "the reference layer was modified: copy its weights, do not change them")
-    with torch.no_grad():
-        expected = ref(x, x, x, need_weights=False)[0]  # (B, T, d_model)
-    if layer.q_proj.bias is None:
-        return report(name, False, "the reference has biases: build MultiHeadAttention(..., bias=True)")
-    if layer.q_proj.weight.dtype != torch.float64:
-        return report(name, False, "the reference is float64: build the layer in float64 too (.double())")
-    return compare(name, got, expected, atol=1e-10)
+
+    def __init__(self, d_model: int, n_heads: int, bug: str | None) -> None:
+        super().__init__(d_model, n_heads)
+        self._bug = bug
+
+    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        if kwargs:
+            raise TypeError(f"these layers are called as layer(x) only, got {sorted(kwargs)}")
+        B, T, width = x.shape
+        H = self.n_heads
+        D = width // H
+        q, k, v = (p(x) for p in (self.q_proj, self.k_proj, self.v_proj))  # (B, T, H·D) each
+        if self._bug == "split":  # right shape, heads and tokens mixed
+            q, k, v = (t.view(B, H, T, D) for t in (q, k, v))
+        else:
+            q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        scale = 1 / math.sqrt(width if self._bug == "scale" else D)
+        z = attn_core_attention(q, k, v, scale=scale)  # (B, H, T, D)
+        if self._bug == "merge":  # (B, H, T, D) read as (B, T, H·D)
+            z = z.contiguous().view(B, T, H * D)
+        else:
+            z = z.transpose(1, 2).reshape(B, T, H * D)
+        return self.out_proj(z)  # (B, T, d_model)
+
+
+def check_mha_test(fn: Callable[[MultiHeadAttention], bool]) -> bool:
+    """Exercise 3.4: ``fn(layer)`` is a test: ``True`` when ``layer`` computes multi-head attention.
+
+    The check hands ``fn`` two correct layers and three layers with one bug each (heads
+    split with ``view(B, H, T, D)``, scores scaled by ``1/√d_model``, heads merged without
+    the transpose), each float64, ``d_model = 12``, 3 heads, no biases, called as
+    ``layer(x)``. A good test accepts both correct layers and rejects every bug.
+
+    Shapes:
+        x: ``(B, T, d_model)``, chosen by the test; output ``(B, T, d_model)``
+    """
+    name = "3.4 a test for head bookkeeping"
+    verdicts = {}
+    for bug in (None, None, *_BUGS):
+        with torch.random.fork_rng(devices=[]):  # neither the layers nor the test move the notebook's RNG
+            torch.manual_seed(40 + len(verdicts))
+            layer = _Candidate(12, 3, bug).double()
+            try:
+                verdict = fn(layer)
+            except Exception as e:  # a learner's bug should print, not stop the notebook
+                return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(verdict, (bool, torch.Tensor)) or (
+            isinstance(verdict, torch.Tensor) and verdict.numel() != 1
+        ):
+            return report(name, False, f"expected True or False, got {type(verdict).__name__}")
+        verdicts[len(verdicts)] = (bug, bool(verdict))
+    if not all(ok for bug, ok in verdicts.values() if bug is None):
+        return report(name, False, "your test rejected a correct layer: check its reference")
+    missed = [_BUGS[bug] for bug, ok in verdicts.values() if bug is not None and ok]
+    if missed:
+        hint = " (on one token, or by shape, all three look right)" if len(missed) == len(_BUGS) else ""
+        return report(
+            name, False, f"your test passed {len(missed)} of {len(_BUGS)} wrong layers: {'; '.join(missed)}{hint}"
+        )
+    return report(name, True, f"accepts 2 correct layers, rejects all {len(_BUGS)} bugs")
 
 
 # ---- issue 25: exercises on where a head lives in the weights ----
 
-__all__ += ["check_ablate_head", "check_permute_heads", "check_qk_circuit"]
+__all__ += ["check_ablate_head", "check_permute_heads", "check_qk_circuit", "check_qk_prediction"]
+__all__ += ["check_wide_head_prediction"]
 
 
 def _layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) -> MultiHeadAttention:
@@ -110,8 +153,10 @@ def _surgery(layer: MultiHeadAttention, h: int, how: str) -> MultiHeadAttention:
 
 
 _ABLATION_HINTS = {
-    "q": "zero queries give every key the same score: the head still adds the average of its values",
-    "k": "zero keys give every key the same score: the head still adds the average of its values",
+    # With biases, zero query rows leave q = b_q for every query: every query gets the same
+    # (not uniform) weights. Zero key rows leave k = b_k for every key: uniform weights.
+    "q": "zero queries: every query is the query bias and looks the same way; the head still adds values",
+    "k": "zero keys: every key is the key bias, so the weights are uniform; the head still adds values",
     "v": "the value bias is still there: every weighted average of it is that bias, times W_O^(h)",
     "out_rows": "that zeroes output features (rows of out_proj.weight), not head h's input columns",
     "out_cols_next": "that switched off the next head: head h owns columns h·D .. (h+1)·D - 1",
@@ -224,6 +269,8 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         if not torch.allclose(M, exact, atol=1e-10):
             if torch.allclose(M, exact.T, atol=1e-10):
                 hint = "transposed: query side on the left, X M Xᵀ[i, j] = x_i M x_jᵀ"
+            elif torch.allclose(M, (exact + exact.T) / 2, atol=1e-10):
+                hint = "symmetrised: the query and key projections differ, so M need not equal Mᵀ"
             elif torch.allclose(M, exact * math.sqrt(D), atol=1e-10):
                 hint = "the 1/√D scale is missing"
             elif torch.allclose(M, exact * math.sqrt(D / d), atol=1e-10):
@@ -240,5 +287,112 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         got_w = torch.softmax(x[0] @ M @ x[0].T, dim=-1)  # (T, T)
         if not torch.allclose(got_w, weights[0, h], atol=1e-10):  # pragma: no cover - follows from `exact`
             return report(name, False, f"head {h}: softmax(X M Xᵀ) is not the head's weights")
+    return report(name, True, f"heads 1, 2: softmax(X M Xᵀ) is the head's map, M {d}x{d}")
+
+
+def _committed(prediction: object, keys: tuple[str, ...], kinds: tuple[type, ...]) -> str | None:
+    """Why ``prediction`` is not a filled-in dict of ``keys`` (values of ``kinds``), or None."""
+    if not isinstance(prediction, dict) or set(prediction) != set(keys):
+        return f"expected a dict with the keys {list(keys)}, got {prediction!r:.60}"
+    for key, kind in zip(keys, kinds):
+        if type(prediction[key]) is not kind:  # bool is not int here: True is no rank
+            return f"{key!r}: expected a {kind.__name__}, got {prediction[key]!r}"
+    return None
+
+
+def check_qk_prediction(prediction: dict) -> bool:
+    """Exercise 3.3, first part: the reader's prediction about the QK circuit, made before any check prints it.
+
+    ``prediction = {"symmetric": bool, "rank": int}`` for head 1 of the layer
+    :func:`check_qk_circuit` uses (``d_model = 12``, 3 heads, no biases). Compared with the
+    exact matrix ``W_Q^(h)ᵀ W_K^(h) / √D``.
+    """
+    name = "3.3 QK circuit, the prediction"
+    why = _committed(prediction, ("symmetric", "rank"), (bool, int))
+    if why:
+        return report(name, False, why)
+    layer = _layer(38, bias=False)
+    D = layer.d_model // layer.n_heads
+    rows = slice(D, 2 * D)  # head 1
+    exact = layer.q_proj.weight[rows].detach().T @ layer.k_proj.weight[rows].detach() / math.sqrt(D)
     rank = int(torch.linalg.matrix_rank(exact).item())
-    return report(name, True, f"heads 1 and 2 reproduced; M is {d}x{d} but of rank {rank} = D")
+    symmetric = bool(torch.allclose(exact, exact.T, atol=1e-10))
+    if prediction["symmetric"] != symmetric:
+        gap = (exact - exact.T).abs().max().item()
+        return report(name, False, f"symmetric: M - Mᵀ reaches {gap:.2f}; W_Q and W_K differ")
+    if prediction["rank"] != rank:
+        return report(
+            name, False, f"rank {prediction['rank']}: M is {layer.d_model}x{layer.d_model} but a product through D"
+        )
+    return report(name, True, f"not symmetric, rank {rank} = D of a 12x12 matrix")
+
+
+#: The pair task of the chapter: position t names (x_{t-1}, x_{t-2}) as one of 64 classes.
+_PAIR_V, _PAIR_T = 8, 8
+
+
+def _pair_batch(batch_size: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randint(0, _PAIR_V, (batch_size, _PAIR_T), generator=generator)  # (B, T)
+    y = torch.full_like(x, IGNORE_INDEX)  # positions 0 and 1 are not scored
+    y[:, 2:] = x[:, 1:-1] * _PAIR_V + x[:, :-2]
+    return x, y
+
+
+@functools.lru_cache(maxsize=2)
+def _pair_models(n_heads: int, steps: int = 320, seeds: tuple[int, ...] = (0, 1)) -> dict[str, float]:
+    """``n_heads`` heads of width ``32 // n_heads`` trained on the pair task: see :func:`pair_task_longer`."""
+    x, y = _pair_batch(1024, torch.Generator().manual_seed(99))
+    t = torch.arange(2, _PAIR_T)  # the scored queries
+    losses, weights = [], []
+    with torch.random.fork_rng():  # the reader's global random state is left as it was
+        for seed in seeds:
+            torch.manual_seed(seed)
+            config = DecoderConfig(vocab_size=_PAIR_V**2, n_layers=1, d_model=32, n_heads=n_heads, max_len=_PAIR_T)
+            model = DecoderLM(config)
+            train(model, _pair_batch, steps=steps, lr=1e-2, warmup=10, seed=seed)
+            model.eval()
+            with torch.no_grad():
+                logits, (w,) = model(x, return_weights=True)  # (B, T, 64), (B, H, T, T)
+            losses.append(F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX).item())
+            weights.append(torch.stack([w[:, :, t, t - k].mean(dim=(0, 2)) for k in (1, 2)]))  # (2, H)
+    return {
+        "loss": sum(losses) / len(losses),
+        "largest": max(on.max().item() for on in weights),
+        "split": min(on.max(dim=1).values.min().item() for on in weights),
+    }
+
+
+def pair_task_longer() -> dict[str, dict[str, float]]:
+    """What 320 steps on the pair task give one head of width 32 and four of width 8 (2 seeds each).
+
+    For each (``"1 head, D=32"``, ``"4 heads, D=8"``): ``"loss"``, the mean test loss in nats;
+    ``"largest"``, the largest mean weight any head puts on t-1 or on t-2 on any seed; and
+    ``"split"``, on the worst seed, the lower of the best head's weight on t-1 and the best
+    head's weight on t-2 (high when one head takes each position). Trained once per session.
+    """
+    return {"1 head, D=32": _pair_models(1), "4 heads, D=8": _pair_models(4)}
+
+
+def check_wide_head_prediction(prediction: dict) -> bool:
+    """Exercise 3.5: predict what one head of width 32 does on the pair task with 4x the steps, then train it.
+
+    ``prediction = {"splits its weight": bool, "reaches the four heads' loss": bool}``: after
+    320 steps instead of 80, does the head still split its weight between t-1 and t-2 (its
+    larger mean weight below 0.75), and is its test loss (mean of 2 seeds) nearer the four
+    heads' 0.02 than its own 0.13 at 80 steps (below 0.075)? The check trains the model
+    (2 seeds, a few seconds, once per session); :func:`pair_task_longer` has the numbers,
+    and the four heads' for comparison.
+    """
+    name = "3.5 wide head, longer"
+    keys = ("splits its weight", "reaches the four heads' loss")
+    why = _committed(prediction, keys, (bool, bool))
+    if why:
+        return report(name, False, why)
+    loss, largest = _pair_models(1)["loss"], _pair_models(1)["largest"]
+    measured = {keys[0]: largest < 0.75, keys[1]: loss < 0.075}
+    # categories, not digits: trained float32 weights differ in their last digits by CPU
+    seen = f"weight {'<' if measured[keys[0]] else '>'} 0.75, loss {'<' if measured[keys[1]] else '>'} 0.075"
+    wrong = [key for key in keys if prediction[key] != measured[key]]
+    if wrong:
+        return report(name, False, f"{', '.join(repr(k) for k in wrong)} wrong: {seen}")
+    return report(name, True, f"{seen}: still splits, just slower")
