@@ -3,9 +3,7 @@ standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
-import torch
-
-from attn_core.teach.exercises.ch05 import check_decode_intensity, check_decode_one_by_one, check_max_batch
+from attn_core.teach.exercises.ch05 import check_decode_intensity, check_max_batch, check_step_intensity
 
 
 def _max_batch(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
@@ -30,13 +28,33 @@ def _as_float(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_ele
     return free_bytes / (2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element)
 
 
-def _decode(layer, x):
-    cache = layer.make_cache(x.shape[0], x.shape[1])
-    return torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(x.shape[1])], dim=1)
+def _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    read = 2 * n_params + batch * 4 * n_layers * n_kv_heads * context * head_dim
+    return flops / read
 
 
-def _decode_without_cache(layer, x):
-    return torch.cat([layer(x[:, t : t + 1]) for t in range(x.shape[1])], dim=1)
+def _weights_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    return 2 * batch * n_params / (2 * n_params)
+
+
+def _cache_once(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    return flops / (2 * n_params + 4 * n_layers * n_kv_heads * context * head_dim)
+
+
+def _weights_per_sequence(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    return flops / (batch * (2 * n_params + 4 * n_layers * n_kv_heads * context * head_dim))
+
+
+def _float32(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    return _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context) / 2
+
+
+def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
 
 
 ANSWERS = {
@@ -60,11 +78,15 @@ ANSWERS = {
             (_as_float, "measured"),
         ],
     ),
-    check_decode_one_by_one: (
-        [_decode],
+    check_step_intensity: (
+        [_step],
         [
-            (lambda layer, x: layer(x), "call it once per token"),  # the full pass is not decoding
-            (_decode_without_cache, "pass kv_cache="),
+            (_weights_only, "the cache's bytes are missing"),
+            (lambda B, P, L, H, H_kv, D, T: H / H_kv, "the weights are missing"),  # 5.1's answer
+            (_cache_once, "its own cache"),
+            (_weights_per_sequence, "once per step"),
+            (_float32, "counted"),
+            (_step_keys_only, "counted"),
         ],
     ),
 }

@@ -7,64 +7,13 @@ from typing import Callable
 import torch
 
 from ...caches.kv import KVCache
-from ...layers.multihead import MultiHeadAttention
-from ._common import check_counts, compare, report
+from ._common import check_counts, report
 
-__all__ = [
-    "check_decode_one_by_one",
-]
+__all__ = ["check_decode_intensity", "check_step_intensity", "check_max_batch"]
 
 
-def check_decode_one_by_one(fn: Callable[[MultiHeadAttention, torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 5.2: ``fn(layer, x)`` runs a causal layer one token at a time with the cache it makes.
-
-    The learner builds ``layer.make_cache(B, T)``, calls the layer once per position with a
-    ``(B, 1, d_model)`` slice and the cache, and concatenates the outputs. The check runs it
-    on a multi-head and a multi-query layer (float64) and compares with the full pass
-    ``layer(x)``; it also counts the calls, so that returning ``layer(x)`` does not pass.
-
-    Shapes:
-        x: ``(B, T, d_model)``; fn's output: ``(B, T, d_model)``
-    """
-    name = "5.2 decode one token at a time"
-    g = torch.Generator().manual_seed(52)
-    x = torch.randn(2, 6, 16, generator=g, dtype=torch.float64)  # (B, T, d_model)
-    for n_kv_heads in (4, 1):
-        with torch.random.fork_rng(devices=[]):  # building a layer must not move the notebook's RNG
-            torch.manual_seed(52)
-            layer = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, causal=True).double()
-        widths = []
-        hook = layer.register_forward_pre_hook(lambda _, args, widths=widths: widths.append(args[0].shape[1]))
-        try:
-            with torch.no_grad():
-                got = fn(layer, x)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        finally:
-            hook.remove()
-        if widths != [1] * x.shape[1]:
-            return report(
-                name, False, f"the layer was called with {widths} tokens per call: call it once per token, T = 1 each"
-            )
-        with torch.no_grad():
-            expected = layer(x)  # (B, T, d_model)
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            err = (got.double() - expected).abs().max().item()
-            if err > 1e-10:
-                return report(
-                    name,
-                    False,
-                    f"n_kv_heads={n_kv_heads}: max abs difference {err:.1e} from the full pass "
-                    "(pass kv_cache= at every call, the same cache)",
-                )
-        elif not compare(name, got, expected, atol=1e-10):
-            return False
-    return report(name, True, "multi-head and multi-query layers: equal to the full pass within 1e-10")
-
-
-# The exercises of the revised chapter (issue 25): predictions about a decoding step and
-# about memory, each checked against a measurement (counted FLOPs, bytes of real caches).
-__all__ += ["check_decode_intensity", "check_max_batch"]
+# Predictions about a decoding step and about memory, each checked against a measurement
+# (FLOPs counted by PyTorch, bytes of real tensors and caches).
 
 
 def _measured_intensity(H: int, H_kv: int, n_new: int, T: int = 64, D: int = 8) -> float:
@@ -126,3 +75,66 @@ def check_max_batch(fn: Callable[..., int]) -> bool:
         kwargs = dict(free_bytes=free, n_layers=L, n_kv_heads=H_kv, head_dim=D, context=T, bytes_per_element=size)
         cases.append((kwargs, free // per_sequence))
     return check_counts("5.3 largest batch", fn, cases, "equal to what real caches allow in 4 settings")
+
+
+def _measured_step_intensity(B: int, P: int, L: int, H: int, H_kv: int, D: int, T: int) -> float:
+    """FLOPs per byte of one decoding step, counted on meta tensors (no memory, no arithmetic).
+
+    The weights are one float16 matrix of ``P`` elements that every sequence multiplies (read
+    once per step); each layer's attention reads its own float16 cache per sequence.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        w = torch.empty(P // 64, 64, dtype=torch.float16)  # the weights: P elements
+        x = torch.empty(B, 64, dtype=torch.float16)  # (B, 64): one new token per sequence
+        q = torch.empty(B, H_kv, H // H_kv, D, dtype=torch.float16)  # a group's queries as rows
+        k = v = torch.empty(B, H_kv, T, D, dtype=torch.float16)  # (B, H_kv, T, D): one layer
+        with FlopCounterMode(display=False) as counter:
+            x @ w.T  # (B, P // 64)
+            for _ in range(L):
+                torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+    read = w.nbytes + L * (k.nbytes + v.nbytes)  # weights once; every layer's cache, every sequence
+    return counter.get_total_flops() / read
+
+
+def check_step_intensity(fn: Callable[..., float]) -> bool:
+    """Exercise 5.2: ``fn(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context)``.
+
+    FLOPs per byte of one whole decoding step of a batch: float16 weights of ``n_params``
+    elements (a multiply and an add per weight and sequence) and each sequence's float16
+    cache of ``context`` positions in every layer. Compared with the FLOPs PyTorch counts on
+    meta tensors of those sizes divided by their bytes; the cases vary the batch, so that
+    an answer that treats the weights or the cache like the other shows.
+    """
+    name = "5.2 FLOPs per byte of a step"
+    cases = (  # batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context
+        (1, 64 * 1000, 2, 8, 8, 16, 128),
+        (4, 64 * 5000, 3, 8, 1, 16, 256),
+        (16, 64 * 200, 2, 4, 2, 8, 64),
+        (64, 64 * 100, 1, 8, 1, 8, 512),
+    )
+    for case in cases:
+        B, P, L, H, H_kv, D, T = case
+        want = _measured_step_intensity(*case)
+        try:
+            got = float(fn(B, P, L, H, H_kv, D, T))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if abs(got - want) <= 1e-9 * want:
+            continue
+        cache = 4 * L * H_kv * T * D  # float16 keys and values of one sequence
+        hints = {  # the typical slips, recognised by their values
+            B: "the attention's FLOPs and the cache's bytes are missing",
+            H / H_kv: "the weights are missing: every step reads them too",
+            B * (2 * P + 4 * L * H * T * D) / (2 * P + cache): "each sequence reads its own cache",
+            (2 * P + 4 * L * H * T * D) / (2 * P + cache): "the weights are read once per step, for the whole batch",
+        }
+        hint = next((f" ({why})" for value, why in hints.items() if abs(got - value) <= 1e-9 * value), "")
+        return report(
+            name,
+            False,
+            f"batch={B}, n_params={P}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, T={T}: "
+            f"got {got:g}, counted {want:g} FLOPs/byte{hint}",
+        )
+    return report(name, True, f"equal to the counted FLOPs per byte in {len(cases)} settings (batch 1 to 64)")
