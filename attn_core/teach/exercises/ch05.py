@@ -137,4 +137,4 @@ def check_step_intensity(fn: Callable[..., float]) -> bool:
             f"batch={B}, n_params={P}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, T={T}: "
             f"got {got:g}, counted {want:g} FLOPs/byte{hint}",
         )
-    return report(name, True, f"equal to the counted FLOPs per byte in {len(cases)} settings")
+    return report(name, True, f"equals the counted FLOPs per byte, {len(cases)} settings")
