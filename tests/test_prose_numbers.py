@@ -47,6 +47,7 @@ NOT_PRINTED = {
     ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
     ("appendix_reading_a_model", "31"): "1 - ln 2: a loss in nats read as bits",
     ("appendix_explorer", "0.001"): "the value of attn_core.teach.plots.LOG_FLOOR, which the text names",
+    ("05_multi_query_attention", "3.8"): "Shazeer (2019), §4.3: 3.8 µs per token, multi-query decoder",
     ("07_multi_head_latent_attention", "0.06"): "worked out in the text: 0.01 radian per position, 6 positions",
     ("07_multi_head_latent_attention", "0.09"): "worked out in the text: the slope of the slow cosine's sine",
     ("07_multi_head_latent_attention", "0.54"): "worked out in the text: a tilt of 0.09 over 6 positions",

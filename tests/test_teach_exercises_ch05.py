@@ -3,29 +3,56 @@ standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
-from attn_core.teach.exercises.ch05 import check_decode_intensity, check_max_batch, check_step_intensity
+import math
+
+import torch
+import torch.nn.functional as F
+
+from attn_core.teach.exercises.ch05 import check_mqa_test, check_ridge_batch, check_step_intensity
 
 
-def _max_batch(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    per_sequence = 2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element
-    return free_bytes // per_sequence
+def _reference(q, k, v):
+    H = q.shape[1]
+    return F.scaled_dot_product_attention(q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1))
 
 
-def _keys_only(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    return free_bytes // (n_layers * n_kv_heads * head_dim * context * bytes_per_element)
+def _inputs(B, H=4, T=5, D=8):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    k, v = torch.randn(2, B, 1, T, D, generator=g, dtype=torch.float64)
+    return q, k, v
 
 
-def _one_layer(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    return free_bytes // (2 * n_kv_heads * head_dim * context * bytes_per_element)
+def _test_batch_of_three(attention):
+    q, k, v = _inputs(3)  # several sequences, a batch size other than H
+    torch.testing.assert_close(attention(q, k, v), _reference(q, k, v))
 
 
-def _rounded_up(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    per_sequence = 2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element
-    return -(-free_bytes // per_sequence)
+def _test_batch_equal_to_heads(attention):
+    q, k, v = _inputs(4)  # B = H: the dropped head axis runs, and is wrong
+    got = attention(q, k, v)
+    assert torch.allclose(got, _reference(q, k, v), atol=1e-10), "attention differs"
 
 
-def _as_float(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    return free_bytes / (2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element)
+def _test_one_sequence(attention):
+    q, k, v = _inputs(1)  # B = 1: the dropped head axis is right here
+    torch.testing.assert_close(attention(q, k, v), _reference(q, k, v))
+
+
+def _test_shapes_only(attention):
+    q, k, v = _inputs(3)
+    assert attention(q, k, v).shape == q.shape
+
+
+def _test_bitwise(attention):
+    q, k, v = _inputs(3)
+    assert torch.equal(attention(q, k, v), _reference(q, k, v)), "not bit for bit"
+
+
+def _test_rows_sum_to_one(attention):  # a property every bug but one keeps
+    q, k, v = _inputs(3)
+    ones = torch.ones_like(v)
+    torch.testing.assert_close(attention(q, k, ones), torch.ones_like(q))
 
 
 def _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
@@ -57,36 +84,41 @@ def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, co
     return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
 
 
+def _ridge_batch(peak_flops, bandwidth, bytes_per_element):
+    # 2 FLOPs per weight and sequence against bytes_per_element bytes per weight, read once
+    return math.ceil(peak_flops / bandwidth * bytes_per_element / 2)
+
+
 ANSWERS = {
-    check_decode_intensity: (
-        # 4·H·n·T·D FLOPs over 2·H_kv·T·D·2 bytes
-        [lambda H, H_kv, n_new: H * n_new / H_kv],
+    check_mqa_test: (
+        [_test_batch_of_three, _test_batch_equal_to_heads],
         [
-            (lambda H, H_kv, n_new: H / H_kv, "counted"),  # forgets the new tokens
-            (lambda H, H_kv, n_new: 2 * H * n_new / H_kv, "keys *and* values"),  # keys only
-            (lambda H, H_kv, n_new: H_kv * n_new / H, "which of H and H_kv"),  # inverted
-            (lambda H, H_kv, n_new: 1.0, "counted"),  # "always memory-bound at 1"
-            (lambda H, H_kv, n_new: H * n_new / H_kv / 2, "counted"),  # float32 bytes
-        ],
-    ),
-    check_max_batch: (
-        [_max_batch],
-        [
-            (_keys_only, "measured"),
-            (_one_layer, "measured"),
-            (_rounded_up, "measured"),
-            (_as_float, "measured"),
+            (_test_one_sequence, "drops the key's head axis"),  # B = 1 hides it
+            (_test_shapes_only, "takes the softmax over the queries"),
+            (_test_bitwise, "rejects a right attention"),  # rounding differs
+            (_test_rows_sum_to_one, "scales the scores"),
         ],
     ),
     check_step_intensity: (
         [_step],
         [
             (_weights_only, "the cache's bytes are missing"),
-            (lambda B, P, L, H, H_kv, D, T: H / H_kv, "the weights are missing"),  # 5.1's answer
+            (lambda B, P, L, H, H_kv, D, T: H / H_kv, "the weights are missing"),  # attention alone
             (_cache_once, "its own cache"),
             (_weights_per_sequence, "once per step"),
             (_float32, "counted"),
             (_step_keys_only, "counted"),
+        ],
+    ),
+    check_ridge_batch: (
+        [_ridge_batch, lambda p, b, s: -(-p * s // (2 * b))],
+        [
+            (lambda p, b, s: round(p / b * s / 2), "round up"),
+            (lambda p, b, s: int(p / b * s / 2), "round up"),
+            (lambda p, b, s: int(p / b * s / 2) + 1, "compute-bound already"),
+            (lambda p, b, s: p / b * s / 2, "whole number"),
+            (lambda p, b, s: math.ceil(p / b), "counted"),  # the bytes per weight forgotten
+            (lambda p, b, s: math.ceil(p / b * s), "counted"),  # one FLOP per weight
         ],
     ),
 }

@@ -2,79 +2,114 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
-from ...caches.kv import KVCache
-from ._common import check_counts, report
+from ._common import report
 
-__all__ = ["check_decode_intensity", "check_step_intensity", "check_max_batch"]
-
-
-# Predictions about a decoding step and about memory, each checked against a measurement
-# (FLOPs counted by PyTorch, bytes of real tensors and caches).
+__all__ = ["check_mqa_test", "check_step_intensity", "check_ridge_batch"]
 
 
-def _measured_intensity(H: int, H_kv: int, n_new: int, T: int = 64, D: int = 8) -> float:
-    """FLOPs of one decoding step's attention, counted by PyTorch, per float16 byte of cache."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    q = torch.zeros(1, H_kv, (H // H_kv) * n_new, D)  # a group's queries as the rows of one matmul
-    k = v = torch.zeros(1, H_kv, T, D)  # (B, H_kv, T, D)
-    with FlopCounterMode(display=False) as counter:
-        torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
-    cache_bytes = 2 * H_kv * T * D * 2  # keys and values, float16
-    return counter.get_total_flops() / cache_bytes
+# 5.1: a test of a multi-query attention function, run against right implementations (it
+# must pass them all) and against implementations with one bug each (it must reject each).
 
 
-def check_decode_intensity(fn: Callable[[int, int, int], float]) -> bool:
-    """Exercise 5.1: ``fn(n_heads, n_kv_heads, n_new)``: FLOPs per byte of cache a decoding step does.
+def _broadcast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right: the key and value keep a head axis of size 1 and broadcast over the heads."""
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)  # (B, H, T, T)
+    return w @ v  # (B, H, T, D)
 
-    One step of attention for ``n_new`` new tokens at once (1 for plain decoding, more for
-    speculative decoding or multi-token prediction), ``n_heads`` query heads sharing
-    ``n_kv_heads`` key/value heads, a float16 cache of ``T`` positions. The answer is
-    compared with the FLOPs PyTorch's ``FlopCounterMode`` counts in the step divided by the
-    bytes of keys and values it reads; it must not depend on ``T`` or the head width.
-    """
-    name = "5.1 FLOPs per byte of cache"
-    for H, H_kv, n_new in ((8, 8, 1), (8, 1, 1), (32, 8, 1), (16, 1, 4), (8, 2, 3)):
-        want = _measured_intensity(H, H_kv, n_new)
+
+def _expanded_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right: PyTorch's attention with the shared head expanded to every query head."""
+    H = q.shape[1]
+    return F.scaled_dot_product_attention(q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1))
+
+
+def _heads_as_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right: every head's queries as rows of one matrix product (another rounding order)."""
+    B, H, T, D = q.shape
+    rows = q.reshape(B, 1, H * T, D)  # (B, 1, H·T, D)
+    w = torch.softmax(rows @ k.transpose(-2, -1) * D**-0.5, dim=-1)  # (B, 1, H·T, T)
+    return (w @ v).view(B, H, T, D)
+
+
+def _dropped_head_axis(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the key loses its head axis, so broadcasting meets the batch with the heads."""
+    k, v = k.squeeze(1), v.squeeze(1)  # (B, T, D): right only when B = 1
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+    return w @ v
+
+
+def _softmax_over_queries(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the softmax normalises over the queries instead of the keys."""
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-2) @ v
+
+
+def _scaled_by_model_width(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the scores are divided by the square root of H·D, not of D."""
+    H, D = q.shape[1], q.shape[-1]
+    return torch.softmax(q @ k.transpose(-2, -1) / (H * D) ** 0.5, dim=-1) @ v
+
+
+def _first_head_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: every head uses head 0's queries, as if the queries were shared too."""
+    return _broadcast(q[:, :1], k, v).expand_as(q)
+
+
+def _keys_as_values(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the weights mix the keys instead of the values."""
+    return _broadcast(q, k, k)
+
+
+_RIGHT = {
+    "broadcast": _broadcast,  # a head axis of size 1
+    "expanded SDPA": _expanded_sdpa,
+    "heads as rows": _heads_as_rows,
+}
+_BUGS = {
+    "drops the key's head axis (right at B = 1)": _dropped_head_axis,
+    "takes the softmax over the queries": _softmax_over_queries,
+    "scales the scores by 1/sqrt(H·D)": _scaled_by_model_width,
+    "gives every head head 0's queries": _first_head_only,
+    "mixes the keys, not the values": _keys_as_values,
+}
+
+
+def _verdict(test: Callable, attention: Callable) -> Exception | None:
+    """Run the learner's test on one implementation: the exception it raised, or None."""
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(io.StringIO()):
         try:
-            got = float(fn(H, H_kv, n_new))
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        if not abs(got - want) <= 1e-9 * want:
-            hint = ""
-            if abs(got - 2 * want) <= 1e-9 * want:
-                hint = " (a cache holds keys *and* values)"
-            elif abs(got * want - n_new**2) <= 1e-9 * n_new**2:  # H_kv/H instead of H/H_kv
-                hint = " (which of H and H_kv is read, which is computed with?)"
-            return report(
-                name, False, f"H={H}, H_kv={H_kv}, n_new={n_new}: got {got:g}, counted {want:g} FLOPs/byte{hint}"
-            )
-    return report(name, True, "equal to the counted FLOPs per byte in 5 shapes")
+            test(attention)
+        except Exception as e:  # a rejection is an exception: AssertionError, or a failed op
+            return e
+    return None
 
 
-def check_max_batch(fn: Callable[..., int]) -> bool:
-    """Exercise 5.3: ``fn(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element)``.
+def check_mqa_test(test: Callable[[Callable], object]) -> bool:
+    """Exercise 5.1: ``test(attention)`` raises if ``attention(q, k, v)`` is wrong multi-query attention.
 
-    The largest number of sequences of ``context`` tokens whose KV caches (one per layer)
-    fit in ``free_bytes``. Compared with the bytes of real :class:`~attn_core.KVCache`
-    objects for one sequence.
+    ``attention`` takes queries ``(B, H, T, D)`` and one key and one value head ``(B, 1, T, D)``
+    and returns ``(B, H, T, D)`` (no mask). The test must pass three right implementations
+    (they round differently) and reject, by raising, each of five with one bug.
     """
-    cases = []
-    for free, L, H_kv, D, T, dtype in (
-        (2**30, 4, 8, 16, 256, torch.float32),
-        (2**30, 4, 1, 16, 256, torch.float32),
-        (10**9, 3, 2, 32, 1000, torch.float16),
-        (5 * 10**6, 2, 4, 8, 100, torch.bfloat16),
-    ):
-        per_sequence = L * KVCache(1, H_kv, D, max_len=T, dtype=dtype).nbytes()
-        size = torch.empty((), dtype=dtype).element_size()
-        kwargs = dict(free_bytes=free, n_layers=L, n_kv_heads=H_kv, head_dim=D, context=T, bytes_per_element=size)
-        cases.append((kwargs, free // per_sequence))
-    return check_counts("5.3 largest batch", fn, cases, "equal to what real caches allow in 4 settings")
+    name = "5.1 test for MQA"
+    for label, attention in _RIGHT.items():
+        error = _verdict(test, attention)
+        if error is not None:
+            return report(name, False, f"rejects a right attention ({label}): {type(error).__name__}")
+    for label, attention in _BUGS.items():
+        if _verdict(test, attention) is None:
+            return report(name, False, f"passes one that {label}")
+    return report(name, True, f"passes {len(_RIGHT)} right implementations, rejects {len(_BUGS)} bugs")
+
+
+# 5.2: FLOPs per byte of a whole step, counted by PyTorch on meta tensors.
 
 
 def _measured_step_intensity(B: int, P: int, L: int, H: int, H_kv: int, D: int, T: int) -> float:
@@ -138,3 +173,48 @@ def check_step_intensity(fn: Callable[..., float]) -> bool:
             f"got {got:g}, counted {want:g} FLOPs/byte{hint}",
         )
     return report(name, True, f"equals the counted FLOPs per byte, {len(cases)} settings")
+
+
+def check_ridge_batch(fn: Callable[[float, float, float], int]) -> bool:
+    """Exercise 5.3: ``fn(peak_flops, bandwidth, bytes_per_element)``: the smallest compute-bound batch.
+
+    A decoding step multiplies every weight matrix by one new token per sequence and reads
+    each weight once for the whole batch. The answer is the smallest batch at which that
+    product's arithmetic takes at least as long as reading its weights (FLOPs / ``peak_flops``
+    >= bytes / ``bandwidth``). Compared with the FLOPs PyTorch's ``FlopCounterMode`` counts
+    in ``x @ W.T`` on meta tensors, and the weights' bytes at ``bytes_per_element``.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    name = "5.3 smallest compute-bound batch"
+    with torch.device("meta"), FlopCounterMode(display=False) as counter:
+        torch.empty(1, 64) @ torch.empty(32, 64).T  # one sequence, a weight matrix (32, 64)
+    per_sequence = counter.get_total_flops() / (32 * 64)  # FLOPs per weight and sequence
+    cases = (  # peak FLOP/s, bytes/s, bytes per weight: the ridge's fraction varies
+        (989e12, 3.35e12, 2),  # H100, 16-bit weights: ridge 295.2
+        (989e12, 3.35e12, 1),  # H100, 8-bit weights
+        (312e12, 2.039e12, 2),  # A100, 16-bit weights: ridge 153.0
+        (989e12, 3.35e12, 0.5),  # 4-bit weights
+        (1000e12, 2e12, 2),  # ridge exactly 500: compute-bound at 500 already
+    )
+    for peak, bandwidth, size in cases:
+        want = math.ceil(size * peak / (per_sequence * bandwidth) - 1e-9)  # FLOPs/peak >= bytes/bw
+        try:
+            got = fn(peak, bandwidth, size)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if got != want:
+            hint = ""
+            if isinstance(got, (int, float)) and got == want - 1:
+                hint = " (at that batch the arithmetic is still shorter than the reading: round up)"
+            elif isinstance(got, (int, float)) and got == want + 1:
+                hint = " (at the ridge itself the two times are equal: compute-bound already)"
+            elif isinstance(got, float) and abs(got - size * peak / (per_sequence * bandwidth)) < 1e-6:
+                hint = " (a batch is a whole number of sequences)"
+            return report(
+                name,
+                False,
+                f"peak {peak:.3g} FLOP/s, {bandwidth:.3g} B/s, {size} bytes per weight: "
+                f"got {got!r}, counted {want}{hint}",
+            )
+    return report(name, True, f"equal to the counted crossing in {len(cases)} settings")
