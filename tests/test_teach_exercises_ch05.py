@@ -8,7 +8,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attn_core.teach.exercises.ch05 import check_mqa_test, check_ridge_batch, check_step_intensity
+from attn_core.teach.exercises.ch05 import (
+    check_balance_context,
+    check_mqa_prediction,
+    check_mqa_test,
+    check_step_intensity,
+)
 
 
 def _reference(q, k, v):
@@ -84,9 +89,10 @@ def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, co
     return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
 
 
-def _ridge_batch(peak_flops, bandwidth, bytes_per_element):
-    # 2 FLOPs per weight and sequence against bytes_per_element bytes per weight, read once
-    return math.ceil(peak_flops / bandwidth * bytes_per_element / 2)
+def _balance(batch, weight_bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes_per_element):
+    # keys and values of every layer and sequence, per cached position, against the weights
+    per_position = batch * n_layers * 2 * n_kv_heads * head_dim * bytes_per_element
+    return math.ceil(weight_bytes / per_position)
 
 
 ANSWERS = {
@@ -110,15 +116,24 @@ ANSWERS = {
             (_step_keys_only, "counted"),
         ],
     ),
-    check_ridge_batch: (
-        [_ridge_batch, lambda p, b, s: -(-p * s // (2 * b))],
+    check_mqa_prediction: (
+        [{"B=1": {"axis"}, "H=1": {"scale", "head0"}}],
         [
-            (lambda p, b, s: round(p / b * s / 2), "round up"),
-            (lambda p, b, s: int(p / b * s / 2), "round up"),
-            (lambda p, b, s: int(p / b * s / 2) + 1, "compute-bound already"),
-            (lambda p, b, s: p / b * s / 2, "whole number"),
-            (lambda p, b, s: math.ceil(p / b), "counted"),  # the bytes per weight forgotten
-            (lambda p, b, s: math.ceil(p / b * s), "counted"),  # one FLOP per weight
+            ({"B=1": {"axis"}, "H=1": {"axis", "scale", "head0"}}, "at H=1"),  # B > 1 catches it
+            ({"B=1": set(), "H=1": {"scale", "head0"}}, "at B=1"),  # the page's bug 2
+            ({"B=1": {"axis"}, "H=1": {"scale"}}, "at H=1"),  # head 0 is the only head
+            ({"B=1": {"axis"}}, "keys"),
+        ],
+    ),
+    check_balance_context: (
+        [_balance, lambda B, W, L, H, H_kv, D, s: -(-W // (B * L * 2 * H_kv * D * s))],
+        [
+            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (L * 2 * H_kv * D * s)), "its own cache"),
+            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (B * L * H_kv * D * s)), "keys and the values"),
+            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (B * L * 2 * H * D * s)), "not n_heads"),
+            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (B * 2 * H_kv * D * s)), "every layer"),
+            (lambda B, W, L, H, H_kv, D, s: W // (B * L * 2 * H_kv * D * s), "round up"),
+            (lambda B, W, L, H, H_kv, D, s: W / (B * L * 2 * H_kv * D * s), "whole number"),
         ],
     ),
 }

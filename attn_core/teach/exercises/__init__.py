@@ -18,7 +18,7 @@ from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
 from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
 from .ch03 import check_mha_from_torch
 from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
-from .ch05 import check_mqa_test, check_ridge_batch, check_step_intensity
+from .ch05 import check_balance_context, check_mqa_prediction, check_mqa_test, check_step_intensity
 from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
 from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
@@ -61,9 +61,10 @@ __all__ = [
     "check_prefix_lm_mask",
     "check_score_entries",
     # ch05
+    "check_mqa_prediction",
     "check_mqa_test",
     "check_step_intensity",
-    "check_ridge_batch",
+    "check_balance_context",
     # ch06
     "check_gqa_to_mha",
     "check_kv_bytes_per_gpu",

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from ...caches.size import kv_cache_elements_per_token
+from ...layers.multihead import MultiHeadAttention
 from ._common import report
 
-__all__ = ["check_mqa_test", "check_step_intensity", "check_ridge_batch"]
+__all__ = ["check_mqa_prediction", "check_mqa_test", "check_step_intensity", "check_balance_context"]
 
 
 # 5.1: a test of a multi-query attention function, run against right implementations (it
@@ -72,13 +73,29 @@ _RIGHT = {
     "expanded SDPA": _expanded_sdpa,
     "heads as rows": _heads_as_rows,
 }
-_BUGS = {
-    "drops the key's head axis (right at B = 1)": _dropped_head_axis,
-    "takes the softmax over the queries": _softmax_over_queries,
-    "scales the scores by 1/sqrt(H·D)": _scaled_by_model_width,
-    "gives every head head 0's queries": _first_head_only,
-    "mixes the keys, not the values": _keys_as_values,
+_BUGS = {  # short name: (what it does, the implementation)
+    "axis": ("drops the key's head axis (right at B = 1)", _dropped_head_axis),
+    "softmax": ("takes the softmax over the queries", _softmax_over_queries),
+    "scale": ("scales the scores by 1/sqrt(H·D)", _scaled_by_model_width),
+    "head0": ("gives every head head 0's queries", _first_head_only),
+    "values": ("mixes the keys, not the values", _keys_as_values),
 }
+
+
+def _missed_at(B: int, H: int) -> set[str]:
+    """The bugs that a right float64 test with ``B`` sequences and ``H`` heads lets through."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, 5, 8, generator=g, dtype=torch.float64)  # (B, H, T, D)
+    k, v = torch.randn(2, B, 1, 5, 8, generator=g, dtype=torch.float64)  # (B, 1, T, D)
+    want = _expanded_sdpa(q, k, v)
+    missed = set()
+    for short, (_, attention) in _BUGS.items():
+        try:
+            torch.testing.assert_close(attention(q, k, v), want)
+        except Exception:  # a wrong shape or wrong values: caught
+            continue
+        missed.add(short)
+    return missed
 
 
 def _verdict(test: Callable, attention: Callable) -> Exception | None:
@@ -89,6 +106,29 @@ def _verdict(test: Callable, attention: Callable) -> Exception | None:
         except Exception as e:  # a rejection is an exception: AssertionError, or a failed op
             return e
     return None
+
+
+def check_mqa_prediction(predicted: dict) -> bool:
+    """Exercise 5.1, the prediction: which bugs a right test misses with one sequence or one head.
+
+    ``predicted`` maps ``"B=1"`` (one sequence, several heads) and ``"H=1"`` (one head,
+    several sequences) to sets of the bugs' short names (``"axis"``, ``"softmax"``,
+    ``"scale"``, ``"head0"``, ``"values"``). The check runs a right float64 test at those
+    shapes on each bug and compares what got through.
+    """
+    name = "5.1 prediction"
+    if not isinstance(predicted, dict) or set(predicted) != {"B=1", "H=1"}:
+        return report(name, False, f'give a dict with the keys "B=1" and "H=1", got {predicted!r}')
+    for shape, bugs in predicted.items():
+        if not isinstance(bugs, (set, frozenset)) or not set(bugs) <= set(_BUGS):
+            return report(name, False, f"{shape}: a set of bug names from {sorted(_BUGS)}, got {bugs!r}")
+    found = {"B=1": _missed_at(1, 4), "H=1": _missed_at(3, 1)}
+    for shape in ("B=1", "H=1"):
+        if set(predicted[shape]) != found[shape]:
+            return report(
+                name, False, f"at {shape} a right test misses {sorted(found[shape])}, not {sorted(predicted[shape])}"
+            )
+    return report(name, True, f"at B=1 a right test misses {sorted(found['B=1'])}, at H=1 {sorted(found['H=1'])}")
 
 
 def check_mqa_test(test: Callable[[Callable], object]) -> bool:
@@ -103,7 +143,7 @@ def check_mqa_test(test: Callable[[Callable], object]) -> bool:
         error = _verdict(test, attention)
         if error is not None:
             return report(name, False, f"rejects a right attention ({label}): {type(error).__name__}")
-    for label, attention in _BUGS.items():
+    for label, attention in _BUGS.values():
         if _verdict(test, attention) is None:
             return report(name, False, f"passes one that {label}")
     return report(name, True, f"passes {len(_RIGHT)} right implementations, rejects {len(_BUGS)} bugs")
@@ -175,46 +215,53 @@ def check_step_intensity(fn: Callable[..., float]) -> bool:
     return report(name, True, f"equals the counted FLOPs per byte, {len(cases)} settings")
 
 
-def check_ridge_batch(fn: Callable[[float, float, float], int]) -> bool:
-    """Exercise 5.3: ``fn(peak_flops, bandwidth, bytes_per_element)``: the smallest compute-bound batch.
+def check_balance_context(fn: Callable[..., int]) -> bool:
+    """Exercise 5.3: ``fn(batch, weight_bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes_per_element)``.
 
-    A decoding step multiplies every weight matrix by one new token per sequence and reads
-    each weight once for the whole batch. The answer is the smallest batch at which that
-    product's arithmetic takes at least as long as reading its weights (FLOPs / ``peak_flops``
-    >= bytes / ``bandwidth``). Compared with the FLOPs PyTorch's ``FlopCounterMode`` counts
-    in ``x @ W.T`` on meta tensors, and the weights' bytes at ``bytes_per_element``.
+    The smallest context (cached positions per sequence) at which one decoding step reads
+    at least as many bytes of cache, over the whole batch and every layer, as of weights
+    (``weight_bytes``, read once per step); the cache holds ``bytes_per_element`` bytes per
+    number. Compared with the elements per token that an attention layer of that shape
+    stores in a real ``KVCache`` (counted by ``kv_cache_elements_per_token``).
     """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    name = "5.3 smallest compute-bound batch"
-    with torch.device("meta"), FlopCounterMode(display=False) as counter:
-        torch.empty(1, 64) @ torch.empty(32, 64).T  # one sequence, a weight matrix (32, 64)
-    per_sequence = counter.get_total_flops() / (32 * 64)  # FLOPs per weight and sequence
-    cases = (  # peak FLOP/s, bytes/s, bytes per weight: the ridge's fraction varies
-        (989e12, 3.35e12, 2),  # H100, 16-bit weights: ridge 295.2
-        (989e12, 3.35e12, 1),  # H100, 8-bit weights
-        (312e12, 2.039e12, 2),  # A100, 16-bit weights: ridge 153.0
-        (989e12, 3.35e12, 0.5),  # 4-bit weights
-        (1000e12, 2e12, 2),  # ridge exactly 500: compute-bound at 500 already
+    name = "5.3 context where the cache outweighs the weights"
+    cases = (  # batch, weight bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes per number
+        (1, 11_132_000_000, 32, 32, 1, 128, 2),  # a 7B-shaped MQA model
+        (64, 11_132_000_000, 32, 32, 1, 128, 2),
+        (1, 13_210_000_000, 32, 32, 32, 128, 2),  # MHA
+        (8, 6_000_000, 4, 8, 2, 16, 1),  # an 8-bit cache
+        (3, 1_000_000, 2, 4, 1, 8, 4),  # a float32 cache
     )
-    for peak, bandwidth, size in cases:
-        want = math.ceil(size * peak / (per_sequence * bandwidth) - 1e-9)  # FLOPs/peak >= bytes/bw
+    for case in cases:
+        B, W, L, H, H_kv, D, size = case
+        with torch.device("meta"):  # no memory: only the shape of what the layer caches
+            layer = MultiHeadAttention(H * D, H, n_kv_heads=H_kv)
+        per_position = B * L * kv_cache_elements_per_token(layer) * size  # bytes, whole batch
+        want = -(-W // per_position)  # cache bytes >= weight bytes from here on
         try:
-            got = fn(peak, bandwidth, size)
+            got = fn(B, W, L, H, H_kv, D, size)
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = ""
-            if isinstance(got, (int, float)) and got == want - 1:
-                hint = " (at that batch the arithmetic is still shorter than the reading: round up)"
-            elif isinstance(got, (int, float)) and got == want + 1:
-                hint = " (at the ridge itself the two times are equal: compute-bound already)"
-            elif isinstance(got, float) and abs(got - size * peak / (per_sequence * bandwidth)) < 1e-6:
-                hint = " (a batch is a whole number of sequences)"
-            return report(
-                name,
-                False,
-                f"peak {peak:.3g} FLOP/s, {bandwidth:.3g} B/s, {size} bytes per weight: "
-                f"got {got!r}, counted {want}{hint}",
-            )
-    return report(name, True, f"equal to the counted crossing in {len(cases)} settings")
+        if got == want and isinstance(got, int):
+            continue
+
+        def ceil(num: int, den: int) -> int:  # exact: whole bytes
+            return -(-num // den)
+
+        hints = {
+            ceil(W * B, per_position): "every sequence of the batch reads its own cache",
+            ceil(W * 2, per_position): "a cache holds the keys and the values",
+            ceil(W * H_kv, per_position * H): "the cache has n_kv_heads heads, not n_heads",
+            ceil(W * L, per_position): "every layer has its own cache",
+            want - 1: "at that context the cache still reads fewer bytes: round up",
+        }
+        hint = next((f" ({why})" for value, why in hints.items() if got == value and value != want), "")
+        if not hint and isinstance(got, float) and abs(got - W / per_position) < 1e-6 * want:
+            hint = " (a context is a whole number of positions)"
+        return report(
+            name,
+            False,
+            f"batch={B}, weight_bytes={W:,}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, "
+            f"{size} bytes per number: got {got!r}, counted {want:,}{hint}",
+        )
+    return report(name, True, f"equal to the counted balance in {len(cases)} settings")
