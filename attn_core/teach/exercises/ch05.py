@@ -121,7 +121,7 @@ def check_mqa_prediction(predicted: dict) -> bool:
         return report(name, False, f'give a dict with the keys "B=1" and "H=1", got {predicted!r}')
     for shape, bugs in predicted.items():
         if not isinstance(bugs, (set, frozenset)) or not set(bugs) <= set(_BUGS):
-            return report(name, False, f"{shape}: a set of bug names from {sorted(_BUGS)}, got {bugs!r}")
+            return report(name, False, f"{shape}: a set of the bug names above, not {bugs!r}")
     found = {"B=1": _missed_at(1, 4), "H=1": _missed_at(3, 1)}
     for shape in ("B=1", "H=1"):
         if set(predicted[shape]) != found[shape]:
@@ -224,7 +224,7 @@ def check_balance_context(fn: Callable[..., int]) -> bool:
     number. Compared with the elements per token that an attention layer of that shape
     stores in a real ``KVCache`` (counted by ``kv_cache_elements_per_token``).
     """
-    name = "5.3 context where the cache outweighs the weights"
+    name = "5.3 cache outweighs weights"
     cases = (  # batch, weight bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes per number
         (1, 11_132_000_000, 32, 32, 1, 128, 2),  # a 7B-shaped MQA model
         (64, 11_132_000_000, 32, 32, 1, 128, 2),
@@ -264,4 +264,4 @@ def check_balance_context(fn: Callable[..., int]) -> bool:
             f"batch={B}, weight_bytes={W:,}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, "
             f"{size} bytes per number: got {got!r}, counted {want:,}{hint}",
         )
-    return report(name, True, f"equal to the counted balance in {len(cases)} settings")
+    return report(name, True, f"equals the counted balance in {len(cases)} settings")
