@@ -53,6 +53,7 @@ NOT_PRINTED = {
     ("07_multi_head_latent_attention", "0.54"): "worked out in the text: a tilt of 0.09 over 6 positions",
     ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
     ("12_kv_cache", "6.1"): "an exercise's number",
+    ("12_kv_cache", "5.1"): "an exercise's number",
     ("12_kv_cache", "55"): "5,581,312 over 100,672 parameters, both printed",
     ("13_efficient_attention", "3.1"): "a section of Dao et al.",
     ("14_variants_compared", "1.4"): "58,784 of 41,632 parameters used per token, both printed",
