@@ -3,13 +3,11 @@ standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from attn_core.teach.exercises.ch05 import (
-    check_balance_context,
+    check_equal_size_d_ff,
     check_mqa_prediction,
     check_mqa_test,
     check_step_intensity,
@@ -89,10 +87,11 @@ def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, co
     return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
 
 
-def _balance(batch, weight_bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes_per_element):
-    # keys and values of every layer and sequence, per cached position, against the weights
-    per_position = batch * n_layers * 2 * n_kv_heads * head_dim * bytes_per_element
-    return math.ceil(weight_bytes / per_position)
+def _equal_size(d_model, n_heads, d_ff, n_attention_layers, n_mlp_layers):
+    # each attention layer drops 2·d_model·(d_model - head_dim) K/V weights; a hidden unit
+    # of a two-matrix MLP holds 2·d_model
+    dropped = n_attention_layers * 2 * d_model * (d_model - d_model // n_heads)
+    return d_ff + round(dropped / (n_mlp_layers * 2 * d_model))
 
 
 ANSWERS = {
@@ -125,15 +124,16 @@ ANSWERS = {
             ({"B=1": {"axis"}}, "keys"),
         ],
     ),
-    check_balance_context: (
-        [_balance, lambda B, W, L, H, H_kv, D, s: -(-W // (B * L * 2 * H_kv * D * s))],
+    check_equal_size_d_ff: (
+        [_equal_size, lambda d, H, f, a, m: f + round(a * (d - d // H) / m)],
         [
-            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (L * 2 * H_kv * D * s)), "its own cache"),
-            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (B * L * H_kv * D * s)), "keys and the values"),
-            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (B * L * 2 * H * D * s)), "not n_heads"),
-            (lambda B, W, L, H, H_kv, D, s: math.ceil(W / (B * 2 * H_kv * D * s)), "every layer"),
-            (lambda B, W, L, H, H_kv, D, s: W // (B * L * 2 * H_kv * D * s), "round up"),
-            (lambda B, W, L, H, H_kv, D, s: W / (B * L * 2 * H_kv * D * s), "whole number"),
+            (lambda d, H, f, a, m: f + round(a * (d - d // H) / (2 * m)), "the value projections"),
+            (lambda d, H, f, a, m: f + round(2 * a * (d - d // H) / m), "both matrices"),
+            (lambda d, H, f, a, m: f + round(a * (d - H) / m), "head_dim outputs"),
+            (lambda d, H, f, a, m: f + round(a * (d - d // H)), "every MLP layer"),
+            (lambda d, H, f, a, m: f + a * (d - d // H) // m, "nearest unit"),
+            (lambda d, H, f, a, m: round(a * (d - d // H) / m), "d_ff plus"),
+            (lambda d, H, f, a, m: f + a * (d - d // H) / m, "counted"),  # not a whole width
         ],
     ),
 }

@@ -6,10 +6,9 @@ verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
 notebook keeps running).
 
 The notebooks import a chapter's checks from its module (``from attn_core.teach.exercises.ch05
-import check_max_batch``); this package re-exports them for ``from attn_core.teach.exercises
-import ...``. Two names exist in two chapters and are left to their modules here:
-``check_decode_intensity`` (``ch05``, ``ch06``) and ``check_causality_test``, which is
-``ch11``'s here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) and
+import check_mqa_test``); this package re-exports them for ``from attn_core.teach.exercises
+import ...``. One name exists in two chapters: ``check_causality_test`` is ``ch11``'s
+here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) and
 ``check_cache_elements`` (``ch07``) are kept for their tests.
 """
 
@@ -18,7 +17,7 @@ from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
 from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
 from .ch03 import check_mha_from_torch
 from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
-from .ch05 import check_balance_context, check_mqa_prediction, check_mqa_test, check_step_intensity
+from .ch05 import check_equal_size_d_ff, check_mqa_prediction, check_mqa_test, check_step_intensity
 from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
 from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
@@ -64,7 +63,7 @@ __all__ = [
     "check_mqa_prediction",
     "check_mqa_test",
     "check_step_intensity",
-    "check_balance_context",
+    "check_equal_size_d_ff",
     # ch06
     "check_gqa_to_mha",
     "check_kv_bytes_per_gpu",

@@ -9,11 +9,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ...caches.size import kv_cache_elements_per_token
 from ...layers.multihead import MultiHeadAttention
 from ._common import report
 
-__all__ = ["check_mqa_prediction", "check_mqa_test", "check_step_intensity", "check_balance_context"]
+__all__ = ["check_mqa_prediction", "check_mqa_test", "check_step_intensity", "check_equal_size_d_ff"]
 
 
 # 5.1: a test of a multi-query attention function, run against right implementations (it
@@ -215,53 +214,49 @@ def check_step_intensity(fn: Callable[..., float]) -> bool:
     return report(name, True, f"equals the counted FLOPs per byte, {len(cases)} settings")
 
 
-def check_balance_context(fn: Callable[..., int]) -> bool:
-    """Exercise 5.3: ``fn(batch, weight_bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes_per_element)``.
+def check_equal_size_d_ff(fn: Callable[..., int]) -> bool:
+    """Exercise 5.3: ``fn(d_model, n_heads, d_ff, n_attention_layers, n_mlp_layers)``.
 
-    The smallest context (cached positions per sequence) at which one decoding step reads
-    at least as many bytes of cache, over the whole batch and every layer, as of weights
-    (``weight_bytes``, read once per step); the cache holds ``bytes_per_element`` bytes per
-    number. Compared with the elements per token that an attention layer of that shape
-    stores in a real ``KVCache`` (counted by ``kv_cache_elements_per_token``).
+    The feed-forward width at which a model whose ``n_attention_layers`` attention layers are
+    multi-query has as many parameters as the same model with multi-head attention and
+    width ``d_ff``, rounded to the nearest unit. The MLPs have two bias-free matrices. The
+    weights are counted from real layers on the ``meta`` device.
     """
-    name = "5.3 cache outweighs weights"
-    cases = (  # batch, weight bytes, n_layers, n_heads, n_kv_heads, head_dim, bytes per number
-        (1, 11_132_000_000, 32, 32, 1, 128, 2),  # a 7B-shaped MQA model
-        (64, 11_132_000_000, 32, 32, 1, 128, 2),
-        (1, 13_210_000_000, 32, 32, 32, 128, 2),  # MHA
-        (8, 6_000_000, 4, 8, 2, 16, 1),  # an 8-bit cache
-        (3, 1_000_000, 2, 4, 1, 8, 4),  # a float32 cache
+    name = "5.3 feed-forward width at equal size"
+    cases = (  # d_model, n_heads, d_ff, attention layers, MLP layers
+        (1024, 8, 4096, 18, 12),  # an encoder-decoder of 6 + 6 layers
+        (1024, 8, 4096, 6, 6),  # a decoder only
+        (48, 3, 192, 1, 7),  # rounding: 4.57 units more
+        (64, 8, 256, 3, 2),
     )
     for case in cases:
-        B, W, L, H, H_kv, D, size = case
-        with torch.device("meta"):  # no memory: only the shape of what the layer caches
-            layer = MultiHeadAttention(H * D, H, n_kv_heads=H_kv)
-        per_position = B * L * kv_cache_elements_per_token(layer) * size  # bytes, whole batch
-        want = -(-W // per_position)  # cache bytes >= weight bytes from here on
+        d, H, d_ff, n_att, n_mlp = case
+        with torch.device("meta"):  # no memory: the shapes are enough to count
+            mha, mqa = MultiHeadAttention(d, H), MultiHeadAttention(d, H, n_kv_heads=1)
+            unit = torch.nn.Sequential(torch.nn.Linear(d, 1, bias=False), torch.nn.Linear(1, d, bias=False))
+        count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+        dropped = n_att * (count(mha) - count(mqa))
+        want = d_ff + round(dropped / (n_mlp * count(unit)))
         try:
-            got = fn(B, W, L, H, H_kv, D, size)
+            got = fn(d, H, d_ff, n_att, n_mlp)
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
         if got == want and isinstance(got, int):
             continue
-
-        def ceil(num: int, den: int) -> int:  # exact: whole bytes
-            return -(-num // den)
-
-        hints = {
-            ceil(W * B, per_position): "every sequence of the batch reads its own cache",
-            ceil(W * 2, per_position): "a cache holds the keys and the values",
-            ceil(W * H_kv, per_position * H): "the cache has n_kv_heads heads, not n_heads",
-            ceil(W * L, per_position): "every layer has its own cache",
-            want - 1: "at that context the cache still reads fewer bytes: round up",
+        D = d // H
+        hints = {  # the typical slips, recognised by their values
+            d_ff + round(dropped / 2 / (n_mlp * 2 * d)): "both the key and the value projections shrink",
+            d_ff + round(dropped / (n_mlp * d)): "a hidden unit has weights in both matrices",
+            d_ff + round(n_att * 2 * d * (d - H) / (n_mlp * 2 * d)): "the one K/V head keeps head_dim outputs",
+            d_ff + round(dropped / (2 * d)): "the saved weights spread over every MLP layer",
+            d_ff + dropped // (n_mlp * 2 * d): "round to the nearest unit",
+            round(dropped / (n_mlp * 2 * d)): "the width is d_ff plus the added units",
         }
         hint = next((f" ({why})" for value, why in hints.items() if got == value and value != want), "")
-        if not hint and isinstance(got, float) and abs(got - W / per_position) < 1e-6 * want:
-            hint = " (a context is a whole number of positions)"
         return report(
             name,
             False,
-            f"batch={B}, weight_bytes={W:,}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, "
-            f"{size} bytes per number: got {got!r}, counted {want:,}{hint}",
+            f"d_model={d}, n_heads={H} (head_dim {D}), d_ff={d_ff}, {n_att} attention layers, "
+            f"{n_mlp} MLP layers: got {got!r}, counted {want:,}{hint}",
         )
-    return report(name, True, f"equals the counted balance in {len(cases)} settings")
+    return report(name, True, f"equals the counted width in {len(cases)} settings")
