@@ -19,7 +19,7 @@ from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mas
 from .ch03 import check_mha_from_torch
 from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
 from .ch05 import check_decode_one_by_one, check_max_batch
-from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
+from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
 from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
@@ -65,7 +65,8 @@ __all__ = [
     "check_max_batch",
     # ch06
     "check_gqa_to_mha",
-    "check_kv_bytes_per_gpu",
+    "check_kv_head_of",
+    "check_kv_heads_on_gpu",
     # ch07
     "check_absorbed_query",
     "check_decoupled_scores",
