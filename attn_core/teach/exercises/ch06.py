@@ -84,7 +84,7 @@ def check_kv_head_of(fn: Callable[[Callable, int, int], list]) -> bool:
             if causal or scale is not None:
                 hint += " (this candidate masks or scales its scores otherwise; its map is what counts)"
         return report(name, False, f"{where}: your map is wrong{hint}")
-    return report(name, True, f"all {len(_PROBE_CASES)} candidates mapped, masked and rescaled ones included")
+    return report(name, True, f"all {len(_PROBE_CASES)} candidates mapped, masked and rescaled ones too")
 
 
 def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bool:
@@ -136,7 +136,7 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
             got, want = mha(x), gqa(x)
         if not torch.allclose(got, want, rtol=0.0, atol=1e-12):  # report only a failure
             return compare(f"{name} (n_kv_heads={H_kv})", got, want, atol=1e-12)
-    return report(name, True, "the MHA layers compute the GQA layers' outputs for n_kv_heads = 2, 3, 1, 6")
+    return report(name, True, "the MHA layers equal the GQA ones for n_kv_heads = 2, 3, 1, 6")
 
 
 # Exercise 6.3: tensor parallelism, simulated. GPU ``r`` of ``t`` holds query heads
@@ -199,4 +199,4 @@ def check_kv_heads_on_gpu(fn: Callable[[int, int, int, int], list]) -> bool:
                 name, False, f"{case}: the GPUs' summed outputs differ from the layer's "
                 "(some GPU's query heads read a key/value head that is not theirs)"
             )  # fmt: skip
-    return report(name, True, f"all {len(_TP_CASES)} splits recompute the layer, replicated heads included")
+    return report(name, True, f"all {len(_TP_CASES)} splits recompute the layer, replicated heads too")
