@@ -8,13 +8,17 @@ and each subpackage's docstring says what lives there.
     checks        floor 0  the argument checks every module uses
     ops           floor 1  attention as functions: attention() and its backends (explicit,
                            SDPA, Flex, Triton flash), masks, head shapes, tiled attention,
-                           linear attention and the delta rule
+                           partial results and their log-sum-exp merge, linear attention
+                           and the delta rule
     positions     floor 1  sinusoidal, learned, ALiBi, RoPE, its frequencies and scalings
     caches        floor 1  KV, latent, rolling, static and recurrent caches
     modules       floor 1  norms, MLPs, dropout, the router and the mixture of experts
     layers        floor 2  attention layers: SelfAttention, MultiHeadAttention (MHA, GQA,
                            MQA, cross), MLA, shaped attention, Gated DeltaNet, the indexer
                            and sparse attention, gating, KV sharing
+    parallel      floor 2  attention across processes with torch.distributed: ring (contiguous
+                           or zig-zag), Ulysses and all-gather attention, sequence shards, a
+                           launcher of local ranks, bytes and work counted per rank
     config        floor 3  DecoderConfig and its parts
     model         floor 4  make_layer, blocks, DecoderLM, padding, parameter counts, generate
     hf            floor 5  Hugging Face models converted exactly (from_hf), SmolLM2 offline
@@ -57,6 +61,8 @@ from .modules.norms import LayerNorm, RMSNorm
 from .modules.router import TopKRouter
 from .ops.attention import attention
 from .ops.masks import causal_mask, padding_mask
+from .parallel.ring import ring_attention
+from .parallel.ulysses import ulysses_attention
 from .positions.positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .positions.rope import RotaryEmbedding
 from .teach.compare import assert_close
@@ -70,6 +76,9 @@ __all__ = [
     "attention",
     "causal_mask",
     "padding_mask",
+    # attention across processes (torch.distributed)
+    "ring_attention",
+    "ulysses_attention",
     # attention layers
     "SelfAttention",
     "MultiHeadAttention",

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import torch
 
-from . import attention, decoding, gpu, memory
+from . import attention, decoding, distributed, gpu, memory
 from .common import format_table, machine_info, matmul_throughput
 
-SUITES = ("attention", "memory", "decoding", "gpu")
-CPU_SUITES = ("attention", "memory", "decoding")
+SUITES = ("attention", "memory", "decoding", "distributed", "gpu")
+CPU_SUITES = ("attention", "memory", "decoding", "distributed")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -133,6 +133,30 @@ def _tables(result: dict) -> str:
                 ],
             )
         )
+    dist_rows = [r for r in result["rows"] if r["suite"] == "distributed"]
+    for device in sorted({r["device"] for r in dist_rows}):
+        rows = [r for r in dist_rows if r["device"] == device]
+        r0 = rows[0]
+        out.append(
+            f"\nCausal attention, forward + backward, in {r0['world_size']} processes [{device}], B={r0['batch']}, "
+            f"T={r0['T']}, H={r0['n_heads']}, H_kv={r0['n_kv_heads']}, D={r0['head_dim']} (baseline: {r0['baseline']})"
+        )
+        out.append(
+            format_table(
+                [dict(r, median_ms=1e3 * r["median_s"], kib=r.get("bytes_sent", 0) / 2**10) for r in rows],
+                [
+                    ("name", "scheme", ""),
+                    ("median_ms", "median ms", ".1f"),
+                    ("ratio_to_baseline", "ratio", ".2f"),
+                    ("ci_low", "95% CI", ".2f"),
+                    ("ci_high", "", ".2f"),
+                    ("verdict", "verdict", ""),
+                    ("kib", "KiB sent/rank", ".0f"),
+                    ("scores_max", "scores, busiest", "d"),
+                    ("scores_min", "idlest", "d"),
+                ],
+            )
+        )
     cache = [r for r in result["rows"] if r.get("part") == "cache"]
     if cache:
         out.append("\nKV-cache bytes per token (all layers, float32), measured from the cache tensors")
@@ -229,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                 part = attention.run(device, quick=args.quick, matmul_gflops=gf, log=log)
             elif suite == "memory":
                 part = memory.run(device, quick=args.quick, log=log)
+            elif suite == "distributed":
+                part = distributed.run(device, quick=args.quick, log=log)
             else:
                 part = decoding.run(device, quick=args.quick, log=log)
             result["rows"] += part["rows"]

@@ -42,7 +42,7 @@ def test_json_has_machine_and_versions(quick_result):
 
 def test_every_suite_reports_medians_and_positive_ratios(quick_result):
     rows = quick_result["rows"]
-    assert {r["suite"] for r in rows} == {"attention", "memory", "decoding"}
+    assert {r["suite"] for r in rows} == {"attention", "memory", "decoding", "distributed"}
     for row in rows:
         assert row["baseline"], row
         assert math.isfinite(row["ratio_to_baseline"]) and row["ratio_to_baseline"] > 0, row
@@ -76,6 +76,21 @@ def test_decoding_equality_and_cache_sizes(quick_result):
         assert all(r["compiled_identical_tokens"] for r in longest)
     cache = {r["name"]: r["cache_bytes_per_token"] for r in rows if r.get("part") == "cache"}
     assert cache["MQA"] < cache["GQA"] < cache["MHA"] and 0 < cache["MLA"] < cache["MHA"]
+
+
+def test_distributed_rows_count_what_the_formulas_say(quick_result):
+    rows = {r["name"]: r for r in quick_result["rows"] if r["suite"] == "distributed"}
+    assert set(rows) == {"one process, all T", "ring", "ring-zigzag", "ulysses", "allgather"}
+    for name, row in rows.items():
+        assert row["ci_low"] <= row["ratio_to_baseline"] <= row["ci_high"], row
+        assert row["verdict"] in ("equivalent", "slower", "faster", "indistinguishable")
+        if name != row["baseline"]:
+            assert row["bytes_sent"] == row["bytes_formula"] > 0, row
+    # The two rings send the same bytes; the causal work is balanced only by the zig-zag layout.
+    assert rows["ring"]["bytes_sent"] == rows["ring-zigzag"]["bytes_sent"]
+    zigzag, contiguous = rows["ring-zigzag"], rows["ring"]
+    assert zigzag["scores_max"] == zigzag["scores_min"] == max(zigzag["scores_formula"])
+    assert contiguous["scores_max"] == 2 * contiguous["scores_min"] == max(contiguous["scores_formula"])
 
 
 def test_targets_are_listed(quick_result):

@@ -478,6 +478,7 @@ def test_refuses_other_model_types_and_non_models():
         ("KimiLinearConfig", r"Kimi Delta Attention .* one decay per channel"),
         ("DeepseekV4Config", "compresses past keys"),
         ("Gemma3nTextConfig", "AltUp"),
+        ("MiniMaxConfig", "lightning attention"),
     ],
 )
 def test_refuses_the_models_of_part_v_saying_what_they_add(config_name, message):

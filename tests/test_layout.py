@@ -94,6 +94,7 @@ RANK = {
     "caches": 1,
     "modules": 1,
     "layers": 2,
+    "parallel": 2,
     "config": 3,
     "model": 4,
     "hf": 5,

@@ -48,6 +48,9 @@ def test_explorer_from_weights_uses_log_weights_and_keeps_zeros():
     w = w / w.sum(-1, keepdim=True)
     e = explorers.explorer(w, list("abcd"))
     assert _embedded(e)["scores"][1] is None, "a zero weight is embedded as a blocked score"
+    fig = e.fallback_figure()  # ... and hatched in the static picture, as on the page: 6 cells
+    assert sum(p.get_hatch() == "///" for p in fig.axes[0].patches) == 6
+    plt.close(fig)
     assert torch.allclose(e.weights(), w.double(), atol=2e-3)
 
 
@@ -167,3 +170,78 @@ def test_explorer_embeds_tokens_layer_names_and_the_given_scores():
     assert data["scores"] == [0.5, -1.25, 2.0, 0.0]  # row-major, exact at 3 decimals
     assert data["shape"] == [1, 1, 2, 2]
     assert "<0>" not in e.html().split('class="attnx-data">')[0], "labels are escaped outside the JSON"
+
+
+def _png_size(explorer) -> tuple[int, int, int]:
+    """The fallback picture's width and height in pixels and its size in bytes."""
+    import base64
+
+    png = base64.b64decode(explorer._fallback)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big"), len(png)
+
+
+def _smallest_text_px(fig) -> float:
+    """The smallest visible text of a figure, in pixels at FALLBACK_DPI."""
+    sizes = [t.get_fontsize() for t in fig.findobj(plt.Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes) * explorers.FALLBACK_DPI / 72
+
+
+@pytest.mark.parametrize("T", [6, 32, 82])
+def test_fallback_picture_is_legible_at_column_width_and_small(T):
+    """Shown at its own size in a ~800 px column: at most 760 px wide, text of 10 px or more, tens of KB."""
+    tokens = [f"t{i}" for i in range(T)]
+    e = explorers.explorer(_weights(T, T), tokens)
+    width, height, nbytes = _png_size(e)
+    assert 450 <= width <= 760 and 350 <= height <= 760, (width, height)
+    assert nbytes < 30_000, nbytes
+    fig = e.fallback_figure()
+    assert _smallest_text_px(fig) >= 10
+    plt.close(fig)
+    assert "max-width:100%" in e.html().split('class="attnx-fallback"')[1].split(">")[0]
+
+
+def test_fallback_picture_labels_its_colour_bar_and_names_only_what_is_needed():
+    one = explorers.explorer(_weights(4, 4), list("abcd"), title="one map")
+    fig = one.fallback_figure()
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "attention weight"
+    assert fig.axes[0].get_title() == "", "the page writes the explorer's title above the picture"
+    plt.close(fig)
+    logged = explorers.explorer(_weights(2, 3, 4, 4), list("abcd"), log=True).fallback_figure()
+    assert logged.axes[1].get_ylabel() == "attention weight (log scale)"
+    assert logged.axes[0].get_title() == "layer 0, head 0", "several maps: the picture says which it shows"
+    plt.close(logged)
+    models = explorers.explorer(_weights(2, 1, 4, 4), list("abcd"), layer_names=["trained", "random"])
+    fig = models.fallback_figure()
+    assert fig.axes[0].get_title() == "trained"
+    plt.close(fig)
+    router = explorers.explorer(_weights(4, 3), list("abcd"), list("xyz"), row_label="character", col_label="expert")
+    fig = router.fallback_figure()
+    assert fig.axes[1].get_ylabel() == "weight"
+    plt.close(fig)
+
+
+def test_live_view_draws_a_colour_scale_and_hatches_blocked_cells():
+    """What the page's script needs for its legend comes from Python; the script draws it."""
+    e = explorers.explorer(None, list("abcd"), scores=torch.randn(1, 1, 4, 4), masks={"causal": causal_mask(4)})
+    data, page = _embedded(e), e.html()
+    assert data["scaleTitle"] == "attention weight" and data["logFloor"] == explorers.LOG_FLOOR
+    for piece in ('class="attnx-legend"', "attnx-scale-title", "(log scale)", "blocked (masked)", "<pattern"):
+        assert piece in page, piece
+    assert '"#d9d9d9" : color(v)' not in page, "blocked cells are hatched, not flat grey"
+
+
+def test_layer_label_names_the_first_axis():
+    e = explorers.explorer(_weights(2, 1, 3, 3), list("abc"), layer_label="model")
+    data = _embedded(e)
+    assert data["layerLabel"] == "model" and data["layers"] == ["model 0", "model 1"]
+    named = explorers.explorer(
+        _weights(2, 1, 3, 3), list("abc"), layer_names=["trained", "random"], layer_label="model"
+    )
+    assert _embedded(named)["layers"] == ["trained", "random"]
+    assert _embedded(explorers.explorer(_weights(2, 1, 3, 3), list("abc")))["layerLabel"] == "layer"
+    assert "d.layerLabel" in e.html()
+    with pytest.raises(TypeError, match="layer_label must be a str, got int"):
+        explorers.explorer(_weights(3, 3), layer_label=1)
+    with pytest.raises(ValueError, match="layer_label must be a non-empty string, got layer_label=''"):
+        explorers.explorer(_weights(3, 3), layer_label="")

@@ -108,3 +108,14 @@ def test_shared_checks():
     assert plots.check_mask("mask", causal_mask(2), (2, 2)).tolist() == [[True, False], [True, True]]
     with pytest.raises(ValueError, match=r"mask must have shape \(T_q, T_k\)=\(3, 3\), got \(2, 2\)"):
         plots.check_mask("mask", causal_mask(2), (3, 3))
+
+
+def test_heatmap_vrange_fixes_the_colour_scale():
+    w = torch.tensor([[0.2, 0.3], [0.1, 0.4]])
+    norm = plots.heatmap(w, vrange=(0.0, 1.0)).images[0].norm
+    assert (norm.vmin, norm.vmax) == (0.0, 1.0)  # not the data's 0.1 to 0.4
+    norm = plots.heatmap(w, log=True, vrange=(0.0, 1.0)).images[0].norm
+    assert (norm.vmin, norm.vmax) == (plots.LOG_FLOOR, 1.0)  # a log scale cannot start at 0
+    with pytest.raises(ValueError, match="vrange"):
+        plots.heatmap(w, vrange=(1.0, 0.0))
+    plt.close("all")

@@ -7,6 +7,8 @@
 * :mod:`.masks`, :mod:`.shapes`: boolean masks (True = may attend) and the head split/merge
   every multi-head layer shares.
 * :mod:`.efficient`: online softmax and tiled attention, the FlashAttention idea in PyTorch.
+* :mod:`.partial`: one block of keys' output with its log-sum-exp, and the exact merge of
+  such partial results (blocks computed apart, e.g. on other ranks).
 * :mod:`.linear_attention`, :mod:`.delta_rule`: linear attention and the (gated) delta rule,
   each in several forms side by side, tested equal.
 

@@ -7,7 +7,8 @@ explorer widgets (:mod:`.plots`, :mod:`.explorers`, :mod:`.viz`, :mod:`.kernel_e
 the page-side ``explorer.js``); deliberately wrong versions (:mod:`.mistakes`); finding heads
 and outliers in trained models (:mod:`.heads`, :mod:`.outliers`); windows in a stack and
 StreamingLLM's cache (:mod:`.window`, :mod:`.streaming`); the shipped Shakespeare model
-(:mod:`.pretrained`); skip messages (:mod:`.reporting`); timing, memory and FLOP counts
+(:mod:`.pretrained`); the package's own code shown on a page (:mod:`.source`); skip messages
+(:mod:`.reporting`); timing, memory and FLOP counts
 (:mod:`.measure`); and the exercises' check functions (:mod:`.exercises`).
 
 May import every floor of the library; nothing in the library imports it back.

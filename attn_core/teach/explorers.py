@@ -31,16 +31,20 @@ from ..checks import check_instance
 from .kernel_explorer import KernelExplorer
 from .plots import LOG_FLOOR, as_tensor, check_labels, check_mask, heatmap, to_4d
 
-__all__ = ["explorer", "AttentionExplorer", "MAX_EMBED_BYTES"]
+__all__ = ["explorer", "AttentionExplorer", "MAX_EMBED_BYTES", "FALLBACK_DPI"]
 
 #: Upper bound on the bytes one kernel-free explorer embeds in a page.
 MAX_EMBED_BYTES = 1_000_000
-_CHAR_PX = 8  # width of a label character at 12 px, for the page's label margins
+_CHAR_PX = 8  # width of a label character at 12 px, where the page cannot measure its labels
 # Scores are embedded with this many decimals, and the explorer works from the rounded
 # scores only (the page, weights() and the fallback picture). Rounding to a fixed grid
 # keeps the page identical on every CPU (float32 kernels differ in the last bits) and
 # small; 1e-3 in a score is a 0.1% change of a weight, invisible in a colour map.
 _SCORE_DECIMALS = 3
+#: Resolution of the static picture. It is shown at its own size (never wider than the column,
+#: ~800 px), so at 100 dpi its smallest text (8 pt tick labels) is 11 px tall.
+FALLBACK_DPI = 100
+_FALLBACK_MAX_WIDTH_IN = 7.6  # the picture's widest figure: 760 px at FALLBACK_DPI
 
 
 def _explorer_js() -> str:
@@ -76,16 +80,16 @@ def _quantize(values: torch.Tensor, digits: int) -> torch.Tensor:
     return torch.where(torch.isinf(v), v, torch.round(v, decimals=digits))
 
 
-def _axis_titles(row_label: str, col_label: str) -> tuple[str, str, list[str]]:
-    """The rows' and the columns' axis titles and the bar chart's title (before, after the token).
+def _axis_titles(row_label: str, col_label: str) -> tuple[str, str, list[str], str]:
+    """The rows' and columns' axis titles, the bar chart's title (before, after the token), the colour scale's.
 
     The defaults describe attention (``"query (attending)"``, ``"key (attended to)"``,
-    ``query “x” attends to``); other labels describe any row-stochastic map, e.g. a router's
-    characters × experts: ``character “x”: weight per expert``.
+    ``query “x” attends to``, ``attention weight``); other labels describe any row-stochastic
+    map, e.g. a router's characters × experts: ``character “x”: weight per expert``, ``weight``.
     """
     if (row_label, col_label) == ("query", "key"):
-        return "query (attending)", "key (attended to)", ["query \u201c", "\u201d attends to"]
-    return row_label, col_label, [f"{row_label} \u201c", f"\u201d: weight per {col_label}"]
+        return "query (attending)", "key (attended to)", ["query \u201c", "\u201d attends to"], "attention weight"
+    return row_label, col_label, [f"{row_label} \u201c", f"\u201d: weight per {col_label}"], "weight"
 
 
 #: Most tick labels a fallback picture writes per axis; longer axes show every n-th.
@@ -128,14 +132,15 @@ class AttentionExplorer:
         query: int,
         row_label: str = "query",
         col_label: str = "key",
+        layer_label: str = "layer",
         fallback_png: bool = True,
     ) -> None:
         scores = _quantize(scores, _SCORE_DECIMALS)  # (L, H, T_q, T_k), on the embedded grid
         self.scores, self.q_tokens, self.k_tokens = scores, q_tokens, k_tokens
         self.masks, self.layer_names, self.title = masks, layer_names, title
         self.temperature, self.log, self.query = temperature, log, query
-        self.row_label, self.col_label = row_label, col_label
-        self.row_title, self.col_title, bar_title = _axis_titles(row_label, col_label)
+        self.row_label, self.col_label, self.layer_label = row_label, col_label, layer_label
+        self.row_title, self.col_title, bar_title, self.scale_title = _axis_titles(row_label, col_label)
         self._payload = {
             "shape": list(scores.shape),
             "scores": _round_list(scores, _SCORE_DECIMALS),
@@ -155,6 +160,8 @@ class AttentionExplorer:
             "rowTitle": self.row_title,
             "colTitle": self.col_title,
             "barTitle": bar_title,
+            "scaleTitle": self.scale_title,
+            "layerLabel": layer_label,
         }
         self._data = json.dumps(self._payload, separators=(",", ":"), ensure_ascii=False)
         self._uid = "attnx-" + hashlib.sha1(self._data.encode()).hexdigest()[:12]
@@ -182,37 +189,62 @@ class AttentionExplorer:
     def fallback_figure(self):
         """The static picture shown where scripts cannot run: the first map, all masks on.
 
-        Its axes are titled with the explorer's row and column labels, and an axis of more
-        than :data:`MAX_TICK_LABELS` tokens labels every n-th, so that the labels stay legible.
+        Its axes are titled with the explorer's row and column labels, its colour bar with
+        :attr:`scale_title` (``"(log scale)"`` added when ``log``), blocked cells are hatched,
+        and an axis of more than :data:`MAX_TICK_LABELS` tokens labels every n-th, so that the
+        labels stay legible. The page writes the explorer's title above the picture; the
+        figure's own title names the map it shows only when there are several.
 
         Returns:
-            The matplotlib Figure (close it when done).
+            The matplotlib Figure (close it when done). At :data:`FALLBACK_DPI` it is at most
+            760 px wide, so that the page shows it at its own size.
         """
-        combined = None
+        import matplotlib.pyplot as plt
+
+        # Blocked as the page draws them: by a mask, or by a score of -inf (a weight of zero).
+        combined = ~torch.isinf(self.scores[0, 0])
         for m in self.masks.values():
-            combined = m if combined is None else combined & m
-        ax = heatmap(
+            combined = combined & m
+        L, H, T_q, T_k = self.scores.shape
+        # Square-ish cells, about 0.28 in (28 px) each, within 3.6 in and the column's width.
+        side = max(3.6, min(_FALLBACK_MAX_WIDTH_IN - 1.4, 0.28 * max(T_q, T_k) + 2.4))
+        fig, ax = plt.subplots(figsize=(side + 1.4, side))
+        shown = ([self.layer_names[0]] if L > 1 else []) + (["head 0"] if H > 1 else [])
+        heatmap(
             self.weights(0, 0),
             self.q_tokens,
             self.k_tokens,
             mask=combined,
+            ax=ax,
             log=self.log,
-            title=f"{self.title} ({self.layer_names[0]}, head 0)".strip(),
+            title=", ".join(shown) or None,
             annotate=False,
+            colorbar=False,
             xlabel=self.col_title,
             ylabel=self.row_title,
+            vrange=(0.0, 1.0),  # the live view's scale, so that both pictures read alike
         )
+        if max(T_q, T_k) > 24:  # 10 pt labels would touch on cells of under ~20 px
+            ax.tick_params(labelsize=8)
+        label = self.scale_title + (" (log scale)" if self.log else "")
+        fig.colorbar(ax.images[0], ax=ax, fraction=0.046, pad=0.04, label=label)
         _thin_ticks(ax, self.q_tokens, self.k_tokens)
-        return ax.figure
+        return fig
 
     def _fallback_png(self) -> str:
         import matplotlib.pyplot as plt
+        from PIL import Image
 
         fig = self.fallback_figure()
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=60, bbox_inches="tight")
+        fig.savefig(buf, format="png", dpi=FALLBACK_DPI, bbox_inches="tight")
         plt.close(fig)
-        return base64.b64encode(buf.getvalue()).decode()
+        # A palette of 256 colours (the colour map, grey, the anti-aliasing of text) keeps the
+        # embedded picture small; without dithering, flat cells stay flat.
+        img = Image.open(buf).convert("RGB").quantize(colors=256, dither=Image.Dither.NONE)
+        out = io.BytesIO()
+        img.save(out, format="PNG", optimize=True)
+        return base64.b64encode(out.getvalue()).decode()
 
     def __repr__(self) -> str:
         L, H, T_q, T_k = self.scores.shape
@@ -227,7 +259,7 @@ class AttentionExplorer:
         data = self._data.replace("</", "<\\/")  # keep "</script>" in a token from closing the tag
         fallback = (
             f'<img class="attnx-fallback" alt="attention map (static picture)" '
-            f'src="data:image/png;base64,{self._fallback}" style="max-width:100%">'
+            f'src="data:image/png;base64,{self._fallback}" style="max-width:100%;height:auto">'
             if self._fallback
             else ""
         )
@@ -257,6 +289,7 @@ def explorer(
     text: str | None = None,
     row_label: str = "query",
     col_label: str = "key",
+    layer_label: str = "layer",
 ) -> AttentionExplorer | KernelExplorer:
     """Explore attention maps: one call, kernel-free or with Python callbacks.
 
@@ -270,7 +303,7 @@ def explorer(
             toggles: the page recomputes ``softmax(scores / τ)`` with the masks that are on.
             From weights alone the page uses ``log w`` as the scores (the same softmax).
         masks: Named boolean masks (``True`` = may attend), each toggled by a checkbox.
-        layer_names: Names for the layer slider.
+        layer_names: Names for the layer slider's positions (default ``"<layer_label> i"``).
         title: A title above the explorer.
         temperature: Show a temperature slider (τ from 0.1 to 10).
         log: Start with a logarithmic colour scale.
@@ -280,6 +313,9 @@ def explorer(
             maps that are not attention: ``row_label="character"``.
         col_label: What a column is (the columns' axis title and the bar chart's title),
             e.g. ``col_label="expert"`` for a router's probabilities.
+        layer_label: The name of the slider that steps through the first axis of
+            ``(L, H, T_q, T_k)``, when that axis is not layers: ``layer_label="model"``
+            with ``layer_names=["trained", "random init"]`` compares two models.
 
     Returns:
         An :class:`AttentionExplorer` (display it) or a :class:`KernelExplorer`.
@@ -315,16 +351,16 @@ def explorer(
         )
     q_labels = check_labels("q_tokens", q_tokens, T_q)
     k_labels = check_labels("k_tokens", k_tokens if k_tokens is not None or T_q != T_k else q_tokens, T_k)
-    names = list(layer_names) if layer_names is not None else [f"layer {i}" for i in range(L)]
+    for name, value in (("row_label", row_label), ("col_label", col_label), ("layer_label", layer_label)):
+        check_instance(name, value, str)
+        if not value.strip():
+            raise ValueError(f"{name} must be a non-empty string, got {name}={value!r}")
+    names = list(layer_names) if layer_names is not None else [f"{layer_label} {i}" for i in range(L)]
     if len(names) != L:
         raise ValueError(f"layer_names has {len(names)} names for {L} layers")
     checked = {str(k): check_mask(f"masks[{k!r}]", m, (T_q, T_k)) for k, m in (masks or {}).items()}
     if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < T_q:
         raise ValueError(f"query must be an int in [0, {T_q}), got query={query!r}")
-    for name, value in (("row_label", row_label), ("col_label", col_label)):
-        check_instance(name, value, str)
-        if not value.strip():
-            raise ValueError(f"{name} must be a non-empty string, got {name}={value!r}")
     return AttentionExplorer(
         s,
         q_labels,
@@ -337,4 +373,5 @@ def explorer(
         query=query,
         row_label=row_label,
         col_label=col_label,
+        layer_label=layer_label,
     )

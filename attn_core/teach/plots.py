@@ -82,6 +82,7 @@ def heatmap(
     cmap: str = "viridis",
     xlabel: str = "key (attended to)",
     ylabel: str = "query (attending)",
+    vrange: tuple[float, float] | None = None,
 ):
     """Draw one attention map: rows are queries, columns are keys.
 
@@ -99,6 +100,8 @@ def heatmap(
         cmap: Matplotlib colormap name.
         xlabel: Title of the columns' axis (another one for maps that are not attention).
         ylabel: Title of the rows' axis.
+        vrange: The colour scale's ``(low, high)`` (e.g. ``(0, 1)`` for weights, to match
+            another view); default: from the data (a log scale's low end stays above 0).
 
     Returns:
         The matplotlib Axes.
@@ -126,10 +129,17 @@ def heatmap(
     if ax is None:
         size = max(3.0, min(9.0, 0.45 * max(T_q, T_k) + 1.5))
         _, ax = plt.subplots(figsize=(size + (1.0 if colorbar else 0.0), size))
+    if vrange is not None and not (len(vrange) == 2 and float(vrange[0]) < float(vrange[1])):
+        raise ValueError(f"vrange must be (low, high) with low < high, got {vrange!r}")
     if log:
         positive = data[(data > 0) & ~blocked]
         vmin = max(LOG_FLOOR, float(positive.min())) if positive.size else LOG_FLOOR
-        norm = LogNorm(vmin=vmin, vmax=max(vmin * 10, float(data.max())), clip=True)
+        vmax = max(vmin * 10, float(data.max()))
+        if vrange is not None:
+            vmin, vmax = max(LOG_FLOOR, float(vrange[0])), float(vrange[1])
+        norm = LogNorm(vmin=vmin, vmax=vmax, clip=True)
+    elif vrange is not None:
+        norm = Normalize(vmin=float(vrange[0]), vmax=float(vrange[1]))
     else:
         norm = Normalize(vmin=min(0.0, float(shown.min())), vmax=float(shown.max()) if shown.count() else 1.0)
     colormap = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")  # masked cells: light grey

@@ -66,6 +66,8 @@ NOT_CONVERTED = {
     "deepseek_v4": "its attention compresses past keys (the HCA and CSA compressors, with their own caches), "
     "its residual stream is split into hyper-connections and some MoE layers route by a token hash; "
     "DecoderLM has none of these",
+    "minimax": "its linear layers are lightning attention (a linear attention with one exponential decay per "
+    "head, computed block by block), interleaved with softmax layers and MoE; attn_core has no such layer",
     "gemma3n_text": "its layers add AltUp (several predicted copies of the residual stream), LAuReL's low-rank "
     "residual, per-layer token embeddings, activation sparsity in the first MLPs and KV sharing between "
     "its last layers in another pattern; DecoderLM has none of the first four",

@@ -43,8 +43,10 @@ def explicit_attention(q, k, v, mask, is_causal, scale, dropout_p, groups, softc
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., [H_kv, G,] T_q, T_k)
     if groups > 1:
         scores = scores.flatten(-4, -3)  # (..., H, T_q, T_k)
-    # Softmax in (at least) float32: in float16 the sums lose digits and large scores
-    # overflow. float64 inputs stay float64.
+    # Softmax in (at least) float32: float16 keeps 11 significant bits, so a sum over
+    # many keys loses digits, and a finite mask bias (finfo.min) added to a score can
+    # overflow to -inf. (A float16 q @ kᵀ that overflowed is already inf: no cast undoes
+    # it.) float64 inputs stay float64.
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
     if softcap is not None:
         # Gemma 2's soft cap: near-linear for |s| << cap, never beyond ±cap; before the mask.
