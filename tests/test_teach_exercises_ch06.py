@@ -84,6 +84,10 @@ def _held_by_range(n_heads, n_kv_heads, tp_degree, rank):
     return list(range(first, first + max(n_kv_heads // tp_degree, 1)))
 
 
+def _held_unsorted(n_heads, n_kv_heads, tp_degree, rank):
+    return _held(n_heads, n_kv_heads, tp_degree, rank)[::-1]  # a set: any order is right
+
+
 ANSWERS = {
     check_kv_head_of: (
         [_probe_constant_values, _probe_perturb],
@@ -103,7 +107,7 @@ ANSWERS = {
         ],
     ),
     check_kv_heads_on_gpu: (
-        [_held, _held_by_range],
+        [_held, _held_by_range, _held_unsorted],
         [
             # the heads split t ways even when there are fewer than t: a fraction of a head
             (lambda H, H_kv, t, r: list(range(r * H_kv // t, (r + 1) * H_kv // t)), "replicated"),
