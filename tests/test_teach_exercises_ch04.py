@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from attn_core.teach.exercises.ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
-from attn_core.teach.tasks import SEP
+from attn_core.teach.exercises.ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 
 
 def _prefix_lm(T_src, T_tgt):
@@ -81,9 +80,46 @@ def _strict_causal(T_src, T_tgt, design):  # T(T-1)/2: forgets the diagonal
     return _entries(T_src, T_tgt, design)
 
 
-def _teacher_forcing(src):
-    tgt_out = src.flip(-1)
-    return torch.cat([torch.full_like(src[:, :1], SEP), tgt_out[:, :-1]], dim=1), tgt_out
+def _perturbation_test(positions, lengths=(5, 2, 8, 1), T=8):
+    """A padding test that changes, one at a time, the positions ``positions(n, T)`` picks in each row.
+
+    It passes when a changed real token moves that row's logits and a changed padded one
+    does not.
+    """
+
+    def reads_only_real_tokens(model):
+        g = torch.Generator().manual_seed(0)
+        src = torch.randint(0, 16, (len(lengths), T), generator=g)
+        out = model(src, list(lengths))
+        for b, n in enumerate(lengths):
+            for t in positions(n, T):
+                changed = src.clone()
+                changed[b, t] = (src[b, t] + 1) % 16
+                moved = not torch.allclose(model(changed, list(lengths))[b], out[b])
+                if moved != (t < n):
+                    return False
+        return True
+
+    return reads_only_real_tokens
+
+
+_every_position = _perturbation_test(lambda n, T: range(T))
+_padding_only = _perturbation_test(lambda n, T: range(n, T))  # never checks that a real token counts
+_padding_and_last = _perturbation_test(lambda n, T: range(n - 1, T))  # never the first real token
+_last_position_only = _perturbation_test(lambda n, T: [T - 1])  # misses a leak at the first pad
+_batch_of_one = _perturbation_test(lambda n, T: range(T), lengths=(5,))  # the same lengths in every row
+
+
+def _vs_unpadded(model):  # each row against itself run alone: a mask wrong both times agrees with itself
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 2, 8, 1]
+    src = torch.randint(0, 16, (4, 8), generator=g)
+    noisy = src.clone()
+    for b, n in enumerate(lengths):
+        noisy[b, n:] = (src[b, n:] + 7) % 16
+    out = model(noisy, lengths)
+    alone = [model(src[b : b + 1, :n], [n])[0] for b, n in enumerate(lengths)]
+    return all(torch.allclose(out[b], a) for b, a in enumerate(alone))
 
 
 ANSWERS = {
@@ -107,13 +143,22 @@ ANSWERS = {
             (_strict_causal, "counted"),
         ],
     ),
-    check_teacher_forcing: (
-        [_teacher_forcing],
+    check_padding_test: (
+        [_every_position],
         [
-            (lambda src: (src.flip(-1), src.flip(-1)), "tgt_in equals tgt_out"),
-            (lambda src: (_teacher_forcing(src)[1].roll(-1, 1), _teacher_forcing(src)[1]), "start token"),
-            (lambda src: (_teacher_forcing(src.flip(-1))[0], src), "tgt_out"),  # not reversed
-            (lambda src: (torch.cat([torch.full_like(src[:, :1], SEP), src[:, :-1]], 1), src.flip(-1)), "tgt_in"),
+            (_padding_only, "last real token"),
+            (_vs_unpadded, "last real token"),
+            (_padding_and_last, "first real token"),
+            (_last_position_only, "first padded position"),
+            (_batch_of_one, "first sequence's lengths"),
+            (lambda model: True, "accepts a wrong model"),
+            (lambda model: False, "rejects a right model"),
+            (
+                lambda model: torch.equal(
+                    model(torch.ones(1, 3, dtype=torch.long), [3]), model(torch.ones(1, 3, dtype=torch.long), [3])
+                ),
+                "accepts",
+            ),
         ],
     ),
 }

@@ -4,41 +4,65 @@ the layer's absorbed output."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attn_core.layers.mla import MultiHeadLatentAttention
 from attn_core.teach.exercises.ch07 import (
     check_absorbed_output,
-    check_absorbed_query,
-    check_cache_elements,
-    check_decoupled_scores,
+    check_fold_prediction,
+    check_gqa_as_mla,
+    check_key_rank,
 )
 
 
-# 7.1 absorbed query ---------------------------------------------------------------
-def _absorbed_query(q_c, w_uk):
-    return torch.einsum("bhtd,hdc->bhtc", q_c, w_uk)  # q_lat[h] = w_uk[h]ᵀ q_c[h]
+# 7.1 GQA as MLA -------------------------------------------------------------------
+def _gqa_as_mla(w_k, w_v, n_heads, D, *, group_of=None, values_for_keys=False):
+    n_g = w_k.shape[0] // D
+    group_of = group_of or (lambda i: i // (n_heads // n_g))
+    w_dkv = torch.cat([w_k, w_v])  # (2·n_g·D, d_model): every group's key, then its value
+    eye = torch.eye(D, dtype=w_k.dtype)
+    w_uk = w_k.new_zeros(n_heads, D, 2 * n_g * D)
+    w_uv = torch.zeros_like(w_uk)
+    for i in range(n_heads):
+        g = group_of(i)
+        k_cols = slice((n_g + g) * D, (n_g + g + 1) * D) if values_for_keys else slice(g * D, (g + 1) * D)
+        w_uk[i][:, k_cols] = eye  # head i selects its group's key
+        w_uv[i][:, (n_g + g) * D : (n_g + g + 1) * D] = eye  # and its value
+    return w_dkv, w_uk, w_uv
 
 
-# 7.2 decoupled scores -------------------------------------------------------------
-def _decoupled(q_c, q_r, k_c, k_r, *, scale_dims=None, rope=True):
-    d = q_c.shape[-1] + q_r.shape[-1] if scale_dims is None else scale_dims(q_c, q_r)
-    scores = q_c @ k_c.transpose(-2, -1)  # (B, H, T_q, T_k)
-    if rope:
-        scores = scores + q_r @ k_r.unsqueeze(1).transpose(-2, -1)  # one RoPE key for every head
-    return scores / math.sqrt(d)
+def _capped(w_k, w_v, n_heads, D):  # the right answer: min(2·n_g·D, d_model) wide
+    if 2 * w_k.shape[0] <= w_k.shape[1]:
+        return _gqa_as_mla(w_k, w_v, n_heads, D)
+    n_g = w_k.shape[0] // D  # keys and values outnumber the input: cache the input itself
+    groups = [i // (n_heads // n_g) for i in range(n_heads)]
+    w_uk = torch.stack([w_k[g * D : (g + 1) * D] for g in groups])  # (H, D, d_model)
+    w_uv = torch.stack([w_v[g * D : (g + 1) * D] for g in groups])
+    return torch.eye(w_k.shape[1], dtype=w_k.dtype), w_uk, w_uv
 
 
-# 7.3 cache elements (the old exercise, kept for its tests) ------------------------
-def _cache_elements(kind, n_heads, head_dim, n_kv_heads, d_latent, rope_dim):
-    return {
-        "mha": 2 * n_heads * head_dim,
-        "gqa": 2 * n_kv_heads * head_dim,
-        "mqa": 2 * head_dim,
-        "mla": d_latent + rope_dim,
+def _padded(w_k, w_v, n_heads, D):
+    w_dkv, w_uk, w_uv = _gqa_as_mla(w_k, w_v, n_heads, D)
+    pad = w_dkv.new_zeros(2, w_dkv.shape[1])  # two unused latent rows
+    grow = lambda w: torch.cat([w, w.new_zeros(*w.shape[:2], 2)], dim=-1)  # noqa: E731
+    return torch.cat([w_dkv, pad]), grow(w_uk), grow(w_uv)
+
+
+def _keys_only(w_k, w_v, n_heads, D):  # one latent for keys and values: too narrow
+    n_g = w_k.shape[0] // D
+    w_dkv, w_uk, _ = _gqa_as_mla(w_k, w_v, n_heads, D)
+    return w_dkv[: n_g * D], w_uk[..., : n_g * D], w_uk[..., : n_g * D]
+
+
+# 7.2 key rank ---------------------------------------------------------------------
+def _rank(kind, *, d_model, n_heads, head_dim, n_kv_heads, d_latent, n_tokens):
+    width = {
+        "mha": n_heads * head_dim,
+        "gqa": n_kv_heads * head_dim,
+        "mqa": head_dim,
+        "mla": min(d_latent, n_heads * head_dim),
     }[kind]
+    return min(width, d_model, n_tokens)
 
 
 # 7.3 absorbed output --------------------------------------------------------------
@@ -66,33 +90,23 @@ def _wrong_head_split(w_uv, w_o):
 
 
 ANSWERS = {
-    check_absorbed_query: (
-        [_absorbed_query],
+    check_gqa_as_mla: (
+        [_capped],
         [
-            (lambda q_c, w_uk: torch.einsum("bhtd,dc->bhtc", q_c, w_uk[0]), "max abs"),  # head 0's for every head
-            (lambda q_c, w_uk: q_c @ w_uk.sum(0), "max abs"),  # the heads' matrices summed
-            (lambda q_c, w_uk: q_c, "shape"),  # not moved at all
+            (_gqa_as_mla, "wider than the"),  # 2·n_g·D even where it exceeds d_model
+            (lambda *a: _gqa_as_mla(*a, group_of=lambda i: i % (a[0].shape[0] // a[3])), "reads the key of group"),
+            (lambda *a: _gqa_as_mla(*a, values_for_keys=True), "value projection"),
+            (_padded, "a narrower one is exact too"),
+            (_keys_only, "max abs difference"),
         ],
     ),
-    check_decoupled_scores: (
-        [_decoupled],
+    check_key_rank: (
+        [_rank],
         [
-            (lambda *a: _decoupled(*a, scale_dims=lambda q_c, q_r: q_c.shape[-1]), "1/√d_h"),
-            (lambda *a: _decoupled(*a, rope=False, scale_dims=lambda q_c, q_r: 12), "RoPE part"),
-            (lambda *a: _decoupled(*a)[..., :1], "shape"),
-        ],
-    ),
-    check_cache_elements: (
-        [_cache_elements],
-        [
-            (lambda kind, **kw: _cache_elements(kind, **kw) // (1 if kind == "mla" else 2), "measured"),  # keys only
-            (lambda kind, **kw: kw["d_latent"] if kind == "mla" else _cache_elements(kind, **kw), "measured"),
-            (
-                lambda kind, **kw: (
-                    2 * kw["d_latent"] + kw["rope_dim"] if kind == "mla" else _cache_elements(kind, **kw)
-                ),
-                "measured",
-            ),  # fmt: skip
+            (lambda kind, **kw: _rank(kind, **kw) if kind != "gqa" else kw["n_heads"] * kw["head_dim"], "measured"),
+            (lambda kind, **kw: kw["d_latent"] if kind == "mla" else _rank(kind, **kw), "measured"),  # no caps
+            (lambda kind, **kw: _rank(kind, **{**kw, "n_tokens": 10**6}), "measured"),  # forgets the tokens
+            (lambda kind, **kw: _rank(kind, **{**kw, "d_model": 10**6}), "measured"),  # forgets the model width
         ],
     ),
     check_absorbed_output: (
@@ -102,6 +116,15 @@ ANSWERS = {
             (_first_head_everywhere, "max abs difference"),
             (_wrong_head_split, "max abs difference"),
             (lambda w_uv, w_o: _fold(w_uv, w_o)[:, :-1], "shape"),
+        ],
+    ),
+    check_fold_prediction: (
+        [lambda: (False, False, 131)],  # folded costs more; batch and context scale both alike
+        [
+            (lambda: (True, False, 131), "counted at d_c = 512"),  # "one matrix is cheaper"
+            (lambda: (False, True, 131), "the answer is the same"),  # "longer contexts favour it"
+            (lambda: (False, False, 128), "saves FLOPs up to d_c = 131"),  # d_c = d_v
+            (lambda: (False, False, 512), "saves FLOPs up to d_c = 131"),
         ],
     ),
 }

@@ -90,3 +90,14 @@ def test_bad_input():
         fit_line("x = 1 + 2 + 3 + 4 + 5", 10)
     with pytest.raises(TypeError):
         format_source(42)
+
+
+def test_a_docstring_is_rewrapped_by_paragraph_and_a_skip_leaves_no_blank_line():
+    from attn_core.ops.shapes import split_heads
+    from attn_core.teach import heads
+
+    lines = format_source(heads.induction_score, width=72).split("\n")
+    assert max(map(len, lines)) <= 72
+    assert not any(len(line.split()) == 1 and line.strip().isalpha() for line in lines)  # no lone word
+    shown = format_source(split_heads, skip=('"""', "Shapes:", "``")).split("\n")
+    assert shown[1].startswith("def split_heads") and shown[2].strip(), shown[:3]

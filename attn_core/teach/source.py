@@ -152,40 +152,63 @@ def _rewrap(run: list[str], prefix: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, initial_indent=indent + prefix, subsequent_indent=indent + prefix)
 
 
+_ITEM = re.compile(r"^\s*(?:[\w*][\w*.]*(?: \([^)]*\))?:(?:\s|$)|[-*] )")  # "x: ...", "Args:", "- ..."
+
+
+def _doc_paragraphs(doc: list[str]) -> list[list[str]]:
+    """A docstring's lines cut into paragraphs: an item or a sentence run, with its deeper continuations."""
+    paragraphs: list[list[str]] = []
+    for line in doc:
+        indent = len(line) - len(line.lstrip())
+        if paragraphs and line.strip() and paragraphs[-1][0].strip():
+            first = paragraphs[-1][0]
+            first_indent = len(first) - len(first.lstrip())
+            continues = indent > first_indent or (indent == first_indent and not _ITEM.match(line))
+            if continues and not first.strip().endswith(":"):
+                paragraphs[-1].append(line)
+                continue
+        paragraphs.append([line])
+    return paragraphs
+
+
+def _fit_paragraph(paragraph: list[str], width: int) -> list[str]:
+    """One docstring paragraph, rewrapped as a whole when one of its lines is too long."""
+    if all(len(line) <= width for line in paragraph):
+        return paragraph
+    first = paragraph[0]
+    indent = first[: len(first) - len(first.lstrip())]
+    rest = paragraph[1:]
+    hang = rest[0][: len(rest[0]) - len(rest[0].lstrip())] if rest else indent
+    text = " ".join(line.strip() for line in paragraph)
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=hang)
+
+
 def _fit_block(lines: list[str], width: int) -> list[str]:
     """Fit a block of source lines: prose (comments, docstrings) rewrapped by paragraph, code by line.
 
-    A run of comment lines at one indent, or a docstring's paragraph, is rewrapped as a
-    whole only when one of its lines is too long (so that short, deliberate line breaks
-    stay). Code lines go through :func:`fit_line`.
+    A run of comment lines at one indent, or a docstring's paragraph (an item of an
+    ``Args:`` list with its continuation lines, or a run of sentences), is rewrapped as a
+    whole only when one of its lines is too long, so that short, deliberate line breaks
+    stay. Code lines go through :func:`fit_line`.
     """
     shown, i, depth = [], 0, 0
-    in_doc = False
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
-        is_comment = stripped.startswith("#")
-        # a docstring opened on this line and closed on a later one (a one-line docstring is code)
-        opens_doc = not in_doc and stripped[:3] in ('"""', "'''") and stripped.count(stripped[:3]) == 1
-        if in_doc or opens_doc or is_comment:
-            # a run: comment lines at this indent, or the docstring's lines up to a blank line
+        quote = stripped[:3]
+        if quote in ('"""', "'''") and stripped.count(quote) == 1:  # a docstring over several lines
+            j = next((k for k in range(i + 1, len(lines)) if quote in lines[k]), len(lines) - 1)
+            for paragraph in _doc_paragraphs(lines[i : j + 1]):
+                shown += _fit_paragraph(paragraph, width)
+            i = j + 1
+            continue
+        if stripped.startswith("#"):
+            indent = line[: len(line) - len(line.lstrip())]
             j = i + 1
-            if is_comment and not in_doc:
-                indent = line[: len(line) - len(line.lstrip())]
-                while j < len(lines) and lines[j].startswith(indent + "#"):
-                    j += 1
+            while j < len(lines) and lines[j].startswith(indent + "#"):
+                j += 1
             run = lines[i:j]
-            if opens_doc:
-                in_doc = True
-            elif in_doc and ('"""' in stripped or "'''" in stripped):
-                in_doc = False
-            if all(len(r) <= width for r in run):
-                shown += run
-            elif is_comment and not (in_doc or opens_doc):
-                shown += _rewrap(run, "# ", width)
-            else:  # a docstring line: wrap it as text, at its own indent
-                indent = line[: len(line) - len(line.lstrip())]
-                shown += textwrap.wrap(stripped, width, initial_indent=indent, subsequent_indent=indent)
+            shown += run if all(len(r) <= width for r in run) else _rewrap(run, "# ", width)
             i = j
             continue
         shown += fit_line(line, width, depth=depth)
@@ -210,7 +233,7 @@ def format_source(
         last: End at the first line from ``first`` on that contains this text (default: the
             last line).
         skip: Leave out every line that contains one of these texts (a docstring's lines,
-            branches that serve other chapters).
+            branches that serve other chapters), and a blank line that follows one.
         width: The column width: every printed line is at most this long.
 
     Returns:
@@ -232,7 +255,13 @@ def format_source(
         stop = next((i for i in range(start, len(lines)) if last in lines[i]), None)
         if stop is None:
             raise ValueError(f"last={last!r} is not in the source of {name} after {first!r}")
-    chosen = [line for line in lines[start : stop + 1] if not any(s in line for s in skip)]
+    chosen, dropped = [], False
+    for line in lines[start : stop + 1]:
+        if any(s in line for s in skip):
+            dropped = True
+        elif line.strip() or not (dropped or not chosen):  # no blank line left by a skip
+            chosen.append(line)
+            dropped = False
     shown = _fit_block(textwrap.dedent("\n".join(chosen)).split("\n"), width)
     where = f"lines {start_line + start}-{start_line + stop}"
     return "\n".join(fit_line(f"# {name} ({where})", width) + shown)

@@ -9,18 +9,18 @@ The notebooks import a chapter's checks from its module (``from attn_core.teach.
 import check_max_batch``); this package re-exports them for ``from attn_core.teach.exercises
 import ...``. Two names exist in two chapters and are left to their modules here:
 ``check_decode_intensity`` (``ch05``, ``ch06``) and ``check_causality_test``, which is
-``ch11``'s here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) and
-``check_cache_elements`` (``ch07``) are kept for their tests.
+``ch11``'s here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) is kept for its
+tests.
 """
 
 from ._common import compare, report
 from .ch01 import check_query_jacobian, check_scale_test, check_score_scale
-from .ch02 import check_decode_mask, check_packed_causal_mask, check_padding_mask
+from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 from .ch03 import check_mha_from_torch
-from .ch04 import check_prefix_lm_mask, check_score_entries, check_teacher_forcing
+from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import check_decode_one_by_one, check_max_batch
 from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
-from .ch07 import check_absorbed_output, check_absorbed_query, check_cache_elements, check_decoupled_scores
+from .ch07 import check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
 from .ch10 import check_parameter_formula, check_uniform_previous_score
@@ -51,13 +51,13 @@ __all__ = [
     "check_query_jacobian",
     "check_scale_test",
     # ch02
-    "check_padding_mask",
-    "check_packed_causal_mask",
-    "check_decode_mask",
+    "check_packed_documents",
+    "check_alignment_test",
+    "check_decode_step_test",
     # ch03
     "check_mha_from_torch",
     # ch04
-    "check_teacher_forcing",
+    "check_padding_test",
     "check_prefix_lm_mask",
     "check_score_entries",
     # ch05
@@ -68,10 +68,9 @@ __all__ = [
     "check_kv_head_of",
     "check_kv_heads_on_gpu",
     # ch07
-    "check_absorbed_query",
-    "check_decoupled_scores",
+    "check_gqa_as_mla",
+    "check_key_rank",
     "check_absorbed_output",
-    "check_cache_elements",
     # ch08
     "check_sinusoidal",
     "check_rope_rotation",

@@ -5,13 +5,25 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
-from ...ops.masks import causal_mask, padding_mask
-from ._common import report
+from ...layers.multihead import MultiHeadAttention
+from ...ops.attention import attention
+from ...ops.masks import causal_mask
+from ._common import describe, report
 
 __all__ = [
-    "check_padding_mask",
+    "alignment_candidates",
+    "check_alignment_test",
+    "check_decode_step_test",
+    "check_packed_documents",
+    "decode_step_candidates",
 ]
+
+
+def _raised(e: Exception) -> str:
+    """An exception in words: its type, and its message when it has one."""
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
@@ -25,37 +37,128 @@ def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def check_padding_mask(fn: Callable[[list, int], torch.Tensor]) -> bool:
-    """Exercise 2.2: ``fn(lengths, T)`` is the key padding mask of a batch, ``True`` for real tokens.
+def _causal_candidate(
+    shift: int | None,
+    *,
+    top_left: bool = False,
+    square_only: bool = False,
+    scale=None,
+    later_leak: bool = False,
+    skip_first: bool = False,
+):
+    """A causal attention ``attend(q, k, v)`` whose mask is chosen (right or wrong).
+
+    ``shift``: query ``i`` sees key ``j`` when ``j <= i + shift``, with ``i`` counted from
+    the top-left corner (``top_left``) or as the last ``T_q`` of ``T_k`` positions
+    (bottom-right); ``None`` = no mask. ``square_only``: the mask is applied only when
+    ``T_q == T_k`` (code that skips it for a decoding step). ``scale``: another score
+    scale than ``1/sqrt(D)``, which changes the weights but not which keys are seen.
+    ``later_leak``: every query but the first also sees the key just after it (right in
+    row 0, wrong below). ``skip_first``: key 0 is never seen (with ``shift=1``, query
+    ``i`` sees keys ``1..i+1``: the right number of keys, the wrong ones).
+    """
+
+    def impl(q, k, v):
+        T_q, T_k = q.shape[-2], k.shape[-2]
+        mask = None
+        if shift is not None and not (square_only and T_q != T_k):
+            offset = 0 if top_left else T_k - T_q
+            q_pos = torch.arange(T_q, device=q.device) + offset  # (T_q,)
+            k_pos = torch.arange(T_k, device=q.device)  # (T_k,)
+            mask = k_pos[None, :] <= q_pos[:, None] + shift  # (T_q, T_k)
+            if later_leak:  # rows 1.. also see their next key
+                mask = mask | ((k_pos[None, :] == q_pos[:, None] + 1) & (q_pos[:, None] > offset))
+            if skip_first:
+                mask = mask & (k_pos[None, :] >= 1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+    return impl
+
+
+def _alike(impl: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """Wrap ``impl`` so that every candidate looks the same from outside (name, code, signature)."""
+
+    def attend(q, k, v):
+        return impl(q, k, v)
+
+    return attend
+
+
+def alignment_candidates() -> list[tuple[Callable[..., torch.Tensor], str, str]]:
+    """The functions exercise 2.2's test is run on: ``(attend, alignment, what it is)``, mixed order."""
+
+    def sdpa_is_causal(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def attn_core_is_causal(q, k, v):
+        return attention(q, k, v, is_causal=True)
+
+    cases = [
+        (_causal_candidate(0, scale=1.0), "bottom-right", "is bottom-right with another score scale"),
+        (sdpa_is_causal, "top-left", "is PyTorch's is_causal=True"),
+        (_causal_candidate(1), "neither", "lets each query see one key of its future"),
+        (attn_core_is_causal, "bottom-right", "is attn_core's is_causal=True"),
+        (_causal_candidate(None), "neither", "has no mask at all"),
+        (
+            _causal_candidate(0, top_left=True, later_leak=True),
+            "neither",
+            "is top-left in query 0, but every later query sees one key of its future",
+        ),
+        (_causal_candidate(0, top_left=True, scale=0.1), "top-left", "is top-left with another score scale"),
+        (_causal_candidate(0, square_only=True), "neither", "applies its mask only when T_q == T_k"),
+        (
+            _causal_candidate(1, top_left=True, skip_first=True),
+            "neither",
+            "lets query i see keys 1..i+1: the top-left counts, but shifted by one key",
+        ),
+    ]
+    return [(_alike(fn), expected, what) for fn, expected, what in cases]
+
+
+def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]) -> bool:
+    """Exercise 2.2: ``alignment(attend)`` tells how a causal ``attend(q, k, v)`` aligns its mask.
+
+    It returns ``"top-left"`` (query ``i`` sees keys ``0..i``, PyTorch's ``is_causal``),
+    ``"bottom-right"`` (the queries are the last ``T_q`` of ``T_k`` positions, attn_core's
+    and FlashAttention's) or ``"neither"``. It is run on nine functions that look alike
+    from outside (the same name, code and signature, in a mixed order): two top-left, two
+    bottom-right (one of each with another score scale, which a test comparing outputs
+    with a reference would misread) and five that are neither: no mask, a mask that lets
+    each query see one future key (a test that reads only the last query, or only
+    whether a key is seen and not which, misses it), a mask applied only when
+    ``T_q == T_k`` (a test with one query misses it), a mask right in query 0 that leaks
+    in the later queries (a test that reads query 0 alone misses it) and one that gives
+    query ``i`` keys ``1..i+1`` (a test that counts each query's keys misses it). Only a
+    test with several queries, fewer than the keys, that reads exactly which keys each
+    query sees gets all nine.
 
     Shapes:
-        lengths: ``B`` ints; fn's output: ``(B, 1, T)`` (the middle axis broadcasts over queries)
+        the inputs ``alignment`` passes to ``attend``: q ``(B, H, T_q, D)``, k and v
+        ``(B, H, T_k, D)`` with ``T_q <= T_k`` (D may differ between k and v)
     """
-    name = "2.2 padding mask"
-    for lengths, T in (([3, 5, 1], 5), ([0, 2], 4), ([7], 7)):
+    name = "2.2 alignment test"
+    candidates = alignment_candidates()
+    for i, (attend, expected, what) in enumerate(candidates, start=1):
         try:
-            got = fn(list(lengths), T)
-        except Exception as e:
-            return report(name, False, f"fn({lengths}, {T}) raised {type(e).__name__}: {e}")
-        expected = padding_mask(lengths, T)  # (B, 1, T)
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (len(lengths), T):
+            with torch.random.fork_rng():  # the learner's draws leave the notebook's state alone
+                got = alignment(attend)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"candidate {i} of {len(candidates)} raised {_raised(e)}")
+        if got != expected:
             return report(
                 name,
                 False,
-                f"shape {tuple(got.shape)}: add the query axis, (B, 1, T), so that "
-                "it broadcasts over the queries of (B, T_q, T_k) scores",
+                f"alignment(candidate {i} of {len(candidates)}) returned {got!r}, expected "
+                f"{expected!r}: that candidate {what}",
             )
-        if not _is_bool_tensor(f"{name} (lengths={lengths}, T={T})", got, tuple(expected.shape)):
-            return False
-        if torch.equal(got, ~expected):
-            return report(name, False, "inverted: True must mean a real token (may attend), False padding")
-        if not torch.equal(got, expected):
-            return report(name, False, f"lengths={lengths}, T={T}: {int((got != expected).sum())} entries differ")
-    return report(name, True, "lengths [3, 5, 1], [0, 2] and [7] all match")
+    counts = {
+        kind: sum(expected == kind for _, expected, _ in candidates) for kind in ("top-left", "bottom-right", "neither")
+    }
+    tally = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+    return report(name, True, f"{len(candidates)} of {len(candidates)} right: {tally}")
 
 
-# The exercises of the revised chapter (issue 25): two masks the chapter did not build.
-__all__ += ["check_packed_causal_mask", "check_decode_mask"]
+# The exercises of the revised chapter (issue 25): a packed mask and a decoding step the chapter did not build.
 
 
 def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
@@ -65,78 +168,160 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"query {index[-2]}, key {index[-1]} {verdict} in yours"
 
 
-def check_packed_causal_mask(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 2.1: ``fn(doc_ids)`` is the causal mask of several documents packed into one row.
+def _packed_vs_alone(ids: list[int], mask: torch.Tensor, pos: torch.Tensor) -> float:
+    """Largest |packed - alone| over the tokens, with a learned position table (float64).
 
-    ``doc_ids[t]`` names the document that token ``t`` belongs to (documents are contiguous
-    runs). Token ``i`` may attend to token ``j`` only if ``j <= i`` *and* both belong to
-    the same document. ``True`` = may attend.
+    The layer has no causal mask of its own: ``mask`` must bring causality too.
+    """
+    with torch.random.fork_rng():  # the check's draws leave the notebook's state alone
+        torch.manual_seed(0)
+        layer = MultiHeadAttention(16, 2).double().eval()
+        table = torch.nn.Embedding(len(ids), 16).double()  # learned absolute positions
+        x = torch.randn(1, len(ids), 16, dtype=torch.float64)  # (1, T, d_model)
+    doc = torch.tensor(ids)
+    with torch.no_grad():
+        packed = layer(x + table(pos), mask=mask)[0]  # (T, d_model)
+        gap = 0.0
+        for d in dict.fromkeys(ids):  # each document alone, its positions from 0
+            rows = (doc == d).nonzero()[:, 0]  # (n,)
+            n = len(rows)
+            alone = layer(x[:, rows] + table(torch.arange(n)), mask=causal_mask(n))[0]
+            gap = max(gap, (packed[rows] - alone).abs().max().item())
+    return gap
+
+
+def check_packed_documents(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Exercise 2.1: ``fn(doc_ids)`` returns the mask *and* the position ids of several
+    documents packed into one row.
+
+    ``doc_ids[t]`` names the document of token ``t`` (contiguous runs, named by any
+    integers, not necessarily ascending). The mask: token ``i`` may attend to token ``j``
+    only if ``j <= i`` *and* both belong to the same document, ``True`` = may attend. The
+    position ids restart at 0 at each document's first token. The test: through a layer
+    with a learned position table, every document of the packed row gives the output it
+    gives alone; when it does not, the message says which part is off.
 
     Shapes:
-        doc_ids: ``(T,)``, integers; fn's output: ``(T, T)``, boolean
+        doc_ids: ``(T,)``, integers; fn's output: ``(mask, position_ids)``, ``(T, T)``
+        boolean and ``(T,)`` integer
     """
-    name = "2.1 packed causal mask"
-    cases = ([0, 0, 0, 1, 1, 2, 2, 2, 2], [5], [3, 3, 7, 7, 7, 7], [0, 1, 2, 3])
+    name = "2.1 packed documents"
+    # The last case's ids are not in ascending order: a test ``doc[j] >= doc[i]`` passes the others.
+    cases = ([3, 3, 7, 7, 7, 7], [0, 0, 0, 1, 1, 2, 2, 2, 2], [5], [0, 1, 2, 3], [4, 4, 1, 1, 1, 9])
     for ids in cases:
-        doc = torch.tensor(ids)
-        T = len(ids)
+        doc, T = torch.tensor(ids), len(ids)
         try:
             got = fn(doc.clone())
         except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"fn({ids}) raised {type(e).__name__}: {e}")
-        if not _is_bool_tensor(f"{name} (doc_ids={ids})", got, (T, T)):
+            return report(name, False, f"fn({ids}) raised {_raised(e)}")
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return report(name, False, f"doc_ids={ids}: expected a pair (mask, position_ids), got {describe(got)}")
+        mask, pos = got
+        if not _is_bool_tensor(f"{name} (doc_ids={ids}), mask", mask, (T, T)):
             return False
-        causal = causal_mask(T)
-        same_doc = doc[:, None] == doc[None, :]  # (T, T)
-        want = causal & same_doc
-        if torch.equal(got, want):
+        if not _is_int_tensor(f"{name} (doc_ids={ids}), position_ids", pos, (T,)):
+            return False
+        if bool((pos < 0).any()) or bool((pos >= T).any()):
+            return report(name, False, f"doc_ids={ids}: position ids {pos.tolist()} are outside the table (0..{T - 1})")
+        if _packed_vs_alone(ids, mask, pos.long()) < 1e-10:
             continue
-        if torch.equal(got, causal):
-            return report(name, False, f"doc_ids={ids}: a token sees the earlier documents (causal only)")
-        if torch.equal(got, same_doc):
-            return report(name, False, f"doc_ids={ids}: a token sees the future of its document")
-        if torch.equal(got, want & ~torch.eye(T, dtype=torch.bool)):
-            return report(name, False, f"doc_ids={ids}: a token must see itself (j <= i)")
-        return report(name, False, f"doc_ids={ids}: {_first_difference(got, want)}")
-    return report(name, True, "4 packings match, a one-token document and one-token documents included")
+        causal, same_doc = causal_mask(T), doc[:, None] == doc[None, :]  # (T, T) each
+        want = causal & same_doc
+        first = torch.tensor([ids.index(d) for d in ids])  # (T,): each document's first token
+        want_pos = torch.arange(T) - first  # (T,)
+        if not torch.equal(mask, want):
+            if torch.equal(mask, causal):
+                return report(name, False, f"doc_ids={ids}: a token sees the earlier documents (causal only)")
+            if torch.equal(mask, same_doc):
+                return report(name, False, f"doc_ids={ids}: a token sees the future of its document")
+            if torch.equal(mask, want & ~torch.eye(T, dtype=torch.bool)):
+                return report(name, False, f"doc_ids={ids}: a token must see itself (j <= i)")
+            return report(name, False, f"doc_ids={ids}: {_first_difference(mask, want)}")
+        if torch.equal(pos, torch.arange(T)):
+            return report(name, False, f"doc_ids={ids}: positions do not restart at each document")
+        if torch.equal(pos, want_pos + 1):
+            return report(name, False, f"doc_ids={ids}: positions one too high; a document starts at 0")
+        return report(name, False, f"doc_ids={ids}: position ids {pos.tolist()}, expected {want_pos.tolist()}")
+    return report(name, True, f"{len(cases)} packings, each document as alone (unsorted ids too)")
 
 
-def check_decode_mask(fn: Callable[[int, int, list], torch.Tensor]) -> bool:
-    """Exercise 2.3: ``fn(T_q, T_k, lengths)``: the mask of a *left-padded* batch decoding with a cache.
+def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
+    """Report (and return False) unless ``got`` is an integer tensor of ``shape``."""
+    if not isinstance(got, torch.Tensor):
+        return report(name, False, f"expected a torch.Tensor, got {type(got).__name__}")
+    if got.dtype == torch.bool or got.is_floating_point() or got.is_complex():
+        return report(name, False, f"expected integer position ids, got dtype={got.dtype}")
+    if tuple(got.shape) != shape:
+        return report(name, False, f"shape {tuple(got.shape)}, expected {shape}")
+    return True
 
-    The cache holds ``T_k`` positions per sequence; sequence ``b`` has ``lengths[b]`` real
-    tokens, at the *end* (its first ``T_k - lengths[b]`` positions are padding). The
-    ``T_q`` queries are the last ``T_q`` positions. A query may attend to a key that is
-    real and not in its future. ``True`` = may attend.
+
+def _decode_variant(*, top_left=False, from_column=False, right_padded=False, pad_visible=False, shift=0, pad_id=0):
+    """A ``decode_step(T_q, T_k, lengths) -> (mask, position_ids)`` for exercise 2.3: the right
+    one (no flags), or one with the slips the flags name; all look alike from outside.
 
     Shapes:
-        fn's output: ``(B, T_q, T_k)``, boolean
+        decode_step's output: ``(B, T_q, T_k)`` boolean and ``(B, T_q)`` integer
     """
-    name = "2.3 decode mask"
-    cases = ((1, 6, [6, 4, 2]), (3, 7, [7, 5]), (4, 4, [4, 2]), (2, 9, [3]))
-    for T_q, T_k, lengths in cases:
+
+    def decode_step(T_q, T_k, lengths):
+        length = torch.tensor(lengths)[:, None]  # (B, 1)
+        columns = torch.arange(T_k)  # (T_k,): the cache's columns
+        start = T_k - length  # (B, 1): each row's first real column
+        real = (columns < length) if right_padded else (columns >= start)  # (B, T_k)
+        real = real | pad_visible
+        q_cols = columns[T_k - T_q :]  # (T_q,): the queries are the last columns
+        now = torch.arange(T_q) if top_left else q_cols  # (T_q,): the last key a query sees
+        mask = (columns[None, :] <= now[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
+        pos = (q_cols[None, :] - (0 if from_column else start) + shift).expand(len(lengths), T_q)
+        return mask, pos.masked_fill(q_cols[None, :] < start, pad_id)  # padded queries: pad_id
+
+    return decode_step
+
+
+def decode_step_candidates() -> list[tuple[Callable, bool, str]]:
+    """Exercise 2.3's candidates, ``(decode_step, right, what)``, in a fixed mixed order; the
+    first is the one the chapter hands over (both slips)."""
+    return [
+        (_decode_variant(top_left=True, from_column=True), False, "is the one shown (both slips)"),
+        (_decode_variant(), True, "is right"),
+        (_decode_variant(from_column=True), False, "counts positions from column 0 (seen only if a row is padded)"),
+        (_decode_variant(pad_id=1), True, "is right; its padded queries get position 1 (their output is dropped)"),
+        (_decode_variant(top_left=True), False, "aligns the causal part top-left (seen only if T_q < T_k)"),
+        (_decode_variant(right_padded=True), False, "masks the padding as if it were on the right"),
+        (_decode_variant(shift=1), False, "counts positions from 1"),
+        (_decode_variant(pad_visible=True), False, "leaves the padding visible"),
+    ]
+
+
+def check_decode_step_test(is_right: Callable[[Callable], bool]) -> bool:
+    """Exercise 2.3: ``is_right(decode_step)`` returns True if ``decode_step`` passes the
+    learner's test. ``decode_step(T_q, T_k, lengths)`` returns ``(mask, position_ids)`` for a
+    decoding step of a left-padded batch (the cache holds ``T_k`` columns, row ``b`` has
+    ``lengths[b]`` real tokens at the end, the ``T_q`` queries are the last columns).
+
+    It is run on eight look-alike candidates (:func:`decode_step_candidates`): two right (one
+    gives padded queries position 1, which a test pinning them to 0 wrongly rejects) and six
+    with slips; a test passes only if it says True for the right ones and False for the others.
+    Catching them all needs fewer queries than keys (top-left equals bottom-right when
+    ``T_q = T_k``), a padded row (positions from column 0 are right in a full row), and
+    learned positions (RoPE's scores do not see a shift common to a row).
+
+    Shapes:
+        decode_step's output: ``(B, T_q, T_k)`` boolean and ``(B, T_q)`` integer
+    """
+    name = "2.3 decode-step test"
+    candidates = decode_step_candidates()
+    for i, (fn, right, what) in enumerate(candidates, start=1):
         try:
-            got = fn(T_q, T_k, list(lengths))
-        except Exception as e:
-            return report(name, False, f"fn({T_q}, {T_k}, {lengths}) raised {type(e).__name__}: {e}")
-        B = len(lengths)
-        if not _is_bool_tensor(f"{name} (T_q={T_q}, T_k={T_k}, lengths={lengths})", got, (B, T_q, T_k)):
-            return False
-        real = torch.arange(T_k) >= T_k - torch.tensor(lengths)[:, None]  # (B, T_k): left padding
-        bottom_right = causal_mask(T_q, T_k)  # (T_q, T_k)
-        want = bottom_right[None] & real[:, None, :]  # (B, T_q, T_k)
-        if torch.equal(got, want):
-            continue
-        top_left = torch.ones(T_q, T_k, dtype=torch.bool).tril()
-        right_padded = padding_mask(lengths, T_k)  # (B, 1, T_k): real tokens first
-        where = f"T_q={T_q}, T_k={T_k}, lengths={lengths}"
-        if torch.equal(got, top_left[None] & real[:, None, :]):
-            return report(name, False, f"{where}: causal part aligned top-left; the queries are the *last* positions")
-        if torch.equal(got, bottom_right[None] & right_padded):
-            return report(name, False, f"{where}: padded on the right; here the padding comes first")
-        if torch.equal(got, bottom_right.expand(B, T_q, T_k)):
-            return report(name, False, f"{where}: the padding is not masked")
-        return report(
-            name, False, f"{where}: in sequence {int((got != want).nonzero()[0][0])}, {_first_difference(got, want)}"
-        )
-    return report(name, True, "4 batches match (one-token decoding, prefill, short and long prompts)")
+            with torch.random.fork_rng():  # the test's draws leave the notebook's state alone
+                got = is_right(fn)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"is_right(candidate {i}) raised {_raised(e)}")
+        if not isinstance(got, bool):
+            return report(name, False, f"is_right(candidate {i}) returned {describe(got)}, expected a bool")
+        if got != right:
+            return report(
+                name, False, f"is_right(candidate {i} of {len(candidates)}) returned {got}, but that candidate {what}"
+            )
+    return report(name, True, f"right on all {len(candidates)} candidates (2 right, 6 with slips)")

@@ -5,39 +5,137 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch import nn
 
-from ...ops.masks import causal_mask
-from ..seq2seq_tasks import reverse_seq2seq
-from ..tasks import SEP
-from ._common import compare, report
+from ...layers.multihead import MultiHeadAttention
+from ...ops.masks import causal_mask, padding_mask
+from ._common import report
 
-__all__ = ["check_teacher_forcing"]
+__all__ = ["check_padding_test", "padding_candidates"]
 
 
-def check_teacher_forcing(fn: Callable[[torch.Tensor], tuple]) -> bool:
-    """Exercise 4.3: ``fn(src)`` returns ``(tgt_in, tgt_out)`` for the reversal task.
+# Exercise 4.3's models: an encoder of one self-attention layer and one cross-attention layer
+# read by three fixed decoder queries. Small, float64 (rounding never blurs a verdict).
+VOCAB, MAX_LEN, T_QUERIES, WIDTH = 16, 8, 3, 16
 
-    ``tgt_out`` is the reversed source; ``tgt_in`` is what the decoder reads: the start
-    token ``SEP`` (0) followed by ``tgt_out`` shifted right by one.
+
+class _TinyReader(nn.Module):
+    """Source ids -> logits of three fixed queries, with the key masks passed in.
 
     Shapes:
-        src: ``(B, n)``; tgt_in, tgt_out: ``(B, n)``
+        src: (B, T) ids; masks: (B, 1, T) or None; output: (B, T_QUERIES, VOCAB)
     """
-    name = "4.3 teacher forcing"
-    batch = reverse_seq2seq(3, n=6, vocab_size=12, generator=torch.Generator().manual_seed(45))
-    try:
-        tgt_in, tgt_out = fn(batch.src.clone())
-    except Exception as e:
-        return report(name, False, f"{type(e).__name__}: {e}")
-    if not (isinstance(tgt_out, torch.Tensor) and torch.equal(tgt_out.long(), batch.tgt_out)):
-        return compare(f"{name}: tgt_out", tgt_out, batch.tgt_out.double(), atol=0.0)
-    if isinstance(tgt_in, torch.Tensor) and tgt_in.shape == batch.tgt_in.shape and torch.equal(tgt_in, tgt_out):
-        return report(name, False, "tgt_in equals tgt_out: the decoder would read the answer it must predict")
-    if isinstance(tgt_in, torch.Tensor) and tgt_in.shape == batch.tgt_in.shape and not (tgt_in[:, 0] == SEP).all():
-        return report(name, False, f"tgt_in must start with the start token SEP={SEP}")
-    if not (isinstance(tgt_in, torch.Tensor) and torch.equal(tgt_in.long(), batch.tgt_in)):
-        return compare(f"{name}: tgt_in", tgt_in, batch.tgt_in.double(), atol=0.0)
-    return report(name, True, "tgt_out is the reversed source, tgt_in the start token then tgt_out[:, :-1]")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, WIDTH)
+        self.pos = nn.Parameter(torch.randn(MAX_LEN, WIDTH))
+        self.encoder = MultiHeadAttention(WIDTH, 2)
+        self.cross = MultiHeadAttention(WIDTH, 2)
+        self.queries = nn.Parameter(torch.randn(T_QUERIES, WIDTH))
+        self.readout = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, src, enc_mask, cross_mask):
+        h = self.emb(src) + self.pos[: src.shape[1]]  # (B, T, WIDTH)
+        memory = h + self.encoder(h, mask=enc_mask)  # (B, T, WIDTH)
+        q = self.queries.expand(src.shape[0], -1, -1)  # (B, T_QUERIES, WIDTH)
+        return self.readout(q + self.cross(q, memory, mask=cross_mask))
+
+
+def _key_mask(lengths: list[int], T: int, shift: int) -> torch.Tensor:
+    """``padding_mask`` with every length moved by ``shift`` (kept in ``[0, T]``). (B, 1, T)"""
+    return padding_mask([min(max(n + shift, 0), T) for n in lengths], T)
+
+
+def padding_candidates() -> list[tuple[Callable[[torch.Tensor, list], torch.Tensor], bool, str]]:
+    """The models exercise 4.3's test is run on: ``(model, reads only the real tokens, what it is)``.
+
+    Every model is called ``model(src, lengths)`` and looks the same from outside (one name,
+    one signature); they share one set of seeded weights and differ only in their masks.
+    """
+    with torch.random.fork_rng(devices=[]):  # building the model must not move the notebook's RNG
+        torch.manual_seed(43)
+        net = _TinyReader().double().eval()
+
+    def masked(enc_shift, cross_shift, first_row=False, hide_first=False):
+        def impl(src, lengths):
+            lengths = [int(n) for n in lengths]
+            if first_row:  # the first sequence's lengths, for every row
+                lengths = [lengths[0]] * len(lengths)
+            T = src.shape[1]
+            enc = None if enc_shift is None else _key_mask(lengths, T, enc_shift)
+            cross = None if cross_shift is None else _key_mask(lengths, T, cross_shift)
+            if hide_first:  # key 0 hidden too, in every row with another real token to read
+                first = (torch.arange(T) == 0) & torch.tensor([n > 1 for n in lengths])[:, None]
+                enc, cross = enc & ~first[:, None], cross & ~first[:, None]  # (B, 1, T)
+            return net(src, enc, cross)
+
+        return impl
+
+    def alone(src, lengths):  # each sequence on its real tokens only: no padding, no mask
+        return torch.cat([net(src[b : b + 1, : int(n)], None, None) for b, n in enumerate(lengths)])
+
+    cases = [
+        (masked(0, 0), True, "masks the padding in the encoder and in the cross-attention"),
+        (masked(None, 0), False, "masks the padding in the cross-attention only: it leaks through the encoder"),
+        (masked(1, 1), False, "masks from one past each length: the first padded position leaks"),
+        (alone, True, "runs each sequence alone on its real tokens (no padding to mask)"),
+        (masked(-1, -1), False, "masks each sequence's last real token too: the model never reads it"),
+        (masked(0, 0, hide_first=True), False, "masks each sequence's first real token too: the model never reads it"),
+        (masked(None, None), False, "passes no mask: the padding leaks everywhere"),
+        (masked(0, 0, first_row=True), False, "uses the first sequence's lengths for every row of the batch"),
+        (masked(0, None), False, "masks the padding in the encoder only: the cross-attention reads it"),
+    ]
+
+    def neutral(impl):
+        def model(src, lengths):
+            with torch.no_grad():
+                return impl(src, lengths)
+
+        return model
+
+    return [(neutral(impl), right, what) for impl, right, what in cases]
+
+
+def check_padding_test(reads_only_real_tokens: Callable[[Callable[..., torch.Tensor]], bool]) -> bool:
+    """Exercise 4.3: ``reads_only_real_tokens(model)`` says whether a model's output depends on
+    every real source token and on nothing in the padding.
+
+    ``model(src, lengths)`` takes a right-padded batch of source ids (0 to 15; positions at
+    and after ``lengths[b]`` are padding and may hold any id) and returns the logits of three
+    fixed decoder queries. The test is run on nine models with the same weights, name and
+    signature (two right, seven wrong: the padding leaks through the encoder only, through
+    the cross-attention only, or everywhere; the first padded position leaks; the last or
+    the first real token is masked; the first row's lengths are used for every row). A test
+    that only changes the padding accepts the model that also hides the last real token, and
+    so does one that compares a padded batch with each sequence run alone (that model hides
+    it both times); one that changes the padding and only the last real token accepts the
+    model that hides the first; one that changes only the last position misses the first
+    padded position; a batch of one sequence cannot see the first row's lengths used for
+    the others.
+
+    Shapes:
+        the inputs the test passes to ``model``: src ``(B, T)`` ids with ``T <= 8``,
+        lengths ``B`` ints in ``[1, T]``; the model's output: ``(B, 3, 16)``
+    """
+    name = "4.3 a test for the padding"
+    candidates = padding_candidates()
+    for fn, right, what in candidates:
+        try:
+            with torch.random.fork_rng(devices=[]):  # the learner's draws must not move the notebook's RNG
+                verdict = reads_only_real_tokens(fn)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(verdict, bool):
+            return report(name, False, f"return True or False, got {verdict!r:.40}")
+        if verdict != right:
+            if right:
+                return report(name, False, f"rejects a right model (it {what})")
+            return report(name, False, f"accepts a wrong model: it {what}")
+    n_right = sum(right for _, right, _ in candidates)
+    return report(
+        name, True, f"right on all {len(candidates)} models ({n_right} right, {len(candidates) - n_right} wrong)"
+    )
 
 
 # The exercises of the revised chapter (issue 25): what a decoder-only model does instead of
@@ -111,10 +209,11 @@ def check_score_entries(fn: Callable[[int, int, str], int]) -> bool:
         cases += [(dict(T_src=T_src, T_tgt=T_tgt, design=d), n) for d, n in measured.items()]
     # check_counts hints at "keys and values" for half the answer; these are plain counts.
     for kwargs, want in cases:
-        try:
-            got = fn(**kwargs)
+        try:  # positional: a learner may name the parameters differently
+            got = fn(*kwargs.values())
         except Exception as e:
-            return report("4.2 score entries", False, f"{type(e).__name__}: {e}")
+            hint = " (expected fn(T_src, T_tgt, design))" if isinstance(e, TypeError) else ""
+            return report("4.2 score entries", False, f"{type(e).__name__}: {e}{hint}")
         if got != want:
             return report("4.2 score entries", False, f"{kwargs}: got {got!r}, counted {want}")
     return report("4.2 score entries", True, "3 designs × 3 shapes equal the entries counted in the masks")

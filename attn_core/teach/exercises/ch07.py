@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
-from ...caches.size import kv_cache_elements_per_token
 from ...layers.mla import MultiHeadLatentAttention
 from ...layers.multihead import MultiHeadAttention
-from ._common import compare, report
+from ._common import compare, describe, report
 
 __all__ = [
-    "check_absorbed_query",
-    "check_decoupled_scores",
-    "check_cache_elements",
+    "check_gqa_as_mla",
+    "check_key_rank",
     "check_absorbed_output",
+    "check_fold_prediction",
 ]
 
 
@@ -25,80 +23,134 @@ def _inputs(seed: int, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
-def check_absorbed_query(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 7.1: ``fn(q_c, w_uk)`` moves every head's content query into latent space.
+def _gqa_diagnosis(w_k, w_v, w_dkv, w_uk, H: int, D: int) -> str | None:
+    """Which group's key each of the learner's heads reads, when it reads a wrong one (or None).
 
-    The result ``q_lat`` must satisfy ``q_lat[h] · c = q_c[h] · (w_uk[h] @ c)`` for every
-    latent ``c``, i.e. ``q_lat[h] = w_uk[h]ᵀ q_c[h]``.
+    Head ``i``'s key read-out, ``w_uk[i] @ w_dkv``, is compared with every group's key rows and
+    value rows of the GQA layer: the typical slips are a head given another group, and the key
+    read from the value projection.
+    """
+    n_g = w_k.shape[0] // D
+    for i in range(H):
+        read = w_uk[i].double() @ w_dkv.double()  # (D, d_model): head i's key read-out
+        own = i // (H // n_g)
+        for g in range(n_g):
+            if g != own and torch.allclose(read, w_k[g * D : (g + 1) * D], atol=1e-10):
+                return f"head {i} reads the key of group {g}; in the GQA layer it reads group {own}'s"
+            if torch.allclose(read, w_v[g * D : (g + 1) * D], atol=1e-10):
+                return f"head {i}'s key is read from the value projection"
+    return None
+
+
+def check_gqa_as_mla(fn: Callable[..., tuple]) -> bool:
+    """Exercise 7.1: ``fn(w_k, w_v, n_heads, head_dim)`` writes a GQA layer's keys and values as MLA's.
+
+    It returns ``(w_dkv, w_uk, w_uv)``: a down-projection and every head's up-projections
+    (``k_i = w_uk[i] @ w_dkv @ h``, ``v_i = w_uv[i] @ w_dkv @ h``) with the smallest latent
+    that reproduces the GQA layer exactly: the rank of ``[W_K; W_V]``, which for random
+    weights is ``min(2·n_g·d_h, d_model)``. The check loads them into a real
+    :class:`~attn_core.layers.mla.MultiHeadLatentAttention` (no RoPE path, no latent norm,
+    the GQA layer's query and output projections) and compares its output with the GQA
+    layer's, for two, three and one key/value groups (MQA) and for six (MHA, where
+    ``2·n_g·d_h`` exceeds ``d_model``), then checks the latent's width.
 
     Shapes:
-        q_c: ``(B, H, T, d_h)``; w_uk: ``(H, d_h, d_c)``; fn's output: ``(B, H, T, d_c)``
+        w_k, w_v: ``(n_g·d_h, d_model)`` (``nn.Linear``'s layout); fn's output:
+        ``w_dkv (d_c, d_model)``, ``w_uk (H, d_h, d_c)``, ``w_uv (H, d_h, d_c)``
     """
-    q_c, w_uk = _inputs(70, 2, 3, 4, 5), _inputs(71, 3, 5, 7)
-    try:
-        got = fn(q_c, w_uk)
-    except Exception as e:  # a learner's bug should print, not stop the notebook
-        return report("7.1 absorbed query", False, f"{type(e).__name__}: {e}")
-    expected = torch.einsum("bhtd,hdc->bhtc", q_c, w_uk)  # (B, H, T, d_c)
-    return compare("7.1 absorbed query", got, expected, atol=1e-10)
-
-
-def check_decoupled_scores(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 7.2: ``fn(q_c, q_r, k_c, k_r)`` returns MLA's scaled scores.
-
-    ``scores = (q_c·k_c + q_r·k_r) / √(d_h + d_r)``, where ``k_r`` is one RoPE key
-    shared by every head.
-
-    Shapes:
-        q_c: ``(B, H, T_q, d_h)``; q_r: ``(B, H, T_q, d_r)``; k_c: ``(B, H, T_k, d_h)``;
-        k_r: ``(B, T_k, d_r)``; fn's output: ``(B, H, T_q, T_k)``
-    """
-    q_c, q_r = _inputs(72, 2, 3, 4, 8), _inputs(73, 2, 3, 4, 4)
-    k_c, k_r = _inputs(74, 2, 3, 6, 8), _inputs(75, 2, 6, 4)
-    try:
-        got = fn(q_c, q_r, k_c, k_r)
-    except Exception as e:
-        return report("7.2 decoupled scores", False, f"{type(e).__name__}: {e}")
-    content = q_c @ k_c.transpose(-2, -1)  # (B, H, T_q, T_k)
-    positional = q_r @ k_r.unsqueeze(1).transpose(-2, -1)  # (B, H, T_q, d_r) @ (B, 1, d_r, T_k)
-    expected = (content + positional) / math.sqrt(8 + 4)
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-        for wrong, why in (
-            ((content + positional) / math.sqrt(8), "scaled by 1/√d_h; the pair has d_h + d_r dims"),
-            (content / math.sqrt(12), "the RoPE part q_r·k_r is missing"),
-        ):
-            if torch.allclose(got, wrong, atol=1e-10):
-                return report("7.2 decoupled scores", False, why)
-    return compare("7.2 decoupled scores", got, expected, atol=1e-10)
-
-
-def check_cache_elements(fn: Callable[..., int]) -> bool:
-    """Exercise 7.3: ``fn(kind, n_heads=, head_dim=, n_kv_heads=, d_latent=, rope_dim=)``
-    returns the KV-cache elements per token and layer for ``kind`` in
-    ``"mha"``, ``"gqa"``, ``"mqa"``, ``"mla"`` (DeepSeek-V2's Table 1).
-
-    The reference is measured from the cache tensors of real layers.
-    """
-    cases = [(8, 16, 2, 64, 8), (4, 8, 2, 20, 4), (6, 4, 3, 9, 2)]
-    for H, d_h, n_kv, d_c, d_r in cases:
-        d = H * d_h
+    name = "7.1 GQA as MLA"
+    d, H, D = 24, 6, 4
+    x = _inputs(710, 2, 7, d)  # (B, T, d_model)
+    for n_g in (2, 3, 1, H):  # H groups: MHA, whose keys and values outnumber d_model
         with torch.random.fork_rng(devices=[]):  # building layers must not move the notebook's RNG
-            layers = {
-                "mha": MultiHeadAttention(d, H),
-                "gqa": MultiHeadAttention(d, H, n_kv_heads=n_kv),
-                "mqa": MultiHeadAttention(d, H, n_kv_heads=1),
-                "mla": MultiHeadLatentAttention(d, H, d_latent=d_c, rope_dim=d_r),
-            }
-        for kind, layer in layers.items():
-            want = kv_cache_elements_per_token(layer)
-            args = dict(n_heads=H, head_dim=d_h, n_kv_heads=n_kv, d_latent=d_c, rope_dim=d_r)
-            try:
-                got = fn(kind, **args)
-            except Exception as e:
-                return report("7.3 cache elements", False, f"{kind}: {type(e).__name__}: {e}")
-            if got != want:
-                return report("7.3 cache elements", False, f"{kind} with {args}: got {got!r}, measured {want}")
-    return report("7.3 cache elements", True, f"all {4 * len(cases)} layers match their measured caches")
+            torch.manual_seed(711 + n_g)
+            gqa = MultiHeadAttention(d, H, n_kv_heads=n_g, head_dim=D, causal=True).double()
+        w_k, w_v = gqa.k_proj.weight.detach().clone(), gqa.v_proj.weight.detach().clone()
+        try:
+            w_dkv, w_uk, w_uv = fn(w_k, w_v, H, D)
+            d_c = w_dkv.shape[0]
+            if w_dkv.shape != (d_c, d) or w_uk.shape != (H, D, d_c) or w_uv.shape != (H, D, d_c):
+                shapes = tuple(tuple(w.shape) for w in (w_dkv, w_uk, w_uv))
+                return report(name, False, f"n_g={n_g}: shapes {shapes}, expected ((d_c, {d}), ({H}, {D}, d_c) twice)")
+            with torch.random.fork_rng(devices=[]):
+                mla = MultiHeadLatentAttention(d, H, d_latent=d_c, head_dim=D, rope_dim=0, latent_norm=False)
+            mla = mla.double()
+            with torch.no_grad():
+                mla.q_up.weight.copy_(gqa.q_proj.weight)
+                mla.out_proj.weight.copy_(gqa.out_proj.weight)
+                mla.kv_down.weight.copy_(w_dkv)
+                mla.k_up.weight.copy_(w_uk.reshape(H * D, d_c))  # head-major rows, as the layer reads them
+                mla.v_up.weight.copy_(w_uv.reshape(H * D, d_c))
+                got, want = mla(x), gqa(x)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"n_g={n_g}: {type(e).__name__}: {e}")
+        err = (got - want).abs().max().item()
+        if not err <= 1e-10:
+            why = _gqa_diagnosis(w_k, w_v, w_dkv, w_uk, H, D)
+            return report(
+                name, False, f"n_g={n_g}: " + (why or f"output max abs difference {err:.1e} (tolerance 1e-10)")
+            )
+        if d_c != min(2 * n_g * D, d):
+            wider = f", wider than the {d}-wide input" if d_c > d else ""
+            return report(
+                name, False, f"n_g={n_g}: exact, but with a latent of width {d_c}{wider}; a narrower one is exact too"
+            )
+    return report(name, True, "1, 2, 3 and 6 groups: MLA's output equals GQA's within 1e-10")
+
+
+def _content_keys(
+    kind: str, d_model: int, n_heads: int, head_dim: int, n_kv_heads: int, d_latent: int, x
+) -> torch.Tensor:
+    """All heads' content keys of the tokens ``x`` side by side, from a freshly built layer.
+
+    Shapes:
+        x: ``(1, T, d_model)``; returns ``(T, n_heads·head_dim)``
+    """
+    if kind == "mla":
+        layer = MultiHeadLatentAttention(d_model, n_heads, d_latent=d_latent, head_dim=head_dim).double()
+        c_kv, _ = layer.latents(x)  # (1, T, d_c)
+        return layer.k_up(c_kv)[0]  # (T, H*d_h)
+    n_g = {"mha": n_heads, "gqa": n_kv_heads, "mqa": 1}[kind]
+    layer = MultiHeadAttention(d_model, n_heads, n_kv_heads=n_g, head_dim=head_dim).double()
+    k = layer.k_proj(x)[0].view(x.shape[1], n_g, head_dim)  # (T, n_g, d_h)
+    # every query head sees its group's key: (T, n_g, d_h) -> (T, H, d_h) -> (T, H*d_h)
+    return k.repeat_interleave(n_heads // n_g, dim=1).reshape(x.shape[1], -1)
+
+
+def check_key_rank(fn: Callable[..., int]) -> bool:
+    """Exercise 7.2: ``fn(kind, *, d_model, n_heads, head_dim, n_kv_heads, d_latent, n_tokens)``
+    predicts the rank of the ``(n_tokens, n_heads·head_dim)`` matrix of every head's content
+    keys, side by side, for ``kind`` in ``"mha"``, ``"gqa"``, ``"mqa"``, ``"mla"``.
+
+    The reference is measured: a layer with random weights and random tokens, its keys
+    computed by the layer's own projections, their rank by ``torch.linalg.matrix_rank`` in
+    float64. The cases include fewer tokens than the latent, a model narrower than all its
+    heads together, and a latent wider than all the heads' keys.
+    """
+    shapes = [
+        dict(d_model=48, n_heads=4, head_dim=8, n_kv_heads=2, d_latent=12, n_tokens=64),
+        dict(d_model=48, n_heads=4, head_dim=8, n_kv_heads=2, d_latent=12, n_tokens=10),
+        dict(d_model=20, n_heads=4, head_dim=8, n_kv_heads=2, d_latent=24, n_tokens=64),
+        dict(d_model=64, n_heads=2, head_dim=8, n_kv_heads=1, d_latent=40, n_tokens=64),
+    ]
+    cases = []
+    with torch.random.fork_rng(devices=[]):  # building layers must not move the notebook's RNG
+        torch.manual_seed(720)
+        for args in shapes:
+            x = torch.randn(1, args["n_tokens"], args["d_model"], dtype=torch.float64)
+            layer_args = {k: v for k, v in args.items() if k != "n_tokens"}
+            for kind in ("mha", "gqa", "mqa", "mla"):
+                keys = _content_keys(kind, x=x, **layer_args)
+                cases.append((dict(kind=kind, **args), int(torch.linalg.matrix_rank(keys.detach()))))
+    name = "7.2 key rank"
+    for kwargs, want in cases:
+        try:
+            got = fn(**kwargs)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{kwargs['kind']}: {type(e).__name__}: {e}")
+        if got != want:
+            return report(name, False, f"{kwargs}: predicted {got!r}, measured {want}")
+    return report(name, True, f"all {len(cases)} layers match their measured ranks")
 
 
 def check_absorbed_output(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> bool:
@@ -141,3 +193,67 @@ def check_absorbed_output(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
             err = (got - expected).abs().max().item()
             return report(name, False, f"H={H}, d_v={d_v}, d_c={d_c}: max abs difference {err:.1e}")
     return report(name, True, "two layer shapes, equal to W_UV then W_O within 1e-10")
+
+
+def _output_side_flops(d_c: int, batch: int, n_ctx: int, folded: bool) -> int:
+    """FLOPs of one decoding step's latent weighted sum and output side at DeepSeek-V2's size.
+
+    Counted by ``torch.utils.flop_counter`` on the ``meta`` device (shapes only, no memory):
+    the weighted sum of the cached latents (the same in both forms), then either every head's
+    ``W_UV`` and ``W_O`` or the folded ``W'``.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    H, d_v, d_model = 128, 128, 5120
+    with torch.device("meta"):
+        weights = torch.zeros(batch, H, 1, n_ctx)  # one new query per sequence
+        cache = torch.zeros(batch, 1, n_ctx, d_c)  # the cached latents
+        w_uv, w_o = torch.zeros(H, d_v, d_c), torch.zeros(d_model, H * d_v)
+        w_folded = torch.zeros(d_model, H * d_c)
+        with FlopCounterMode(display=False) as counter:
+            o_lat = weights @ cache  # (batch, H, 1, d_c)
+            if folded:  # (batch, H*d_c) @ (H*d_c, d_model)
+                o_lat.transpose(1, 2).reshape(batch, H * d_c) @ w_folded.T
+            else:  # (batch, H, 1, d_v), then (batch, H*d_v) @ (H*d_v, d_model)
+                heads = torch.einsum("bhtc,hvc->bhtv", o_lat, w_uv)
+                heads.transpose(1, 2).reshape(batch, H * d_v) @ w_o.T
+    return counter.get_total_flops()
+
+
+def check_fold_prediction(fn: Callable[[], tuple]) -> bool:
+    """Exercise 7.3's prediction: ``fn()`` returns ``(folded_cheaper, changes, largest_d_c)``.
+
+    ``folded_cheaper``: whether the folded ``W'`` costs fewer FLOPs per decoding step than
+    ``W_UV`` then ``W_O`` at DeepSeek-V2's size (``d_model = 5120``, 128 heads, ``d_v = 128``,
+    ``d_c = 512``), batch 8, context 4096; ``changes``: whether a longer context (32768) or
+    a larger batch (64) changes that answer; ``largest_d_c``: the largest latent width at
+    which folding saves FLOPs (the other sizes kept). Every answer is measured with
+    ``flop_counter`` on the ``meta`` device, not taken from a formula.
+    """
+    name = "7.3 fold prediction"
+    try:
+        answer = fn()
+    except Exception as e:  # a learner's bug should print, not stop the notebook
+        return report(name, False, f"{type(e).__name__}: {e}")
+    if not (isinstance(answer, tuple) and len(answer) == 3):
+        return report(name, False, f"fn() returned {describe(answer)}, expected three values")
+    folded_cheaper, changes, largest = answer
+    cheaper = lambda d_c, b=8, n=4096: _output_side_flops(d_c, b, n, True) < _output_side_flops(d_c, b, n, False)  # noqa: E731
+    want = cheaper(512)
+    if bool(folded_cheaper) != want:
+        apart, fold = (_output_side_flops(512, 8, 4096, f) for f in (False, True))
+        return report(name, False, f"counted at d_c = 512: folded {fold:,} FLOPs, apart {apart:,}")
+    want_changes = any(cheaper(512, b, n) != want for b, n in ((8, 32768), (64, 4096)))
+    if bool(changes) != want_changes:
+        return report(name, False, "batch 64 and context 32768 were counted too: the answer is the same")
+    # The difference folded - apart is affine in d_c: two counts place its root, two more confirm
+    diff = lambda d_c: _output_side_flops(d_c, 8, 4096, True) - _output_side_flops(d_c, 8, 4096, False)  # noqa: E731
+    d1, d512 = diff(1), diff(512)
+    lo = int(1 - d1 * 511 / (d512 - d1) - 1e-9)  # the last whole d_c below the root
+    while not cheaper(lo):  # (the root is exact: the loops only guard the algebra)
+        lo -= 1
+    while cheaper(lo + 1):
+        lo += 1
+    if largest != lo:
+        return report(name, False, f"largest d_c {largest!r}: folding saves FLOPs up to d_c = {lo}, counted")
+    return report(name, True, f"costs more at any batch, context; saves up to d_c = {lo}")
