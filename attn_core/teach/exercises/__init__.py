@@ -17,7 +17,7 @@ from .ch02 import check_alignment_test, check_decode_step_test, check_packed_doc
 from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import check_equal_size_d_ff, check_mqa_prediction, check_mqa_test, check_step_intensity
-from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
+from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
 from .ch07 import check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
@@ -65,7 +65,8 @@ __all__ = [
     "check_equal_size_d_ff",
     # ch06
     "check_gqa_to_mha",
-    "check_kv_bytes_per_gpu",
+    "check_kv_head_of",
+    "check_kv_heads_on_gpu",
     # ch07
     "check_gqa_as_mla",
     "check_key_rank",
