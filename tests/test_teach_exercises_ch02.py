@@ -7,7 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from attn_core import attention, causal_mask
-from attn_core.teach.exercises.ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
+from attn_core.teach.exercises.ch02 import (
+    check_alignment_test,
+    check_decode_step_test,
+    check_packed_documents,
+    check_packed_prediction,
+)
 
 
 # 2.1 ------------------------------------------------------------------------------
@@ -188,6 +193,20 @@ def _pads_at_zero(decode_step):  # also pins the padded queries' positions to 0
 
 
 ANSWERS = {
+    check_packed_prediction: (
+        [(10, [0, 1, 2, 0, 1, 0]), (10, (0, 1, 2, 0, 1, 0))],
+        [
+            ((21, [0, 1, 2, 0, 1, 0]), "causal mask alone"),
+            ((14, [0, 1, 2, 0, 1, 0]), "future"),
+            ((4, [0, 1, 2, 0, 1, 0]), "sees itself"),
+            ((9, [0, 1, 2, 0, 1, 0]), "triangle"),
+            ((10, [0, 1, 2, 3, 4, 5]), "do not restart"),
+            ((10, [1, 2, 3, 1, 2, 1]), "first token is at 0"),
+            (("10", [0, 1, 2, 0, 1, 0]), "an int"),
+            ((10, None), "list of ints"),
+            (10, "pair"),
+        ],
+    ),
     check_packed_documents: (
         [_packed, _packed_by_boundaries],
         [

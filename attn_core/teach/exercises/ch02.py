@@ -17,6 +17,7 @@ __all__ = [
     "check_alignment_test",
     "check_decode_step_test",
     "check_packed_documents",
+    "check_packed_prediction",
     "decode_step_candidates",
 ]
 
@@ -188,6 +189,42 @@ def _packed_vs_alone(ids: list[int], mask: torch.Tensor, pos: torch.Tensor) -> f
             alone = layer(x[:, rows] + table(torch.arange(n)), mask=causal_mask(n))[0]
             gap = max(gap, (packed[rows] - alone).abs().max().item())
     return gap
+
+
+def check_packed_prediction(prediction: object) -> bool:
+    """Exercise 2.1, the prediction: ``(predicted_true, predicted_positions)`` for the
+    packed row ``doc_ids = [0, 0, 0, 1, 1, 2]``, committed before the function is written.
+
+    ``predicted_true`` is the number of ``True`` entries of its ``(6, 6)`` mask (``j <= i``,
+    same document), ``predicted_positions`` the list of its 6 position ids (restarting at 0
+    at each document's first token). The reference is computed, not typed: the mask from
+    ``causal_mask`` and the ids, the positions from each document's first token.
+    """
+    name = "2.1 prediction"
+    ids = [0, 0, 0, 1, 1, 2]
+    doc, T = torch.tensor(ids), len(ids)
+    want_true = int((causal_mask(T) & (doc[:, None] == doc[None, :])).sum())
+    want_pos = [t - ids.index(d) for t, d in enumerate(ids)]
+    if not (isinstance(prediction, tuple) and len(prediction) == 2):
+        return report(name, False, f"expected a pair (predicted_true, predicted_positions), got {describe(prediction)}")
+    got_true, got_pos = prediction
+    if not isinstance(got_true, int) or isinstance(got_true, bool):
+        return report(name, False, f"predicted_true should be an int, got {describe(got_true)}")
+    if got_true == T * (T + 1) // 2:
+        return report(name, False, f"{got_true} True entries is the causal mask alone: the documents block more")
+    if got_true == int((doc[:, None] == doc[None, :]).sum()):
+        return report(name, False, f"{got_true} True entries lets a token see the future of its document")
+    if got_true == want_true - T:
+        return report(name, False, f"{got_true} True entries leaves out the diagonal: a token sees itself")
+    if got_true != want_true:
+        return report(name, False, f"predicted {got_true} True entries; count each document's triangle")
+    if not isinstance(got_pos, (list, tuple)) or [int(p) for p in got_pos if isinstance(p, int)] != list(got_pos):
+        return report(name, False, f"predicted_positions should be a list of ints, got {describe(got_pos)}")
+    if list(got_pos) == list(range(T)):
+        return report(name, False, f"positions {list(got_pos)} do not restart at each document")
+    if list(got_pos) != want_pos:
+        return report(name, False, f"positions {list(got_pos)}: a document's first token is at 0")
+    return report(name, True, f"{want_true} True entries, positions {want_pos}")
 
 
 def check_packed_documents(fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> bool:
