@@ -4,67 +4,136 @@ standard by tests/test_teach_exercises_standard.py)."""
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from attn_core.teach.exercises.ch05 import check_decode_intensity, check_decode_one_by_one, check_max_batch
-
-
-def _max_batch(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    per_sequence = 2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element
-    return free_bytes // per_sequence
-
-
-def _keys_only(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    return free_bytes // (n_layers * n_kv_heads * head_dim * context * bytes_per_element)
+from attn_core.teach.exercises.ch05 import (
+    check_equal_size_d_ff,
+    check_mqa_prediction,
+    check_mqa_test,
+    check_step_intensity,
+)
 
 
-def _one_layer(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    return free_bytes // (2 * n_kv_heads * head_dim * context * bytes_per_element)
+def _reference(q, k, v):
+    H = q.shape[1]
+    return F.scaled_dot_product_attention(q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1))
 
 
-def _rounded_up(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    per_sequence = 2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element
-    return -(-free_bytes // per_sequence)
+def _inputs(B, H=4, T=5, D=8):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    k, v = torch.randn(2, B, 1, T, D, generator=g, dtype=torch.float64)
+    return q, k, v
 
 
-def _as_float(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element):
-    return free_bytes / (2 * n_layers * n_kv_heads * head_dim * context * bytes_per_element)
+def _test_batch_of_three(attention):
+    q, k, v = _inputs(3)  # several sequences, a batch size other than H
+    torch.testing.assert_close(attention(q, k, v), _reference(q, k, v))
 
 
-def _decode(layer, x):
-    cache = layer.make_cache(x.shape[0], x.shape[1])
-    return torch.cat([layer(x[:, t : t + 1], kv_cache=cache) for t in range(x.shape[1])], dim=1)
+def _test_batch_equal_to_heads(attention):
+    q, k, v = _inputs(4)  # B = H: the dropped head axis runs, and is wrong
+    got = attention(q, k, v)
+    assert torch.allclose(got, _reference(q, k, v), atol=1e-10), "attention differs"
 
 
-def _decode_without_cache(layer, x):
-    return torch.cat([layer(x[:, t : t + 1]) for t in range(x.shape[1])], dim=1)
+def _test_one_sequence(attention):
+    q, k, v = _inputs(1)  # B = 1: the dropped head axis is right here
+    torch.testing.assert_close(attention(q, k, v), _reference(q, k, v))
+
+
+def _test_shapes_only(attention):
+    q, k, v = _inputs(3)
+    assert attention(q, k, v).shape == q.shape
+
+
+def _test_bitwise(attention):
+    q, k, v = _inputs(3)
+    assert torch.equal(attention(q, k, v), _reference(q, k, v)), "not bit for bit"
+
+
+def _test_rows_sum_to_one(attention):  # a property every bug but one keeps
+    q, k, v = _inputs(3)
+    ones = torch.ones_like(v)
+    torch.testing.assert_close(attention(q, k, ones), torch.ones_like(q))
+
+
+def _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    read = 2 * n_params + batch * 4 * n_layers * n_kv_heads * context * head_dim
+    return flops / read
+
+
+def _weights_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    return 2 * batch * n_params / (2 * n_params)
+
+
+def _cache_once(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    return flops / (2 * n_params + 4 * n_layers * n_kv_heads * context * head_dim)
+
+
+def _weights_per_sequence(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    return flops / (batch * (2 * n_params + 4 * n_layers * n_kv_heads * context * head_dim))
+
+
+def _float32(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    return _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context) / 2
+
+
+def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
+    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
+    return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
+
+
+def _equal_size(d_model, n_heads, d_ff, n_attention_layers, n_mlp_layers):
+    # each attention layer drops 2·d_model·(d_model - head_dim) K/V weights; a hidden unit
+    # of a two-matrix MLP holds 2·d_model
+    dropped = n_attention_layers * 2 * d_model * (d_model - d_model // n_heads)
+    return d_ff + round(dropped / (n_mlp_layers * 2 * d_model))
 
 
 ANSWERS = {
-    check_decode_intensity: (
-        # 4·H·n·T·D FLOPs over 2·H_kv·T·D·2 bytes
-        [lambda H, H_kv, n_new: H * n_new / H_kv],
+    check_mqa_test: (
+        [_test_batch_of_three, _test_batch_equal_to_heads],
         [
-            (lambda H, H_kv, n_new: H / H_kv, "counted"),  # forgets the new tokens
-            (lambda H, H_kv, n_new: 2 * H * n_new / H_kv, "keys *and* values"),  # keys only
-            (lambda H, H_kv, n_new: H_kv * n_new / H, "which of H and H_kv"),  # inverted
-            (lambda H, H_kv, n_new: 1.0, "counted"),  # "always memory-bound at 1"
-            (lambda H, H_kv, n_new: H * n_new / H_kv / 2, "counted"),  # float32 bytes
+            (_test_one_sequence, "drops the key's head axis"),  # B = 1 hides it
+            (_test_shapes_only, "takes the softmax over the queries"),
+            (_test_bitwise, "rejects a right attention"),  # rounding differs
+            (_test_rows_sum_to_one, "scales the scores"),
         ],
     ),
-    check_max_batch: (
-        [_max_batch],
+    check_step_intensity: (
+        [_step],
         [
-            (_keys_only, "measured"),
-            (_one_layer, "measured"),
-            (_rounded_up, "measured"),
-            (_as_float, "measured"),
+            (_weights_only, "the cache's bytes are missing"),
+            (lambda B, P, L, H, H_kv, D, T: H / H_kv, "the weights are missing"),  # attention alone
+            (_cache_once, "its own cache"),
+            (_weights_per_sequence, "once per step"),
+            (_float32, "counted"),
+            (_step_keys_only, "counted"),
         ],
     ),
-    check_decode_one_by_one: (
-        [_decode],
+    check_mqa_prediction: (
+        [{"B=1": {"axis"}, "H=1": {"scale", "head0"}}],
         [
-            (lambda layer, x: layer(x), "call it once per token"),  # the full pass is not decoding
-            (_decode_without_cache, "pass kv_cache="),
+            ({"B=1": {"axis"}, "H=1": {"axis", "scale", "head0"}}, "at H=1"),  # B > 1 catches it
+            ({"B=1": set(), "H=1": {"scale", "head0"}}, "at B=1"),  # the page's bug 2
+            ({"B=1": {"axis"}, "H=1": {"scale"}}, "at H=1"),  # head 0 is the only head
+            ({"B=1": {"axis"}}, "keys"),
+        ],
+    ),
+    check_equal_size_d_ff: (
+        [_equal_size, lambda d, H, f, a, m: f + round(a * (d - d // H) / m)],
+        [
+            (lambda d, H, f, a, m: f + round(a * (d - d // H) / (2 * m)), "the value projections"),
+            (lambda d, H, f, a, m: f + round(2 * a * (d - d // H) / m), "both matrices"),
+            (lambda d, H, f, a, m: f + round(a * (d - H) / m), "head_dim outputs"),
+            (lambda d, H, f, a, m: f + round(a * (d - d // H)), "every MLP layer"),
+            (lambda d, H, f, a, m: f + a * (d - d // H) // m, "nearest unit"),
+            (lambda d, H, f, a, m: round(a * (d - d // H) / m), "d_ff plus"),
+            (lambda d, H, f, a, m: f + a * (d - d // H) / m, "counted"),  # not a whole width
         ],
     ),
 }

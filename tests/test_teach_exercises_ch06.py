@@ -1,26 +1,66 @@
 """attn_core.teach.exercises.ch06: the right and wrong answers of exercises 6.1-6.3 (ANSWERS, held to the
 standard by tests/test_teach_exercises_standard.py).
 
-The slips: for 6.1 (decode FLOPs per byte) forgetting the group size, counting only keys,
-only the score products, or elements instead of bytes; for 6.2 (GQA -> MHA weights)
-repeating rows instead of head blocks, tiling the heads, a wrong shape; for 6.3 (cache bytes
-per GPU under tensor parallelism) a fractional head, ignoring the split, keys only.
+The slips: for 6.1 (which key/value head each query head of a black box reads) assuming the
+adjacent or the tiled map instead of measuring it, and probes that compare with a reference of
+their own (fooled by a causal mask or another scale); for 6.2 (GQA -> MHA weights) repeating
+rows instead of head blocks, tiling the heads, a wrong shape; for 6.3 (the key/value heads a
+GPU of a tensor-parallel group holds) a fraction of a head, the heads tiled over the GPUs,
+one head where several are needed, strided heads, every head.
 """
 
 from __future__ import annotations
 
+import torch
+
+from attn_core.ops.attention import attention
 from attn_core.teach.exercises.ch06 import (
-    check_decode_intensity,
     check_gqa_to_mha,
-    check_kv_bytes_per_gpu,
+    check_kv_head_of,
+    check_kv_heads_on_gpu,
 )
 
 
 # 6.1 -------------------------------------------------------------------------------
-def _intensity(n_heads, n_kv_heads, head_dim, seq_len, bytes_per_element):
-    flops = n_heads * seq_len * 4 * head_dim  # q·k and w·v, 2·D each
-    read = 2 * n_kv_heads * seq_len * head_dim * bytes_per_element  # K and V
-    return flops / read
+def _probe_constant_values(attend, n_heads, n_kv_heads):
+    # values constant per head: every output is the number of the head read
+    q, k = torch.randn(1, n_heads, 3, 4), torch.randn(1, n_kv_heads, 3, 4)
+    v = torch.arange(n_kv_heads, dtype=q.dtype).view(1, -1, 1, 1).expand(1, -1, 3, 4)
+    return attend(q, k, v)[0, :, -1, 0].round().long().tolist()
+
+
+def _probe_perturb(attend, n_heads, n_kv_heads):
+    # change one key/value head at a time and see which outputs move
+    q, k, v = torch.randn(1, n_heads, 4, 4), torch.randn(1, n_kv_heads, 4, 4), torch.randn(1, n_kv_heads, 4, 4)
+    base = attend(q, k, v)
+    found = [None] * n_heads
+    for j in range(n_kv_heads):
+        v2 = v.clone()
+        v2[:, j] += 1.0
+        moved = (attend(q, k, v2) - base).abs().amax(dim=(0, 2, 3)) > 1e-4
+        for h in range(n_heads):
+            if moved[h]:
+                found[h] = j
+    return found
+
+
+def _probe_by_reference(attend, n_heads, n_kv_heads):
+    # compares with plain, unmasked attention at the default scale: fooled by a mask or a scale
+    q, k, v = torch.randn(1, n_heads, 4, 4), torch.randn(1, n_kv_heads, 4, 4), torch.randn(1, n_kv_heads, 4, 4)
+    out = attend(q, k, v)
+    found = []
+    for h in range(n_heads):
+        errs = [(attention(q[:, h], k[:, j], v[:, j]) - out[:, h]).abs().max().item() for j in range(n_kv_heads)]
+        found.append(min(range(n_kv_heads), key=lambda j: errs[j]) if min(errs) < 1e-5 else -1)
+    return found
+
+
+ANSWERS_61_WRONG = [
+    (lambda attend, H, H_kv: [h // (H // H_kv) for h in range(H)], "assumed"),
+    (lambda attend, H, H_kv: [h % H_kv for h in range(H)], "assumed"),
+    (_probe_by_reference, "masks or scales"),
+    (lambda attend, H, H_kv: _probe_constant_values(attend, H, H_kv)[:-1], "one per query head"),
+]
 
 
 # 6.2 -------------------------------------------------------------------------------
@@ -33,24 +73,25 @@ def _expand(weight, n_heads, n_kv_heads):
 
 
 # 6.3 -------------------------------------------------------------------------------
-def _per_gpu(n_layers, n_kv_heads, head_dim, seq_len, tp_degree, bytes_per_element):
-    heads = max(n_kv_heads // tp_degree, 1)  # replicated when n_kv_heads < tp_degree
-    return 2 * n_layers * heads * head_dim * seq_len * bytes_per_element
+def _held(n_heads, n_kv_heads, tp_degree, rank):
+    G = n_heads // n_kv_heads
+    mine = range(rank * n_heads // tp_degree, (rank + 1) * n_heads // tp_degree)
+    return sorted({h // G for h in mine})
+
+
+def _held_by_range(n_heads, n_kv_heads, tp_degree, rank):
+    first = rank * n_kv_heads // tp_degree
+    return list(range(first, first + max(n_kv_heads // tp_degree, 1)))
+
+
+def _held_unsorted(n_heads, n_kv_heads, tp_degree, rank):
+    return _held(n_heads, n_kv_heads, tp_degree, rank)[::-1]  # a set: any order is right
 
 
 ANSWERS = {
-    check_decode_intensity: (
-        [
-            _intensity,
-            lambda n_heads, n_kv_heads, bytes_per_element, **_: 2 * n_heads / n_kv_heads / bytes_per_element,
-        ],
-        [
-            (lambda **kw: 2 / kw["bytes_per_element"], "MHA's value"),
-            (lambda **kw: 2 * _intensity(**kw), "keys *and*"),
-            (lambda **kw: _intensity(**kw) / 2, "half"),
-            (lambda **kw: 2 * kw["n_heads"] / kw["n_kv_heads"], "per *byte*"),
-            (lambda **kw: 2.0 * kw["n_heads"] / kw["n_kv_heads"] / kw["bytes_per_element"] + 0.01, "counted"),
-        ],
+    check_kv_head_of: (
+        [_probe_constant_values, _probe_perturb],
+        ANSWERS_61_WRONG,
     ),
     check_gqa_to_mha: (
         [_expand],
@@ -65,12 +106,19 @@ ANSWERS = {
             ),
         ],
     ),
-    check_kv_bytes_per_gpu: (
-        [_per_gpu],
+    check_kv_heads_on_gpu: (
+        [_held, _held_by_range, _held_unsorted],
         [
-            (lambda **kw: _per_gpu(**{**kw, "tp_degree": 1}) / kw["tp_degree"], "replicated"),
-            (lambda **kw: _per_gpu(**{**kw, "tp_degree": 1}), "whole model"),
-            (lambda **kw: _per_gpu(**kw) // 2, "keys *and* values"),
+            # the heads split t ways even when there are fewer than t: a fraction of a head
+            (lambda H, H_kv, t, r: list(range(r * H_kv // t, (r + 1) * H_kv // t)), "replicated"),
+            # replicated heads dealt round-robin: GPU r's query heads read another head
+            (lambda H, H_kv, t, r: [r % H_kv] if H_kv < t else _held(H, H_kv, t, r), "not theirs"),
+            # one head per GPU always
+            (lambda H, H_kv, t, r: [r * H_kv // t], "not theirs"),
+            # strided heads
+            (lambda H, H_kv, t, r: list(range(r % H_kv, H_kv, t)) or [0], "not theirs"),
+            # every head on every GPU
+            (lambda H, H_kv, t, r: list(range(H_kv)), "more key/value heads"),
         ],
     ),
 }

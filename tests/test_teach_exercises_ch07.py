@@ -121,10 +121,10 @@ ANSWERS = {
     check_fold_prediction: (
         [lambda: (False, False, 131)],  # folded costs more; batch and context scale both alike
         [
-            (lambda: (True, False, 131), "counted at d_c = 512"),  # "one matrix is cheaper"
-            (lambda: (False, True, 131), "the answer is the same"),  # "longer contexts favour it"
-            (lambda: (False, False, 128), "saves FLOPs up to d_c = 131"),  # d_c = d_v
-            (lambda: (False, False, 512), "saves FLOPs up to d_c = 131"),
+            (lambda: (True, False, 131), "folded_cheaper is wrong"),  # "one matrix is cheaper"
+            (lambda: (False, True, 131), "changes is wrong"),  # "longer contexts favour it"
+            (lambda: (False, False, 128), "largest_d_c 128 is wrong"),  # d_c = d_v
+            (lambda: (False, False, 512), "largest_d_c 512 is wrong"),
         ],
     ),
 }

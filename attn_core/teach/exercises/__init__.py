@@ -6,11 +6,9 @@ verdict and returns ``True``/``False`` (it never raises on a wrong answer, so a
 notebook keeps running).
 
 The notebooks import a chapter's checks from its module (``from attn_core.teach.exercises.ch05
-import check_max_batch``); this package re-exports them for ``from attn_core.teach.exercises
-import ...``. Two names exist in two chapters and are left to their modules here:
-``check_decode_intensity`` (``ch05``, ``ch06``) and ``check_causality_test``, which is
-``ch11``'s here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) is kept for its
-tests.
+import check_mqa_test``); this package re-exports them for ``from attn_core.teach.exercises
+import ...``. One name exists in two chapters: ``check_causality_test`` is ``ch11``'s
+here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) is kept for its tests.
 """
 
 from ._common import compare, report
@@ -18,8 +16,8 @@ from .ch01 import check_query_weight_grad, check_scale_test, check_self_score
 from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
-from .ch05 import check_decode_one_by_one, check_max_batch
-from .ch06 import check_gqa_to_mha, check_kv_bytes_per_gpu
+from .ch05 import check_equal_size_d_ff, check_mqa_prediction, check_mqa_test, check_step_intensity
+from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
 from .ch07 import check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
@@ -61,11 +59,14 @@ __all__ = [
     "check_prefix_lm_mask",
     "check_score_entries",
     # ch05
-    "check_decode_one_by_one",
-    "check_max_batch",
+    "check_mqa_prediction",
+    "check_mqa_test",
+    "check_step_intensity",
+    "check_equal_size_d_ff",
     # ch06
     "check_gqa_to_mha",
-    "check_kv_bytes_per_gpu",
+    "check_kv_head_of",
+    "check_kv_heads_on_gpu",
     # ch07
     "check_gqa_as_mla",
     "check_key_rank",

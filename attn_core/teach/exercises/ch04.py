@@ -189,7 +189,7 @@ def _allowed(*masks: torch.Tensor) -> int:
 
 
 def check_score_entries(fn: Callable[[int, int, str], int]) -> bool:
-    """Exercise 4.2: ``fn(T_src, T_tgt, design)``: the score entries one layer computes and keeps.
+    """Exercise 4.2: ``fn(T_src, T_tgt, design)``: the score entries one layer keeps.
 
     ``design`` is ``"encoder-decoder"`` (a bidirectional encoder self-attention over the
     source, a causal decoder self-attention over the target, a cross-attention from the

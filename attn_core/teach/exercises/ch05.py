@@ -2,127 +2,261 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
-from ...caches.kv import KVCache
 from ...layers.multihead import MultiHeadAttention
-from ._common import check_counts, compare, report
+from ._common import report
 
-__all__ = [
-    "check_decode_one_by_one",
-]
+__all__ = ["check_mqa_prediction", "check_mqa_test", "check_step_intensity", "check_equal_size_d_ff"]
 
 
-def check_decode_one_by_one(fn: Callable[[MultiHeadAttention, torch.Tensor], torch.Tensor]) -> bool:
-    """Exercise 5.2: ``fn(layer, x)`` runs a causal layer one token at a time with the cache it makes.
+# 5.1: a test of a multi-query attention function, run against right implementations (it
+# must pass them all) and against implementations with one bug each (it must reject each).
 
-    The learner builds ``layer.make_cache(B, T)``, calls the layer once per position with a
-    ``(B, 1, d_model)`` slice and the cache, and concatenates the outputs. The check runs it
-    on a multi-head and a multi-query layer (float64) and compares with the full pass
-    ``layer(x)``; it also counts the calls, so that returning ``layer(x)`` does not pass.
 
-    Shapes:
-        x: ``(B, T, d_model)``; fn's output: ``(B, T, d_model)``
-    """
-    name = "5.2 decode one token at a time"
-    g = torch.Generator().manual_seed(52)
-    x = torch.randn(2, 6, 16, generator=g, dtype=torch.float64)  # (B, T, d_model)
-    for n_kv_heads in (4, 1):
-        with torch.random.fork_rng(devices=[]):  # building a layer must not move the notebook's RNG
-            torch.manual_seed(52)
-            layer = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, causal=True).double()
-        widths = []
-        hook = layer.register_forward_pre_hook(lambda _, args, widths=widths: widths.append(args[0].shape[1]))
+def _broadcast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right: the key and value keep a head axis of size 1 and broadcast over the heads."""
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)  # (B, H, T, T)
+    return w @ v  # (B, H, T, D)
+
+
+def _expanded_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right: PyTorch's attention with the shared head expanded to every query head."""
+    H = q.shape[1]
+    return F.scaled_dot_product_attention(q, k.expand(-1, H, -1, -1), v.expand(-1, H, -1, -1))
+
+
+def _heads_as_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right: every head's queries as rows of one matrix product (another rounding order)."""
+    B, H, T, D = q.shape
+    rows = q.reshape(B, 1, H * T, D)  # (B, 1, H·T, D)
+    w = torch.softmax(rows @ k.transpose(-2, -1) * D**-0.5, dim=-1)  # (B, 1, H·T, T)
+    return (w @ v).view(B, H, T, D)
+
+
+def _dropped_head_axis(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the key loses its head axis, so broadcasting meets the batch with the heads."""
+    k, v = k.squeeze(1), v.squeeze(1)  # (B, T, D): right only when B = 1
+    w = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+    return w @ v
+
+
+def _softmax_over_queries(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the softmax normalises over the queries instead of the keys."""
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-2) @ v
+
+
+def _scaled_by_model_width(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the scores are divided by the square root of H·D, not of D."""
+    H, D = q.shape[1], q.shape[-1]
+    return torch.softmax(q @ k.transpose(-2, -1) / (H * D) ** 0.5, dim=-1) @ v
+
+
+def _first_head_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: every head uses head 0's queries, as if the queries were shared too."""
+    return _broadcast(q[:, :1], k, v).expand_as(q)
+
+
+def _keys_as_values(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Bug: the weights mix the keys instead of the values."""
+    return _broadcast(q, k, k)
+
+
+_RIGHT = {
+    "broadcast": _broadcast,  # a head axis of size 1
+    "expanded SDPA": _expanded_sdpa,
+    "heads as rows": _heads_as_rows,
+}
+_BUGS = {  # short name: (what it does, the implementation)
+    "axis": ("drops the key's head axis (right at B = 1)", _dropped_head_axis),
+    "softmax": ("takes the softmax over the queries", _softmax_over_queries),
+    "scale": ("scales the scores by 1/sqrt(H·D)", _scaled_by_model_width),
+    "head0": ("gives every head head 0's queries", _first_head_only),
+    "values": ("mixes the keys, not the values", _keys_as_values),
+}
+
+
+def _missed_at(B: int, H: int) -> set[str]:
+    """The bugs that a right float64 test with ``B`` sequences and ``H`` heads lets through."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, 5, 8, generator=g, dtype=torch.float64)  # (B, H, T, D)
+    k, v = torch.randn(2, B, 1, 5, 8, generator=g, dtype=torch.float64)  # (B, 1, T, D)
+    want = _expanded_sdpa(q, k, v)
+    missed = set()
+    for short, (_, attention) in _BUGS.items():
         try:
-            with torch.no_grad():
-                got = fn(layer, x)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        finally:
-            hook.remove()
-        if widths != [1] * x.shape[1]:
+            torch.testing.assert_close(attention(q, k, v), want)
+        except Exception:  # a wrong shape or wrong values: caught
+            continue
+        missed.add(short)
+    return missed
+
+
+def _verdict(test: Callable, attention: Callable) -> Exception | None:
+    """Run the learner's test on one implementation: the exception it raised, or None."""
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            test(attention)
+        except Exception as e:  # a rejection is an exception: AssertionError, or a failed op
+            return e
+    return None
+
+
+def check_mqa_prediction(predicted: dict) -> bool:
+    """Exercise 5.1, the prediction: which bugs a right test misses with one sequence or one head.
+
+    ``predicted`` maps ``"B=1"`` (one sequence, several heads) and ``"H=1"`` (one head,
+    several sequences) to sets of the bugs' short names (``"axis"``, ``"softmax"``,
+    ``"scale"``, ``"head0"``, ``"values"``). The check runs a right float64 test at those
+    shapes on each bug and compares what got through.
+    """
+    name = "5.1 prediction"
+    if not isinstance(predicted, dict) or set(predicted) != {"B=1", "H=1"}:
+        return report(name, False, f'give a dict with the keys "B=1" and "H=1", got {predicted!r}')
+    for shape, bugs in predicted.items():
+        if not isinstance(bugs, (set, frozenset)) or not set(bugs) <= set(_BUGS):
+            return report(name, False, f"{shape}: a set of the bug names above, not {bugs!r}")
+    found = {"B=1": _missed_at(1, 4), "H=1": _missed_at(3, 1)}
+    for shape in ("B=1", "H=1"):
+        if set(predicted[shape]) != found[shape]:
             return report(
-                name, False, f"the layer was called with {widths} tokens per call: call it once per token, T = 1 each"
+                name, False, f"at {shape} a right test misses {sorted(found[shape])}, not {sorted(predicted[shape])}"
             )
-        with torch.no_grad():
-            expected = layer(x)  # (B, T, d_model)
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            err = (got.double() - expected).abs().max().item()
-            if err > 1e-10:
-                return report(
-                    name,
-                    False,
-                    f"n_kv_heads={n_kv_heads}: max abs difference {err:.1e} from the full pass "
-                    "(pass kv_cache= at every call, the same cache)",
-                )
-        elif not compare(name, got, expected, atol=1e-10):
-            return False
-    return report(name, True, "multi-head and multi-query layers: equal to the full pass within 1e-10")
+    return report(name, True, f"at B=1 a right test misses {sorted(found['B=1'])}, at H=1 {sorted(found['H=1'])}")
 
 
-# The exercises of the revised chapter (issue 25): predictions about a decoding step and
-# about memory, each checked against a measurement (counted FLOPs, bytes of real caches).
-__all__ += ["check_decode_intensity", "check_max_batch"]
+def check_mqa_test(test: Callable[[Callable], object]) -> bool:
+    """Exercise 5.1: ``test(attention)`` raises if ``attention(q, k, v)`` is wrong multi-query attention.
+
+    ``attention`` takes queries ``(B, H, T, D)`` and one key and one value head ``(B, 1, T, D)``
+    and returns ``(B, H, T, D)`` (no mask). The test must pass three right implementations
+    (they round differently) and reject, by raising, each of five with one bug.
+    """
+    name = "5.1 test for MQA"
+    for label, attention in _RIGHT.items():
+        error = _verdict(test, attention)
+        if error is not None:
+            return report(name, False, f"rejects a right attention ({label}): {type(error).__name__}")
+    for label, attention in _BUGS.values():
+        if _verdict(test, attention) is None:
+            return report(name, False, f"passes one that {label}")
+    return report(name, True, f"passes {len(_RIGHT)} right implementations, rejects {len(_BUGS)} bugs")
 
 
-def _measured_intensity(H: int, H_kv: int, n_new: int, T: int = 64, D: int = 8) -> float:
-    """FLOPs of one decoding step's attention, counted by PyTorch, per float16 byte of cache."""
+# 5.2: FLOPs per byte of a whole step, counted by PyTorch on meta tensors.
+
+
+def _measured_step_intensity(B: int, P: int, L: int, H: int, H_kv: int, D: int, T: int) -> float:
+    """FLOPs per byte of one decoding step, counted on meta tensors (no memory, no arithmetic).
+
+    The weights are one float16 matrix of ``P`` elements that every sequence multiplies (read
+    once per step); each layer's attention reads its own float16 cache per sequence.
+    """
     from torch.utils.flop_counter import FlopCounterMode
 
-    q = torch.zeros(1, H_kv, (H // H_kv) * n_new, D)  # a group's queries as the rows of one matmul
-    k = v = torch.zeros(1, H_kv, T, D)  # (B, H_kv, T, D)
-    with FlopCounterMode(display=False) as counter:
-        torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
-    cache_bytes = 2 * H_kv * T * D * 2  # keys and values, float16
-    return counter.get_total_flops() / cache_bytes
+    with torch.device("meta"):
+        w = torch.empty(P // 64, 64, dtype=torch.float16)  # the weights: P elements
+        x = torch.empty(B, 64, dtype=torch.float16)  # (B, 64): one new token per sequence
+        q = torch.empty(B, H_kv, H // H_kv, D, dtype=torch.float16)  # a group's queries as rows
+        k = v = torch.empty(B, H_kv, T, D, dtype=torch.float16)  # (B, H_kv, T, D): one layer
+        with FlopCounterMode(display=False) as counter:
+            x @ w.T  # (B, P // 64)
+            for _ in range(L):
+                torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+    read = w.nbytes + L * (k.nbytes + v.nbytes)  # weights once; every layer's cache, every sequence
+    return counter.get_total_flops() / read
 
 
-def check_decode_intensity(fn: Callable[[int, int, int], float]) -> bool:
-    """Exercise 5.1: ``fn(n_heads, n_kv_heads, n_new)``: FLOPs per byte of cache a decoding step does.
+def check_step_intensity(fn: Callable[..., float]) -> bool:
+    """Exercise 5.2: ``fn(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context)``.
 
-    One step of attention for ``n_new`` new tokens at once (1 for plain decoding, more for
-    speculative decoding or multi-token prediction), ``n_heads`` query heads sharing
-    ``n_kv_heads`` key/value heads, a float16 cache of ``T`` positions. The answer is
-    compared with the FLOPs PyTorch's ``FlopCounterMode`` counts in the step divided by the
-    bytes of keys and values it reads; it must not depend on ``T`` or the head width.
+    FLOPs per byte of one whole decoding step of a batch: float16 weights of ``n_params``
+    elements (a multiply and an add per weight and sequence) and each sequence's float16
+    cache of ``context`` positions in every layer. Compared with the FLOPs PyTorch counts on
+    meta tensors of those sizes divided by their bytes; the cases vary the batch, so that
+    an answer that treats the weights or the cache like the other shows.
     """
-    name = "5.1 FLOPs per byte of cache"
-    for H, H_kv, n_new in ((8, 8, 1), (8, 1, 1), (32, 8, 1), (16, 1, 4), (8, 2, 3)):
-        want = _measured_intensity(H, H_kv, n_new)
+    name = "5.2 FLOPs per byte of a step"
+    cases = (  # batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context
+        (1, 64 * 1000, 2, 8, 8, 16, 128),
+        (4, 64 * 5000, 3, 8, 1, 16, 256),
+        (16, 64 * 200, 2, 4, 2, 8, 64),
+        (64, 64 * 100, 1, 8, 1, 8, 512),
+    )
+    for case in cases:
+        B, P, L, H, H_kv, D, T = case
+        want = _measured_step_intensity(*case)
         try:
-            got = float(fn(H, H_kv, n_new))
+            got = float(fn(B, P, L, H, H_kv, D, T))
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        if not abs(got - want) <= 1e-9 * want:
-            hint = ""
-            if abs(got - 2 * want) <= 1e-9 * want:
-                hint = " (a cache holds keys *and* values)"
-            elif abs(got * want - n_new**2) <= 1e-9 * n_new**2:  # H_kv/H instead of H/H_kv
-                hint = " (which of H and H_kv is read, which is computed with?)"
-            return report(
-                name, False, f"H={H}, H_kv={H_kv}, n_new={n_new}: got {got:g}, counted {want:g} FLOPs/byte{hint}"
-            )
-    return report(name, True, "equal to the counted FLOPs per byte for 5 shapes (MHA, MQA, GQA, several new tokens)")
+        if abs(got - want) <= 1e-9 * want:
+            continue
+        cache = 4 * L * H_kv * T * D  # float16 keys and values of one sequence
+        hints = {  # the typical slips, recognised by their values
+            B: "the attention's FLOPs and the cache's bytes are missing",
+            H / H_kv: "the weights are missing: every step reads them too",
+            B * (2 * P + 4 * L * H * T * D) / (2 * P + cache): "each sequence reads its own cache",
+            (2 * P + 4 * L * H * T * D) / (2 * P + cache): "the weights are read once per step, for the whole batch",
+        }
+        hint = next((f" ({why})" for value, why in hints.items() if abs(got - value) <= 1e-9 * value), "")
+        return report(
+            name,
+            False,
+            f"batch={B}, n_params={P}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, T={T}: "
+            f"got {got:g}, counted {want:g} FLOPs/byte{hint}",
+        )
+    return report(name, True, f"equals the counted FLOPs per byte, {len(cases)} settings")
 
 
-def check_max_batch(fn: Callable[..., int]) -> bool:
-    """Exercise 5.3: ``fn(free_bytes, n_layers, n_kv_heads, head_dim, context, bytes_per_element)``.
+def check_equal_size_d_ff(fn: Callable[..., int]) -> bool:
+    """Exercise 5.3: ``fn(d_model, n_heads, d_ff, n_attention_layers, n_mlp_layers)``.
 
-    The largest number of sequences of ``context`` tokens whose KV caches (one per layer)
-    fit in ``free_bytes``. Compared with the bytes of real :class:`~attn_core.KVCache`
-    objects for one sequence.
+    The feed-forward width at which a model whose ``n_attention_layers`` attention layers are
+    multi-query has as many parameters as the same model with multi-head attention and
+    width ``d_ff``, rounded to the nearest unit. The MLPs have two bias-free matrices. The
+    weights are counted from real layers on the ``meta`` device.
     """
-    cases = []
-    for free, L, H_kv, D, T, dtype in (
-        (2**30, 4, 8, 16, 256, torch.float32),
-        (2**30, 4, 1, 16, 256, torch.float32),
-        (10**9, 3, 2, 32, 1000, torch.float16),
-        (5 * 10**6, 2, 4, 8, 100, torch.bfloat16),
-    ):
-        per_sequence = L * KVCache(1, H_kv, D, max_len=T, dtype=dtype).nbytes()
-        size = torch.empty((), dtype=dtype).element_size()
-        kwargs = dict(free_bytes=free, n_layers=L, n_kv_heads=H_kv, head_dim=D, context=T, bytes_per_element=size)
-        cases.append((kwargs, free // per_sequence))
-    return check_counts("5.3 largest batch", fn, cases, "equal to what real caches allow in 4 settings")
+    name = "5.3 feed-forward width at equal size"
+    cases = (  # d_model, n_heads, d_ff, attention layers, MLP layers
+        (1024, 8, 4096, 18, 12),  # an encoder-decoder of 6 + 6 layers
+        (1024, 8, 4096, 6, 6),  # a decoder only
+        (48, 3, 192, 1, 7),  # rounding: 4.57 units more
+        (64, 8, 256, 3, 2),
+    )
+    for case in cases:
+        d, H, d_ff, n_att, n_mlp = case
+        with torch.device("meta"):  # no memory: the shapes are enough to count
+            mha, mqa = MultiHeadAttention(d, H), MultiHeadAttention(d, H, n_kv_heads=1)
+            unit = torch.nn.Sequential(torch.nn.Linear(d, 1, bias=False), torch.nn.Linear(1, d, bias=False))
+        count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+        dropped = n_att * (count(mha) - count(mqa))
+        want = d_ff + round(dropped / (n_mlp * count(unit)))
+        try:
+            got = fn(d, H, d_ff, n_att, n_mlp)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if got == want and isinstance(got, int):
+            continue
+        D = d // H
+        hints = {  # the typical slips, recognised by their values
+            d_ff + round(dropped / 2 / (n_mlp * 2 * d)): "both the key and the value projections shrink",
+            d_ff + round(dropped / (n_mlp * d)): "a hidden unit has weights in both matrices",
+            d_ff + round(n_att * 2 * d * (d - H) / (n_mlp * 2 * d)): "the one K/V head keeps head_dim outputs",
+            d_ff + round(dropped / (2 * d)): "the saved weights spread over every MLP layer",
+            d_ff + dropped // (n_mlp * 2 * d): "round to the nearest unit",
+            round(dropped / (n_mlp * 2 * d)): "the width is d_ff plus the added units",
+        }
+        hint = next((f" ({why})" for value, why in hints.items() if got == value and value != want), "")
+        return report(
+            name,
+            False,
+            f"d_model={d}, n_heads={H} (head_dim {D}), d_ff={d_ff}, {n_att} attention layers, "
+            f"{n_mlp} MLP layers: got {got!r}, counted {want:,}{hint}",
+        )
+    return report(name, True, f"equals the counted width in {len(cases)} settings")

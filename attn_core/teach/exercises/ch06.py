@@ -6,51 +6,85 @@ from typing import Callable
 
 import torch
 
+from ...ops.attention import attention
 from ._common import compare, report
 
 __all__ = [
-    "check_decode_intensity",
     "check_gqa_to_mha",
-    "check_kv_bytes_per_gpu",
+    "check_kv_head_of",
+    "check_kv_heads_on_gpu",
 ]
 
 
-# The exercises of the revised chapter: a derivation checked numerically, a conversion
-# the chapter did not build, and the tensor-parallel arithmetic.
+# Exercise 6.1: a probe designed by the reader. The candidates below look alike from
+# outside (the same signature, shapes and kind of output); each reads its key/value heads
+# in its own order. Two differ from plain attention in ways that do not change the map (a
+# causal mask, another score scale), so that a probe comparing outputs with a reference
+# of its own fails on them.
+_PROBE_CASES = [
+    # (n_heads, n_kv_heads, map from query head to key/value head, causal, scale)
+    (8, 2, [0, 0, 0, 0, 1, 1, 1, 1], False, None),
+    (8, 2, [0, 1, 0, 1, 0, 1, 0, 1], False, None),  # tiled: bug 1
+    (6, 3, [0, 0, 1, 1, 2, 2], True, None),
+    (6, 3, [2, 2, 0, 0, 1, 1], False, 0.05),
+    (8, 4, [0, 0, 1, 1, 2, 2, 3, 0], False, None),  # the last head breaks the pattern
+    (12, 4, [3, 1, 2, 0, 3, 1, 2, 0, 3, 1, 2, 0], True, 1.0),
+    (4, 1, [0, 0, 0, 0], False, None),
+]
 
 
-def check_decode_intensity(fn: Callable[..., float]) -> bool:
-    """Exercise 6.1: ``fn(n_heads, n_kv_heads, head_dim, seq_len, bytes_per_element)``: the
-    FLOPs per byte of cache read of one decoding step's attention.
+def _black_box(mapping: list[int], causal: bool, scale: float | None) -> Callable:
+    """An attention over grouped heads whose query head ``h`` reads key/value head ``mapping[h]``.
 
-    FLOPs: for each of the ``n_heads`` query heads and each of the ``seq_len`` cached
-    positions, one dot product with the key and one weighted add of the value, ``2·D``
-    FLOPs each (a multiply-add counts 2; the softmax is left out). Bytes: the keys and
-    values of ``n_kv_heads`` heads, read once. The answer is ``2·G / bytes_per_element``
-    with ``G = n_heads / n_kv_heads``.
+    Shapes:
+        q: ``(B, H, T, D)``; k, v: ``(B, H_kv, T, D)``; output: ``(B, H, T, D)``
     """
-    name = "6.1 decode FLOPs per byte"
-    # the first layout tells the slips apart (their values all differ there)
-    cases = [(16, 1, 32, 7, 4), (8, 8, 64, 1024, 2), (8, 2, 64, 4096, 2), (64, 8, 128, 100, 2), (12, 3, 16, 50, 1)]
-    for H, H_kv, D, T, b in cases:
-        args = dict(n_heads=H, n_kv_heads=H_kv, head_dim=D, seq_len=T, bytes_per_element=b)
+    index = torch.tensor(mapping)
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[1] != len(mapping):
+            raise ValueError(
+                f"attend takes q (B, {len(mapping)}, T, D) and k, v (B, H_kv, T, D), "
+                f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        # (B, H, T, D): each query head's key/value head, gathered
+        return attention(q, k[:, index], v[:, index], is_causal=causal, scale=scale)
+
+    return attend
+
+
+def check_kv_head_of(fn: Callable[[Callable, int, int], list]) -> bool:
+    """Exercise 6.1: ``fn(attend, n_heads, n_kv_heads)`` finds, by probing ``attend``, which
+    key/value head each of its ``n_heads`` query heads reads.
+
+    ``attend(q, k, v)`` takes ``q`` of shape ``(B, n_heads, T, D)`` and ``k``, ``v`` of shape
+    ``(B, n_kv_heads, T, D)`` and returns ``(B, n_heads, T, D)``. ``fn`` returns a list of
+    ``n_heads`` ints. The check runs it on hidden candidates, some of them with a causal mask
+    or another score scale (which do not change the answer).
+    """
+    name = "6.1 which K/V head"
+    for i, (H, H_kv, mapping, causal, scale) in enumerate(_PROBE_CASES, start=1):
+        where = f"candidate {i} of {len(_PROBE_CASES)} (H={H}, H_kv={H_kv})"
         try:
-            got = float(fn(**args))
+            with torch.random.fork_rng(devices=[]):  # the probe may draw: not from the notebook's RNG
+                got = fn(_black_box(mapping, causal, scale), H, H_kv)
+            got = [int(h) for h in (got.tolist() if isinstance(got, torch.Tensor) else got)]
         except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        want = (4 * H * T * D) / (2 * H_kv * T * D * b)  # = 2G / b
-        if abs(got - want) <= 1e-9 * want:
+            return report(name, False, f"{where}: {type(e).__name__}: {e}")
+        if len(got) != H:
+            return report(name, False, f"{where}: got {len(got)} heads, want one per query head ({H})")
+        if got == mapping:
             continue
         G = H // H_kv
-        hints = [
-            (2 / b, "MHA's value: in GQA each key/value element read serves G query heads"),
-            (4 * G / b, "twice the answer: the bytes are the keys *and* the values"),
-            (G / b, "half the answer: the values are multiplied and added too (2·D FLOPs per position)"),
-            (2 * G, "bytes_per_element is missing: FLOPs per *byte*, not per element"),
-        ]
-        hint = next((h for v, h in hints if abs(got - v) <= 1e-9 * v), "")
-        return report(name, False, f"{args}: got {got:g}, counted {want:g}" + (f" ({hint})" if hint else ""))
-    return report(name, True, f"all {len(cases)} layouts match the counts (2·G / bytes per element)")
+        if got in ([h // G for h in range(H)], [h % H_kv for h in range(H)]):
+            hint = " (a usual pattern, assumed: the map must be measured from attend)"
+        else:
+            wrong = [h for h in range(H) if got[h] != mapping[h]]
+            hint = f" at query head{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}"
+            if causal or scale is not None:
+                hint += " (this candidate masks or scales its scores otherwise; its map is what counts)"
+        return report(name, False, f"{where}: your map is wrong{hint}")
+    return report(name, True, f"all {len(_PROBE_CASES)} candidates mapped, masked and rescaled ones too")
 
 
 def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bool:
@@ -102,43 +136,68 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
             got, want = mha(x), gqa(x)
         if not torch.allclose(got, want, rtol=0.0, atol=1e-12):  # report only a failure
             return compare(f"{name} (n_kv_heads={H_kv})", got, want, atol=1e-12)
-    return report(name, True, "the MHA layers compute the GQA layers' outputs for n_kv_heads = 2, 3, 1, 6")
+    return report(name, True, "the MHA layers equal the GQA ones for n_kv_heads = 2, 3, 1, 6")
 
 
-def check_kv_bytes_per_gpu(fn: Callable[..., int]) -> bool:
-    """Exercise 6.3: ``fn(n_layers, n_kv_heads, head_dim, seq_len, tp_degree, bytes_per_element)``:
-    the key/value cache bytes that *one* GPU of a tensor-parallel group holds for one sequence.
+# Exercise 6.3: tensor parallelism, simulated. GPU ``r`` of ``t`` holds query heads
+# ``r·H/t .. (r+1)·H/t - 1`` (Megatron-LM's contiguous split), the rows of the key/value
+# projections of the heads the learner names, and its columns of the output projection;
+# the sum of the GPUs' partial outputs (the all-reduce) must be the whole layer's output.
+_TP_CASES = [(8, 4, 2), (8, 2, 4), (12, 3, 6), (8, 1, 4), (16, 8, 4), (8, 8, 8), (16, 2, 8)]
 
-    Attention heads are split across the ``tp_degree`` GPUs. With ``n_kv_heads >= tp_degree``
-    each GPU holds ``n_kv_heads / tp_degree`` key/value heads; with fewer key/value heads
-    than GPUs each GPU still needs the one its query heads read: every head is replicated
-    ``tp_degree / n_kv_heads`` times and each GPU holds one.
+
+def check_kv_heads_on_gpu(fn: Callable[[int, int, int, int], list]) -> bool:
+    """Exercise 6.3: ``fn(n_heads, n_kv_heads, tp_degree, rank)``: the key/value heads that
+    GPU ``rank`` of a tensor-parallel group of ``tp_degree`` GPUs must hold, as a list of
+    head indices in any order, the fewest that let it compute its query heads.
+
+    The check splits a GQA layer across the GPUs as a tensor-parallel group would and
+    compares the summed partial outputs with the layer's output.
     """
-    name = "6.3 KV-cache bytes per GPU"
-    layouts = [(80, 8, 128, 4096, 8, 2), (80, 8, 128, 4096, 16, 2), (80, 1, 128, 4096, 8, 2), (32, 32, 128, 2048, 4, 2),
-               (2, 4, 8, 10, 2, 4), (3, 2, 16, 5, 8, 1)]  # fmt: skip
-    cases = [
-        (
-            dict(n_layers=L, n_kv_heads=n_kv, head_dim=D, seq_len=T, tp_degree=tp, bytes_per_element=b),
-            2 * L * max(n_kv // tp, 1) * D * T * b,
-        )
-        for L, n_kv, D, T, tp, b in layouts
-    ]
-    for kwargs, want in cases:
-        try:
-            got = fn(**kwargs)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        if got == want:
-            continue
-        n_kv, tp = kwargs["n_kv_heads"], kwargs["tp_degree"]
-        full = 2 * kwargs["n_layers"] * n_kv * kwargs["head_dim"] * kwargs["seq_len"] * kwargs["bytes_per_element"]
-        hint = ""
-        if n_kv < tp and got == full / tp:
-            hint = " (a GPU cannot hold a fraction of a head: with fewer K/V heads than GPUs each head is replicated)"
-        elif got == full:
-            hint = " (the whole model's cache: the heads are split across the tp_degree GPUs)"
-        elif got == want // 2:
-            hint = " (keys *and* values)"
-        return report(name, False, f"{kwargs}: got {got!r}, counted {want}{hint}")
-    return report(name, True, f"all {len(cases)} layouts match, replication included")
+    from ...layers.multihead import GroupedQueryAttention
+
+    name = "6.3 K/V heads per GPU"
+    D = 4
+    for H, H_kv, t in _TP_CASES:
+        d = H * D
+        with torch.random.fork_rng(devices=[]):  # the layer and input must not move the notebook's RNG
+            torch.manual_seed(630 + H + 7 * H_kv + 31 * t)
+            layer = GroupedQueryAttention(d, H, H_kv, causal=True).double()
+            x = torch.randn(2, 5, d, dtype=torch.float64)  # (B, T, d_model)
+        Wq, Wk, Wv, Wo = (getattr(layer, p).weight for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
+        H_local = H // t  # query heads per GPU
+        total = torch.zeros(2, 5, d, dtype=torch.float64)
+        case = f"H={H}, H_kv={H_kv}, t={t}"
+        for rank in range(t):
+            try:
+                held = fn(H, H_kv, t, rank)
+                held = [int(j) for j in (held.tolist() if isinstance(held, torch.Tensor) else held)]
+                held.sort()  # a set of heads: any order names the same rows
+            except Exception as e:  # a learner's bug should print, not stop the notebook
+                return report(name, False, f"{case}, rank {rank}: {type(e).__name__}: {e}")
+            where = f"{case}: GPU {rank} holds {held}"
+            if not held:
+                return report(
+                    name, False, f"{where}: no key/value head, but its query heads read one "
+                    "(a GPU cannot hold a fraction of a head: with fewer K/V heads than GPUs they are replicated)"
+                )  # fmt: skip
+            if any(not 0 <= j < H_kv for j in held) or len(set(held)) != len(held):
+                return report(name, False, f"{where}: heads out of range 0..{H_kv - 1} or repeated")
+            if len(held) > max(H_kv // t, 1) or H_local % len(held):
+                return report(name, False, f"{where}: more key/value heads than its query heads read")
+            rows = torch.arange(rank * H_local * D, (rank + 1) * H_local * D)  # this GPU's query heads
+            kv_rows = torch.cat([torch.arange(j * D, (j + 1) * D) for j in held])
+            with torch.no_grad():
+                q = (x @ Wq[rows].T).view(2, 5, H_local, D).transpose(1, 2)  # (B, H/t, T, D)
+                k = (x @ Wk[kv_rows].T).view(2, 5, len(held), D).transpose(1, 2)  # (B, held, T, D)
+                v = (x @ Wv[kv_rows].T).view(2, 5, len(held), D).transpose(1, 2)
+                z = attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 5, -1)  # (B, T, H/t·D)
+                total += z @ Wo[:, rows].T  # this GPU's share of the output projection
+        with torch.no_grad():
+            want = layer(x)
+        if not torch.allclose(total, want, rtol=0.0, atol=1e-10):
+            return report(
+                name, False, f"{case}: the GPUs' summed outputs differ from the layer's "
+                "(some GPU's query heads read a key/value head that is not theirs)"
+            )  # fmt: skip
+    return report(name, True, f"all {len(_TP_CASES)} splits recompute the layer, replicated heads too")

@@ -241,11 +241,19 @@ def check_fold_prediction(fn: Callable[[], tuple]) -> bool:
     cheaper = lambda d_c, b=8, n=4096: _output_side_flops(d_c, b, n, True) < _output_side_flops(d_c, b, n, False)  # noqa: E731
     want = cheaper(512)
     if bool(folded_cheaper) != want:
-        apart, fold = (_output_side_flops(512, 8, 4096, f) for f in (False, True))
-        return report(name, False, f"counted at d_c = 512: folded {fold:,} FLOPs, apart {apart:,}")
+        return report(
+            name,
+            False,
+            "folded_cheaper is wrong: from the shapes, compare the multiply-adds per sequence"
+            " of W' with those of W_UV then W_O",
+        )
     want_changes = any(cheaper(512, b, n) != want for b, n in ((8, 32768), (64, 4096)))
     if bool(changes) != want_changes:
-        return report(name, False, "batch 64 and context 32768 were counted too: the answer is the same")
+        return report(
+            name,
+            False,
+            "changes is wrong: on which of batch and context does each side's cost depend?",
+        )
     # The difference folded - apart is affine in d_c: two counts place its root, two more confirm
     diff = lambda d_c: _output_side_flops(d_c, 8, 4096, True) - _output_side_flops(d_c, 8, 4096, False)  # noqa: E731
     d1, d512 = diff(1), diff(512)
@@ -255,5 +263,9 @@ def check_fold_prediction(fn: Callable[[], tuple]) -> bool:
     while cheaper(lo + 1):
         lo += 1
     if largest != lo:
-        return report(name, False, f"largest d_c {largest!r}: folding saves FLOPs up to d_c = {lo}, counted")
+        return report(
+            name,
+            False,
+            f"largest_d_c {largest!r} is wrong: set the two per-token costs equal and solve for d_c",
+        )
     return report(name, True, f"costs more at any batch, context; saves up to d_c = {lo}")
