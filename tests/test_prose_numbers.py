@@ -57,6 +57,7 @@ NOT_PRINTED = {
     ("16_gated_attention", "5.55"): "2 ln 16, the divergence threshold the code writes as an expression",
     ("17_linear_attention", "0.65"): "the middle of the printed range 0.63-0.69",
     ("17_linear_attention", "7.5"): "5,040 of 66,848 parameters, both printed",
+    ("01_self_attention", "18.22"): "Britz et al. 2017, Table 6 (multiplicative attention at width 1024)",
 }
 
 
