@@ -87,11 +87,17 @@ def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, co
     return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
 
 
-def _equal_size(d_model, n_heads, d_ff, n_attention_layers, n_mlp_layers):
-    # each attention layer drops 2·d_model·(d_model - head_dim) K/V weights; a hidden unit
-    # of a two-matrix MLP holds 2·d_model
-    dropped = n_attention_layers * 2 * d_model * (d_model - d_model // n_heads)
-    return d_ff + round(dropped / (n_mlp_layers * 2 * d_model))
+def _equal_size(d_model, n_heads, d_ff, n_encoder_layers, n_decoder_layers):
+    # self-attention in every layer, cross-attention in the decoder of an encoder-decoder;
+    # each drops 2·d_model·(d_model - head_dim) K/V weights; a hidden unit holds 2·d_model
+    cross = n_decoder_layers if n_encoder_layers else 0
+    n_attention = n_encoder_layers + n_decoder_layers + cross
+    dropped = n_attention * 2 * d_model * (d_model - d_model // n_heads)
+    return d_ff + round(dropped / ((n_encoder_layers + n_decoder_layers) * 2 * d_model))
+
+
+def _att(e, n):  # attention layers of e encoder and n decoder layers
+    return e + n + (n if e else 0)
 
 
 ANSWERS = {
@@ -125,15 +131,16 @@ ANSWERS = {
         ],
     ),
     check_equal_size_d_ff: (
-        [_equal_size, lambda d, H, f, a, m: f + round(a * (d - d // H) / m)],
+        [_equal_size, lambda d, H, f, e, n: f + round(_att(e, n) * (d - d // H) / (e + n))],
         [
-            (lambda d, H, f, a, m: f + round(a * (d - d // H) / (2 * m)), "the value projections"),
-            (lambda d, H, f, a, m: f + round(2 * a * (d - d // H) / m), "both matrices"),
-            (lambda d, H, f, a, m: f + round(a * (d - H) / m), "head_dim outputs"),
-            (lambda d, H, f, a, m: f + round(a * (d - d // H)), "every MLP layer"),
-            (lambda d, H, f, a, m: f + a * (d - d // H) // m, "nearest unit"),
-            (lambda d, H, f, a, m: round(a * (d - d // H) / m), "d_ff plus"),
-            (lambda d, H, f, a, m: f + a * (d - d // H) / m, "counted"),  # not a whole width
+            (lambda d, H, f, e, n: f + round((e + n) * (d - d // H) / (e + n)), "cross-attention"),
+            (lambda d, H, f, e, n: f + round((e + 2 * n) * (d - d // H) / (e + n)), "no cross-attention"),
+            (lambda d, H, f, e, n: f + round(_att(e, n) * (d - d // H) / (2 * (e + n))), "the value projections"),
+            (lambda d, H, f, e, n: f + round(2 * _att(e, n) * (d - d // H) / (e + n)), "both matrices"),
+            (lambda d, H, f, e, n: f + round(_att(e, n) * (d - H) / (e + n)), "head_dim outputs"),
+            (lambda d, H, f, e, n: f + round(_att(e, n) * (d - d // H)), "every MLP layer"),
+            (lambda d, H, f, e, n: f + _att(e, n) * (d - d // H) // (e + n), "nearest unit"),
+            (lambda d, H, f, e, n: round(_att(e, n) * (d - d // H) / (e + n)), "d_ff plus"),
         ],
     ),
 }

@@ -215,48 +215,55 @@ def check_step_intensity(fn: Callable[..., float]) -> bool:
 
 
 def check_equal_size_d_ff(fn: Callable[..., int]) -> bool:
-    """Exercise 5.3: ``fn(d_model, n_heads, d_ff, n_attention_layers, n_mlp_layers)``.
+    """Exercise 5.3: ``fn(d_model, n_heads, d_ff, n_encoder_layers, n_decoder_layers)``.
 
-    The feed-forward width at which a model whose ``n_attention_layers`` attention layers are
-    multi-query has as many parameters as the same model with multi-head attention and
-    width ``d_ff``, rounded to the nearest unit. The MLPs have two bias-free matrices. The
-    weights are counted from real layers on the ``meta`` device.
+    The feed-forward width at which a Transformer whose attention layers are all multi-query
+    has as many parameters as the same model with multi-head attention and width ``d_ff``,
+    rounded to the nearest unit. An encoder layer has self-attention and an MLP; a decoder
+    layer of an encoder-decoder also has cross-attention; with no encoder the decoder has no
+    cross-attention. The MLPs have two bias-free matrices. The weights are counted from real
+    layers on the ``meta`` device.
     """
     name = "5.3 feed-forward width at equal size"
-    cases = (  # d_model, n_heads, d_ff, attention layers, MLP layers
-        (1024, 8, 4096, 18, 12),  # an encoder-decoder of 6 + 6 layers
-        (1024, 8, 4096, 6, 6),  # a decoder only
-        (48, 3, 192, 1, 7),  # rounding: 4.57 units more
-        (64, 8, 256, 3, 2),
+    cases = (  # d_model, n_heads, d_ff, encoder layers, decoder layers
+        (1024, 8, 4096, 6, 6),  # Shazeer's encoder-decoder
+        (1024, 8, 4096, 0, 12),  # a decoder only: no cross-attention
+        (48, 3, 192, 2, 5),  # rounding
+        (64, 8, 256, 3, 1),
     )
     for case in cases:
-        d, H, d_ff, n_att, n_mlp = case
+        d, H, d_ff, n_enc, n_dec = case
+        n_att = n_enc + n_dec * (2 if n_enc else 1)  # self-attention, and cross-attention
+        n_mlp = n_enc + n_dec
         with torch.device("meta"):  # no memory: the shapes are enough to count
             mha, mqa = MultiHeadAttention(d, H), MultiHeadAttention(d, H, n_kv_heads=1)
             unit = torch.nn.Sequential(torch.nn.Linear(d, 1, bias=False), torch.nn.Linear(1, d, bias=False))
         count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
-        dropped = n_att * (count(mha) - count(mqa))
-        want = d_ff + round(dropped / (n_mlp * count(unit)))
+        per_layer = count(mha) - count(mqa)
+        want = d_ff + round(n_att * per_layer / (n_mlp * count(unit)))
         try:
-            got = fn(d, H, d_ff, n_att, n_mlp)
+            got = fn(d, H, d_ff, n_enc, n_dec)
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
         if got == want and isinstance(got, int):
             continue
         D = d // H
-        hints = {  # the typical slips, recognised by their values
-            d_ff + round(dropped / 2 / (n_mlp * 2 * d)): "both the key and the value projections shrink",
-            d_ff + round(dropped / (n_mlp * d)): "a hidden unit has weights in both matrices",
-            d_ff + round(n_att * 2 * d * (d - H) / (n_mlp * 2 * d)): "the one K/V head keeps head_dim outputs",
-            d_ff + round(dropped / (2 * d)): "the saved weights spread over every MLP layer",
-            d_ff + dropped // (n_mlp * 2 * d): "round to the nearest unit",
-            round(dropped / (n_mlp * 2 * d)): "the width is d_ff plus the added units",
-        }
-        hint = next((f" ({why})" for value, why in hints.items() if got == value and value != want), "")
+        dropped = n_att * per_layer
+        hints = (  # the typical slips, by their values (a list: two may coincide)
+            (d_ff + round(n_mlp * per_layer / (n_mlp * 2 * d)), "the cross-attention layers lose theirs too"),
+            (d_ff + round((n_enc + 2 * n_dec) * per_layer / (n_mlp * 2 * d)), "a decoder alone has no cross-attention"),
+            (d_ff + round(dropped / 2 / (n_mlp * 2 * d)), "both the key and the value projections shrink"),
+            (d_ff + round(dropped / (n_mlp * d)), "a hidden unit has weights in both matrices"),
+            (d_ff + round(n_att * 2 * d * (d - H) / (n_mlp * 2 * d)), "the one K/V head keeps head_dim outputs"),
+            (d_ff + round(dropped / (2 * d)), "the saved weights spread over every MLP layer"),
+            (d_ff + dropped // (n_mlp * 2 * d), "round to the nearest unit"),
+            (round(dropped / (n_mlp * 2 * d)), "the width is d_ff plus the added units"),
+        )
+        hint = next((f" ({why})" for value, why in hints if got == value and value != want), "")
         return report(
             name,
             False,
-            f"d_model={d}, n_heads={H} (head_dim {D}), d_ff={d_ff}, {n_att} attention layers, "
-            f"{n_mlp} MLP layers: got {got!r}, counted {want:,}{hint}",
+            f"d_model={d}, n_heads={H} (head_dim {D}), d_ff={d_ff}, {n_enc} encoder and "
+            f"{n_dec} decoder layers: got {got!r}, counted {want:,}{hint}",
         )
     return report(name, True, f"equals the counted width in {len(cases)} settings")
