@@ -45,7 +45,6 @@ NOT_PRINTED = {
     ("appendix_reading_an_llm", "134.5"): "the introduction quotes the count cell 4 prints in full",
     ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
     ("appendix_explorer", "0.001"): "the value of attn_core.teach.plots.LOG_FLOOR, which the text names",
-    ("05_multi_query_attention", "3.8"): "Shazeer (2019), §4.3: 3.8 µs per token, multi-query decoder",
     ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
     ("12_kv_cache", "6.1"): "an exercise's number",
     ("12_kv_cache", "5.1"): "an exercise's number",
