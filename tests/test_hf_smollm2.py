@@ -154,6 +154,17 @@ def test_a_later_load_takes_under_3_s_and_2_gb(gguf):
     assert seconds < 3.0 and peak < 2e9, (seconds, peak)
 
 
+def test_tensor_types_are_the_files(gguf):
+    from collections import Counter
+
+    from gguf import GGUFReader
+
+    tensors = GGUFReader(smollm2.gguf_path()).tensors
+    counted = dict(Counter(t.tensor_type.name for t in tensors))
+    counted["token_embd.weight"] = next(t for t in tensors if t.name == "token_embd.weight").tensor_type.name
+    assert counted == smollm2.GGUF_TENSOR_TYPES
+
+
 def test_missing_file_names_the_command(monkeypatch, tmp_path):
     monkeypatch.setenv(smollm2.ENV_VAR, str(tmp_path))
     assert smollm2.gguf_path() == tmp_path / "smollm2" / smollm2.GGUF_NAME

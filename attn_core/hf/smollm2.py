@@ -56,6 +56,7 @@ __all__ = [
     "FETCH_COMMAND",
     "ENV_VAR",
     "PARAMETERS",
+    "GGUF_TENSOR_TYPES",
     "models_dir",
     "model_dir",
     "gguf_path",
@@ -78,6 +79,10 @@ FETCH_COMMAND = "make setup (or: python -m attn_core.hf.smollm2)"
 ENV_VAR = "ATTN_CORE_MODELS"
 #: The model's parameter count (tied embeddings counted once).
 PARAMETERS = 134_515_008
+#: How the file stores its tensors, counted from its header (a test reads the file): the 210
+#: attention and MLP matrices in 4 bits (``Q4_1``), the token embedding in 8 (``Q8_0``), the
+#: norms in float32. Kept here because the header is read only where the file is present.
+GGUF_TENSOR_TYPES = {"Q4_1": 210, "F32": 61, "Q8_0": 1, "token_embd.weight": "Q8_0"}
 _WEIGHTS, _CONFIG, _TOKENIZER, _HF_CONFIG = "model.pt", "config.json", "tokenizer", "hf_config.json"
 
 
