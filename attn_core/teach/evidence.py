@@ -37,8 +37,8 @@ The output has one fixed format; the lessons' nbval sanitize file masks each
       floor: unigram table of the text           floor=4.85
       MHA                                        mean=2.314 SE=0.004
       GQA-2                                      mean=2.320 SE=0.003
-      GQA-2 - MHA: Δ=+0.006 SE=0.002 MDE=0.015   indistinguishable
-      rule: a difference when |Δ| > 4.30·SE (95%, 2 df); MDE = 6.27·SE (80% power)
+      GQA-2 - MHA: Δ=+0.006 SE=0.002 MDE=0.011   indistinguishable
+      rule: a difference when |Δ| > 4.30·SE (95%, 2 df); MDE = 5.36·SE
 """
 
 from __future__ import annotations
