@@ -21,7 +21,9 @@ To add a family:
    what attn_core cannot compute exactly is refused with :func:`~.base.refuse`.
 2. One line here: its record at the end of ``_RECORDS`` (the supported list keeps its order).
 3. Its test: ``tests/test_hf_families_<family>.py`` (or in ``tests/test_hf_families.py``), with
-   the logits and greedy generation of a tiny random model equal to Hugging Face's, and each refusal.
+   the logits and greedy generation of a tiny random model equal to Hugging Face's, and each refusal;
+   and how the book's prose names it, in ``NAMES`` of ``tests/test_book_facts.py`` (which checks
+   every page's claims about converting against this registry).
 4. Re-run ``book/appendix_explorer.ipynb``, which prints the supported list.
 """
 

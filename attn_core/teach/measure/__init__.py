@@ -1,7 +1,8 @@
 """Measuring attention: timing, peak tensor memory, operator lists, FLOP and byte counts.
 
 The tools the book's measuring chapters and the ``benchmarks`` package use; none of them is
-part of a model.
+part of a model. Part of :mod:`attn_core.teach` (floor 6): it may import every floor of the
+library, and nothing in the library imports it.
 
 * :mod:`~attn_core.teach.measure.timing`: interleaved rounds, medians and paired ratios that
   hold up on a shared, noisy machine.
