@@ -1,4 +1,4 @@
-"""attn_core.teach.exercises.ch01: the right and wrong answers of exercises 1.1-1.3 (ANSWERS, held to the
+"""attn_core.teach.exercises.ch01: the right and wrong answers of exercises 1.1-1.4 (ANSWERS, held to the
 standard by tests/test_teach_exercises_standard.py) and what the checks' candidates must be."""
 
 from __future__ import annotations
@@ -7,20 +7,20 @@ import math
 
 import torch
 
-from attn_core.teach.exercises.ch01 import check_query_weight_grad, check_scale_test, check_self_score, scale_candidates
+from attn_core.teach.exercises.ch01 import (
+    check_by_hand,
+    check_jacobian_norm,
+    check_scale_test,
+    check_self_score,
+    scale_candidates,
+)
 
 
-def _grad_w_q(x, W_q, W_k, W_v, grad_out, *, scaled=True, row_term=True, transposed_scores=False, through_x=True):
-    q, k, v = x @ W_q, x @ W_k, x @ W_v  # (T, d_k), (T, d_k), (T, d_v)
-    scale = 1 / math.sqrt(W_q.shape[-1]) if scaled else 1.0
-    a = torch.softmax(q @ k.T / math.sqrt(W_q.shape[-1]), dim=-1)  # (T, T)
-    grad_a = grad_out @ v.T  # (T, T)
-    # softmax backward: a ⊙ (∂L/∂a - Σ_j a_j ∂L/∂a_j), row by row
-    grad_s = a * (grad_a - (a * grad_a).sum(-1, keepdim=True) * row_term)
-    if transposed_scores:  # the queries' and keys' roles swapped
-        grad_s = grad_s.T
-    grad_q = grad_s @ k * scale  # (T, d_k)
-    return x.T @ grad_q if through_x else grad_q  # (d_in, d_k)
+def _jacobian_norm(a, *, cross=True, sign=-1, squared=False, dim=-1):
+    # ‖diag(a) - a aᵀ‖_F² = Σ a_i² - 2 Σ a_i³ + (Σ a_i²)²
+    sq, cube = a.pow(2).sum(dim), a.pow(3).sum(dim)
+    norm2 = sq + sign * 2 * cube + (sq.pow(2) if cross else 0)
+    return norm2 if squared else norm2.clamp_min(0).sqrt()
 
 
 def _scaled_correctly(attn):
@@ -67,14 +67,14 @@ ANSWERS = {
             (lambda d_k: (math.sqrt(d_k), 2.0 * math.sqrt(d_k)), "variance"),  # scaled by 1/√d_k only
         ],
     ),
-    check_query_weight_grad: (
-        [_grad_w_q],
+    check_jacobian_norm: (
+        [_jacobian_norm],
         [
-            (lambda *a: _grad_w_q(*a, scaled=False), "off by exactly √d_k"),  # the scale forgotten
-            (lambda *a: _grad_w_q(*a, row_term=False), "max abs difference"),  # ∂a_i/∂s_i only
-            (lambda *a: _grad_w_q(*a, transposed_scores=True), "max abs difference"),
-            (lambda *a: _grad_w_q(*a).T, "shape"),  # (d_k, d_in)
-            (lambda *a: _grad_w_q(*a, through_x=False), "shape"),  # ∂L/∂Q: X forgotten
+            (lambda a: a.pow(2).sum(-1).sqrt(), "max abs difference"),  # ‖diag(a)‖ only
+            (lambda a: _jacobian_norm(a, cross=False), "max abs difference"),  # (Σ a_i²)² dropped
+            (lambda a: _jacobian_norm(a, sign=+1), "max abs difference"),  # a sign lost
+            (lambda a: _jacobian_norm(a, squared=True), "‖J‖_F², not ‖J‖_F"),
+            (lambda a: _jacobian_norm(a, dim=0), "shape"),  # summed over the rows
         ],
     ),
     check_scale_test: (
@@ -86,6 +86,17 @@ ANSWERS = {
             (lambda attn: True, "accepts a wrong implementation"),
             (lambda attn: attn.__name__ == "attn", "accepts a wrong implementation"),
             (lambda attn: 1.0, "True or False"),
+        ],
+    ),
+    check_by_hand: (
+        [lambda: ([0.665, 0.090, 0.245], "dogs"), lambda: (torch.tensor([0.67, 0.09, 0.24]), "dogs")],
+        [
+            (lambda: ([0.867, 0.016, 0.117], "dogs"), "not divided by √d_k"),
+            (lambda: ([0.506, 0.186, 0.307], "dogs"), "divided by d_k"),
+            (lambda: ([0.667, 0.0, 0.333], "dogs"), "not a softmax"),
+            (lambda: ([0.665, 0.245, 0.090], "dogs"), "are off"),  # the keys' order lost
+            (lambda: ([0.665, 0.090, 0.245], "cats"), "not the token that weighs most"),
+            (lambda: [0.665, 0.090, 0.245], "return (three weights, a token)"),
         ],
     ),
 }

@@ -12,7 +12,7 @@ here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) is kept for its tes
 """
 
 from ._common import compare, report
-from .ch01 import check_query_weight_grad, check_scale_test, check_self_score
+from .ch01 import check_by_hand, check_jacobian_norm, check_scale_test, check_self_score
 from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
@@ -46,8 +46,9 @@ __all__ = [
     "compare",
     # ch01
     "check_self_score",
-    "check_query_weight_grad",
+    "check_jacobian_norm",
     "check_scale_test",
+    "check_by_hand",
     # ch02
     "check_packed_documents",
     "check_alignment_test",

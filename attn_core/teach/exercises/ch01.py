@@ -10,10 +10,10 @@ import torch
 from ...ops.attention import attention
 from ._common import mismatch, report
 
-# The exercises: a derivation checked by measurement (a token's score with itself), a
-# weight's gradient derived by the chain rule and checked against autograd, and a test
-# to write.
-__all__ = ["check_self_score", "check_query_weight_grad", "check_scale_test"]
+# The exercises: a derivation checked by measurement (a token's score with itself), the
+# softmax Jacobian's norm derived in closed form and checked against autograd, a test to
+# write, and one row of a map worked by hand.
+__all__ = ["check_self_score", "check_jacobian_norm", "check_scale_test", "check_by_hand"]
 
 
 def check_self_score(fn: Callable[[int], tuple[float, float]]) -> bool:
@@ -52,45 +52,87 @@ def check_self_score(fn: Callable[[int], tuple[float, float]]) -> bool:
     return report(name, True, f"weight on itself at d_k 4, 64, 1024: {', '.join(weights)}")
 
 
-def _attention_loss(x, W_q, W_k, W_v, grad_out):
-    """``L = Σ (Z ⊙ G)`` for ``Z = softmax(X W_q (X W_k)ᵀ / √d_k) X W_v``: its gradient in ``Z`` is ``G``."""
-    q, k, v = x @ W_q, x @ W_k, x @ W_v  # (T, d_k), (T, d_k), (T, d_v)
-    a = torch.softmax(q @ k.T / math.sqrt(W_q.shape[-1]), dim=-1)  # (T, T)
-    return ((a @ v) * grad_out).sum()
+def _jacobian_norm_by_autograd(s: torch.Tensor) -> torch.Tensor:
+    """``‖∂a/∂s‖_F`` of ``a = softmax(s)`` for each row of ``s`` ``(..., n)`` -> ``(...)``."""
+    s = s.clone().requires_grad_(True)
+    a = torch.softmax(s, dim=-1)
+    squares = torch.zeros(s.shape[:-1], dtype=s.dtype)
+    for i in range(a.shape[-1]):  # row i of every Jacobian at once: the rows are independent
+        (row,) = torch.autograd.grad(a[..., i].sum(), s, retain_graph=True)
+        squares += row.pow(2).sum(-1)
+    return squares.sqrt()
 
 
-def check_query_weight_grad(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 1.2: ``fn(x, W_q, W_k, W_v, grad_out)`` is ``∂L/∂W_q``, derived by hand.
+def check_jacobian_norm(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+    """Exercise 1.2: ``fn(a)`` is the Frobenius norm of the softmax's Jacobian, from the weights.
 
-    The layer is ``Z = softmax(Q Kᵀ / √d_k) V`` with ``Q = X W_q``, ``K = X W_k``,
-    ``V = X W_v``, and ``grad_out`` is the upstream gradient ``∂L/∂Z``. The answer is
-    compared with autograd in float64 in three settings (a flat and a peaked softmax, two
-    widths), with ``T``, ``d_in`` and ``d_k`` all different so that a transposed or a
-    missing factor shows in the shape. An answer off by exactly ``√d_k`` gets a hint.
+    ``a`` holds rows of softmax weights; the answer, derived by hand from
+    ``J = diag(a) - a aᵀ``, is compared in float64 with autograd's ``‖∂a/∂s‖_F`` on flat,
+    peaked and one-hot rows of 5 and 16 weights, batched. An answer equal to the square
+    of the norm gets a hint. Then it prints the norm at three rows of 16 weights.
 
     Shapes:
-        x: ``(T, d_in)``; W_q, W_k: ``(d_in, d_k)``; W_v: ``(d_in, d_v)``;
-        grad_out: ``(T, d_v)``; fn's output: ``(d_in, d_k)``
+        a: ``(..., n)``; fn's output: ``(...)``
     """
-    name = "1.2 ∂L/∂W_q"
+    name = "1.2 ‖∂a/∂s‖"
     g = torch.Generator().manual_seed(12)
-    for T, d_in, d_k, d_v, spread in ((5, 6, 4, 3, 1.0), (7, 10, 16, 5, 1.0), (6, 5, 8, 2, 3.0)):
-        x = torch.randn(T, d_in, generator=g, dtype=torch.float64) * spread
-        W_q, W_k = (torch.randn(d_in, d_k, generator=g, dtype=torch.float64) for _ in range(2))
-        W_v = torch.randn(d_in, d_v, generator=g, dtype=torch.float64)
-        grad_out = torch.randn(T, d_v, generator=g, dtype=torch.float64)
-        leaf = W_q.clone().requires_grad_(True)
-        (want,) = torch.autograd.grad(_attention_loss(x, leaf, W_k, W_v, grad_out), leaf)
+    for n, spread in ((5, 1.0), (16, 3.0), (16, 30.0)):
+        s = torch.randn(3, 4, n, generator=g, dtype=torch.float64) * spread  # (3, 4, n)
+        want = _jacobian_norm_by_autograd(s)  # (3, 4)
         try:
-            got = fn(x.clone(), W_q.clone(), W_k.clone(), W_v.clone(), grad_out.clone())
+            got = fn(torch.softmax(s, dim=-1))
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        problem = mismatch(got, want, atol=1e-10)
-        if problem and mismatch(got, want * math.sqrt(d_k), atol=1e-9) is None:
-            problem = f"{problem}: off by exactly √d_k (the scores' scale)"
+        # 1e-6: near a one-hot row the closed form takes the root of a difference of
+        # numbers near 1, and loses digits that autograd keeps
+        problem = mismatch(got, want, atol=1e-6)
+        if problem and mismatch(got, want.square(), atol=1e-6) is None:
+            problem = f"{problem}: that is ‖J‖_F², not ‖J‖_F"
         if problem:
-            return report(name, False, f"T={T}, d_in={d_in}, d_k={d_k}: {problem}")
-    return report(name, True, "equal to autograd's ∂L/∂W_q in 3 settings")
+            return report(name, False, f"{n} weights per row, scores of size {spread:g}: {problem}")
+    rows = {"uniform": [0.0] * 16, "2-way tie": [0.0, 0.0] + [-1e9] * 14, "one-hot": [0.0] + [-1e9] * 15}
+    norms = _jacobian_norm_by_autograd(torch.tensor(list(rows.values()), dtype=torch.float64))
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in zip(rows, norms.tolist()))
+    return report(name, True, f"= autograd; 16 keys: {shown}")
+
+
+# Exercise 1.4: "dogs chase cats", width 4; the row of "chase" is worked by hand.
+BY_HAND_TOKENS = ("dogs", "chase", "cats")
+BY_HAND_QUERY = (2.0, 0.0, 2.0, 0.0)  # q of "chase"
+BY_HAND_KEYS = ((1.0, 1.0, 1.0, 1.0), (0.0, 1.0, 0.0, 1.0), (1.0, 0.0, 0.0, -1.0))
+
+
+def check_by_hand(fn: Callable[[], tuple]) -> bool:
+    """Exercise 1.4: ``fn()`` is ``(weights, token)``: the row of "chase", worked by hand.
+
+    ``weights`` are the three attention weights of the query of "chase" over the keys of
+    ``BY_HAND_TOKENS`` (``BY_HAND_QUERY``, ``BY_HAND_KEYS``, ``d_k = 4``), to two decimals;
+    ``token`` is the token whose value weighs most in the output of "chase". Weights equal
+    to an unscaled softmax, one scaled by ``1/d_k``, or scores divided by their sum get a hint.
+    """
+    name = "1.4 a row by hand"
+    q, k = torch.tensor(BY_HAND_QUERY), torch.tensor(BY_HAND_KEYS)  # (4,), (3, 4)
+    s = k @ q  # (3,) scores of "chase"
+    right = torch.softmax(s / 2, dim=-1)  # √d_k = 2
+    wrong = {
+        "not divided by √d_k": torch.softmax(s, dim=-1),
+        "divided by d_k, not √d_k": torch.softmax(s / 4, dim=-1),
+        "scores over their sum, not a softmax": s / s.sum(),
+    }
+    try:
+        weights, token = fn()
+        got = torch.tensor([float(w) for w in weights])
+    except Exception as e:  # a learner's bug should print, not stop the notebook
+        return report(name, False, f"return (three weights, a token): {type(e).__name__}: {e}")
+    if got.shape != right.shape or not (got - right).abs().max() <= 0.01:
+        hint = next((f" ({why})" for why, w in wrong.items() if (got - w).abs().max() <= 0.01), "")
+        if got.shape == right.shape and not hint:
+            hint = f" (they sum to {got.sum():.2f})" if abs(got.sum() - 1) > 0.02 else ""
+        return report(name, False, f"weights {[round(w, 3) for w in got.tolist()]} are off{hint}")
+    if token != BY_HAND_TOKENS[int(right.argmax())]:
+        return report(name, False, f"the weights are right, but {token!r} is not the token that weighs most")
+    shown = " ".join(f"{t}={w:.3f}" for t, w in zip(BY_HAND_TOKENS, right.tolist()))
+    return report(name, True, f"scores {', '.join(f'{v:g}' for v in s.tolist())}; weights {shown}")
 
 
 def scale_candidates() -> list[tuple[Callable, bool, str]]:
