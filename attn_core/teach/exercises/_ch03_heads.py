@@ -9,8 +9,10 @@ import torch
 from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention as attn_core_attention
 
+__all__ = ["head_terms", "random_layer", "surgery"]
 
-def _layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) -> MultiHeadAttention:
+
+def random_layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) -> MultiHeadAttention:
     """A float64 layer with every weight and bias random (biases start at zero otherwise)."""
     with torch.random.fork_rng(devices=[]):  # the check must not move the notebook's RNG
         torch.manual_seed(seed)
@@ -21,7 +23,7 @@ def _layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) ->
     return layer.eval()
 
 
-def _head_terms(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+def head_terms(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     """Each head's term ``z^(h) W_O^(h)`` of the output (no output bias).
 
     Shapes:
@@ -35,7 +37,7 @@ def _head_terms(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhtd,hdm->bhtm", z, w_o)
 
 
-def _surgery(layer: MultiHeadAttention, h: int, how: str) -> MultiHeadAttention:
+def surgery(layer: MultiHeadAttention, h: int, how: str) -> MultiHeadAttention:
     """The wrong (and one right) ways to switch head ``h`` off, for the hints."""
     out = copy.deepcopy(layer)
     D = layer.q_proj.weight.shape[0] // layer.n_heads

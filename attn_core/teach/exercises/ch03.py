@@ -11,7 +11,7 @@ from torch import nn
 
 from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention as attn_core_attention
-from ._ch03_heads import _head_terms, _layer, _surgery
+from ._ch03_heads import head_terms, random_layer, surgery
 from ._ch03_pair import pair_models, pair_task_longer
 from ._common import compare, report
 
@@ -180,7 +180,7 @@ def check_ablate_head(fn: Callable[[MultiHeadAttention, int], MultiHeadAttention
     name = "3.1 ablate a head"
     x = _inputs(34, 2, 6, 12)  # (B, T, d_model)
     for h in (0, 2):
-        layer = _layer(35 + h)
+        layer = random_layer(35 + h)
         before = {k: v.clone() for k, v in layer.state_dict().items()}
         try:
             got_layer = fn(layer, h)
@@ -193,16 +193,16 @@ def check_ablate_head(fn: Callable[[MultiHeadAttention, int], MultiHeadAttention
         if any(not torch.equal(v, layer.state_dict()[k]) for k, v in before.items()):
             return report(name, False, "the layer itself was modified: change a copy (copy.deepcopy)")
         with torch.no_grad():
-            expected = layer(x) - _head_terms(layer, x)[:, h]  # (B, T, d_model)
+            expected = layer(x) - head_terms(layer, x)[:, h]  # (B, T, d_model)
             if not ((got - expected).abs().max() <= 1e-10):
                 for how, hint in _ABLATION_HINTS.items():
-                    if torch.allclose(got, _surgery(layer, h, how)(x), atol=1e-10):
+                    if torch.allclose(got, surgery(layer, h, how)(x), atol=1e-10):
                         return report(name, False, f"head {h}: {hint}")
                 return compare(f"{name} (head {h})", got, expected, atol=1e-10)
     return report(name, True, "heads 0 and 2 removed exactly, output bias kept")
 
 
-#: The ways of exercise 3.1's prediction: zero head h's rows of one projection (``_surgery``).
+#: The ways of exercise 3.1's prediction: zero head h's rows of one projection (``surgery``).
 _ABLATE_WAYS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "v_proj, no biases": "v"}
 
 
@@ -224,10 +224,10 @@ def check_ablate_prediction(prediction: dict) -> bool:
     x = _inputs(34, 2, 6, 12)  # (B, T, d_model)
     seen = {}
     for key, how in _ABLATE_WAYS.items():
-        layer = _layer(36, bias="no biases" not in key)
+        layer = random_layer(36, bias="no biases" not in key)
         with torch.no_grad():
-            expected = layer(x) - _head_terms(layer, x)[:, 1]  # (B, T, d_model)
-            seen[key] = torch.allclose(_surgery(layer, 1, how)(x), expected, atol=1e-10)
+            expected = layer(x) - head_terms(layer, x)[:, 1]  # (B, T, d_model)
+            seen[key] = torch.allclose(surgery(layer, 1, how)(x), expected, atol=1e-10)
     wrong = [key for key in _ABLATE_WAYS if prediction[key] != seen[key]]
     if wrong:
         hints = {"v_proj, no biases": "without biases, zero values make z^(h) = 0: the term is gone"}
@@ -248,7 +248,7 @@ def check_permute_heads(fn: Callable[[MultiHeadAttention, list], MultiHeadAttent
     """
     name = "3.2 reorder the heads"
     x = _inputs(36, 2, 6, 16)  # (B, T, d_model)
-    layer = _layer(37, d_model=16, n_heads=4)
+    layer = random_layer(37, d_model=16, n_heads=4)
     with torch.no_grad():
         want_out, want_w = layer(x, return_weights=True)  # (B, T, d), (B, H, T, T)
     for order in ([2, 0, 3, 1], [1, 0, 2, 3]):
@@ -285,7 +285,7 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         X: ``(T, d_model)``; M: ``(d_model, d_model)``, of rank at most ``D``
     """
     name = "3.3 QK circuit"
-    layer = _layer(38, bias=False)
+    layer = random_layer(38, bias=False)
     H, d = layer.n_heads, 12
     D = d // H
     x = _inputs(39, 1, 7, d)  # (B, T, d_model)
@@ -348,7 +348,7 @@ def check_qk_prediction(prediction: dict) -> bool:
     why = _committed(prediction, ("symmetric", "rank"), (bool, int))
     if why:
         return report(name, False, why)
-    layer = _layer(38, bias=False)
+    layer = random_layer(38, bias=False)
     D = layer.d_model // layer.n_heads
     rows = slice(D, 2 * D)  # head 1
     exact = layer.q_proj.weight[rows].detach().T @ layer.k_proj.weight[rows].detach() / math.sqrt(D)
