@@ -12,6 +12,7 @@ import torch
 from attn_core import MultiHeadAttention
 from attn_core.teach.exercises.ch03 import (
     check_ablate_head,
+    check_ablate_prediction,
     check_mha_test,
     check_one_token_prediction,
     check_permute_heads,
@@ -135,7 +136,21 @@ def _against_torch(layer):
         return torch.allclose(layer(x), ref(x, x, x, need_weights=False)[0], atol=1e-10)
 
 
+_RIGHT_ABLATE = {"q_proj": False, "k_proj": False, "v_proj": False, "v_proj, no biases": True}
+
 ANSWERS = {
+    check_ablate_prediction: (
+        [_RIGHT_ABLATE],
+        [
+            # "zero values, zero output": the value bias is still averaged and projected
+            ({**_RIGHT_ABLATE, "v_proj": True}, "value bias"),
+            # "zero queries: the head sees nothing": it still adds its values
+            ({**_RIGHT_ABLATE, "q_proj": True}, "zero queries"),
+            # "without biases it is the same": then zero values do remove the term
+            ({**_RIGHT_ABLATE, "v_proj, no biases": False}, "z^(h) = 0"),
+            ({"q_proj": False}, "expected a dict"),
+        ],
+    ),
     check_ablate_head: (
         [ablate, lambda layer, h: ablate(layer, h, how="v_and_bias")],
         [

@@ -11,6 +11,7 @@ from torch import nn
 
 from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention as attn_core_attention
+from ._ch03_heads import head_terms, random_layer, surgery
 from ._ch03_pair import pair_models, pair_task_longer
 from ._common import compare, report
 
@@ -151,51 +152,7 @@ def check_one_token_prediction(prediction: dict) -> bool:
 # ---- issue 25: exercises on where a head lives in the weights ----
 
 __all__ += ["check_ablate_head", "check_permute_heads", "check_qk_circuit", "check_qk_prediction"]
-__all__ += ["check_wide_head_prediction"]
-
-
-def _layer(seed: int, d_model: int = 12, n_heads: int = 3, bias: bool = True) -> MultiHeadAttention:
-    """A float64 layer with every weight and bias random (biases start at zero otherwise)."""
-    with torch.random.fork_rng(devices=[]):  # the check must not move the notebook's RNG
-        torch.manual_seed(seed)
-        layer = MultiHeadAttention(d_model, n_heads, bias=bias).double()
-        with torch.no_grad():
-            for p in layer.parameters():
-                p.normal_(0.0, 0.4)
-    return layer.eval()
-
-
-def _head_terms(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
-    """Each head's term ``z^(h) W_O^(h)`` of the output (no output bias).
-
-    Shapes:
-        x: ``(B, T, d_model)``; output: ``(B, H, T, d_model)``
-    """
-    H = layer.n_heads
-    D = layer.q_proj.weight.shape[0] // H
-    q, k, v = (p(x).unflatten(-1, (H, D)).transpose(1, 2) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
-    z = attn_core_attention(q, k, v)  # (B, H, T, D)
-    w_o = layer.out_proj.weight.T.reshape(H, D, -1)  # (H·D, d_model) -> (H, D, d_model)
-    return torch.einsum("bhtd,hdm->bhtm", z, w_o)
-
-
-def _surgery(layer: MultiHeadAttention, h: int, how: str) -> MultiHeadAttention:
-    """The wrong (and one right) ways to switch head ``h`` off, for the hints."""
-    out = copy.deepcopy(layer)
-    D = layer.q_proj.weight.shape[0] // layer.n_heads
-    rows = slice(h * D, (h + 1) * D)
-    with torch.no_grad():
-        if how in ("q", "k", "v", "v_and_bias"):
-            proj = getattr(out, ("v" if how == "v_and_bias" else how) + "_proj")
-            proj.weight[rows] = 0.0
-            if how == "v_and_bias":
-                proj.bias[rows] = 0.0
-        elif how == "out_rows":
-            out.out_proj.weight[rows] = 0.0  # output features, not head h's inputs
-        elif how == "out_cols_next":
-            nxt = (h + 1) % layer.n_heads
-            out.out_proj.weight[:, nxt * D : (nxt + 1) * D] = 0.0
-    return out
+__all__ += ["check_wide_head_prediction", "check_ablate_prediction"]
 
 
 _ABLATION_HINTS = {
@@ -223,7 +180,7 @@ def check_ablate_head(fn: Callable[[MultiHeadAttention, int], MultiHeadAttention
     name = "3.1 ablate a head"
     x = _inputs(34, 2, 6, 12)  # (B, T, d_model)
     for h in (0, 2):
-        layer = _layer(35 + h)
+        layer = random_layer(35 + h)
         before = {k: v.clone() for k, v in layer.state_dict().items()}
         try:
             got_layer = fn(layer, h)
@@ -236,13 +193,47 @@ def check_ablate_head(fn: Callable[[MultiHeadAttention, int], MultiHeadAttention
         if any(not torch.equal(v, layer.state_dict()[k]) for k, v in before.items()):
             return report(name, False, "the layer itself was modified: change a copy (copy.deepcopy)")
         with torch.no_grad():
-            expected = layer(x) - _head_terms(layer, x)[:, h]  # (B, T, d_model)
+            expected = layer(x) - head_terms(layer, x)[:, h]  # (B, T, d_model)
             if not ((got - expected).abs().max() <= 1e-10):
                 for how, hint in _ABLATION_HINTS.items():
-                    if torch.allclose(got, _surgery(layer, h, how)(x), atol=1e-10):
+                    if torch.allclose(got, surgery(layer, h, how)(x), atol=1e-10):
                         return report(name, False, f"head {h}: {hint}")
                 return compare(f"{name} (head {h})", got, expected, atol=1e-10)
     return report(name, True, "heads 0 and 2 removed exactly, output bias kept")
+
+
+#: The ways of exercise 3.1's prediction: zero head h's rows of one projection (``surgery``).
+_ABLATE_WAYS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "v_proj, no biases": "v"}
+
+
+def check_ablate_prediction(prediction: dict) -> bool:
+    """Exercise 3.1, first part: which zeroed rows would switch head ``h`` off?
+
+    ``prediction = {"q_proj": bool, "k_proj": bool, "v_proj": bool, "v_proj, no biases": bool}``,
+    committed before the function is written: ``True`` where zeroing head ``h``'s rows of that
+    projection's weight (in a layer with biases; the last key: without) removes exactly the
+    head's term ``z^(h) W_O^(h)``. Measured on a float64 layer of 3 heads, all weights random.
+
+    Shapes:
+        x: ``(B, T, d_model)``
+    """
+    name = "3.1 ablate a head, the prediction"
+    why = _committed(prediction, tuple(_ABLATE_WAYS), (bool,) * len(_ABLATE_WAYS))
+    if why:
+        return report(name, False, why)
+    x = _inputs(34, 2, 6, 12)  # (B, T, d_model)
+    seen = {}
+    for key, how in _ABLATE_WAYS.items():
+        layer = random_layer(36, bias="no biases" not in key)
+        with torch.no_grad():
+            expected = layer(x) - head_terms(layer, x)[:, 1]  # (B, T, d_model)
+            seen[key] = torch.allclose(surgery(layer, 1, how)(x), expected, atol=1e-10)
+    wrong = [key for key in _ABLATE_WAYS if prediction[key] != seen[key]]
+    if wrong:
+        hints = {"v_proj, no biases": "without biases, zero values make z^(h) = 0: the term is gone"}
+        why = "; ".join(f"{k}: " + (hints.get(k) or _ABLATION_HINTS[_ABLATE_WAYS[k]]) for k in wrong)
+        return report(name, False, why)
+    return report(name, True, "with biases: none of Q, K, V; without: V")
 
 
 def check_permute_heads(fn: Callable[[MultiHeadAttention, list], MultiHeadAttention]) -> bool:
@@ -257,7 +248,7 @@ def check_permute_heads(fn: Callable[[MultiHeadAttention, list], MultiHeadAttent
     """
     name = "3.2 reorder the heads"
     x = _inputs(36, 2, 6, 16)  # (B, T, d_model)
-    layer = _layer(37, d_model=16, n_heads=4)
+    layer = random_layer(37, d_model=16, n_heads=4)
     with torch.no_grad():
         want_out, want_w = layer(x, return_weights=True)  # (B, T, d), (B, H, T, T)
     for order in ([2, 0, 3, 1], [1, 0, 2, 3]):
@@ -294,7 +285,7 @@ def check_qk_circuit(fn: Callable[[MultiHeadAttention, int], torch.Tensor]) -> b
         X: ``(T, d_model)``; M: ``(d_model, d_model)``, of rank at most ``D``
     """
     name = "3.3 QK circuit"
-    layer = _layer(38, bias=False)
+    layer = random_layer(38, bias=False)
     H, d = layer.n_heads, 12
     D = d // H
     x = _inputs(39, 1, 7, d)  # (B, T, d_model)
@@ -357,7 +348,7 @@ def check_qk_prediction(prediction: dict) -> bool:
     why = _committed(prediction, ("symmetric", "rank"), (bool, int))
     if why:
         return report(name, False, why)
-    layer = _layer(38, bias=False)
+    layer = random_layer(38, bias=False)
     D = layer.d_model // layer.n_heads
     rows = slice(D, 2 * D)  # head 1
     exact = layer.q_proj.weight[rows].detach().T @ layer.k_proj.weight[rows].detach() / math.sqrt(D)
