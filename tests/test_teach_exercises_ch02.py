@@ -12,6 +12,7 @@ from attn_core.teach.exercises.ch02 import (
     check_decode_step_test,
     check_packed_documents,
     check_packed_prediction,
+    padded_equals_alone,
 )
 
 
@@ -147,21 +148,7 @@ def _compare_outputs(attend):  # compares with two references: another scale loo
 
 # 2.3 ------------------------------------------------------------------------------
 def _padded_vs_alone(decode_step, cases):  # the chapter's test: each row as if alone
-    torch.manual_seed(0)
-    table = torch.randn(16, 4, dtype=torch.float64)  # a learned position table
-    for T_q, T_k, lengths in cases:
-        mask, pos = decode_step(T_q, T_k, lengths)
-        x = torch.randn(len(lengths), T_k, 4, dtype=torch.float64)  # (B, T_k, D)
-        for b, n in enumerate(lengths):
-            m = min(n, T_q)  # the real queries of row b
-            seq = x[b, T_k - n :] + table[:n]  # (n, D): the prompt alone, from position 0
-            alone = attention(seq, seq, seq, mask=causal_mask(n))[n - m :]
-            cache = x[b] + table[(torch.arange(T_k) - (T_k - n)).clamp(min=0)]  # (T_k, D)
-            q = x[b, T_k - T_q :] + table[pos[b]]  # (T_q, D)
-            out = attention(q, cache, cache, mask=mask[b])[T_q - m :]
-            if not torch.allclose(out, alone):
-                return False
-    return True
+    return all(padded_equals_alone(decode_step, *case) for case in cases)
 
 
 def _is_right(decode_step):
@@ -185,6 +172,10 @@ def _prefill_only(decode_step):  # T_q = T_k: top-left and bottom-right agree
 
 def _no_padding(decode_step):  # every row full: positions from column 0 are right there
     return _padded_vs_alone(decode_step, ((1, 6, [6, 6]), (3, 6, [6])))
+
+
+def _one_query_only(decode_step):  # T_q = 1: a mask without its causal part passes
+    return _padded_vs_alone(decode_step, ((1, 6, [6, 4, 2]), (1, 3, [3, 1])))
 
 
 def _pads_at_zero(decode_step):  # also pins the padded queries' positions to 0
@@ -241,6 +232,7 @@ ANSWERS = {
         [
             (_prefill_only, "top-left"),
             (_no_padding, "column 0"),
+            (_one_query_only, "no causal part"),
             (_pads_at_zero, "position 1"),
             (lambda decode_step: False, "is right"),
             (lambda decode_step: 1, "expected a bool"),

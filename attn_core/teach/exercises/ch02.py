@@ -19,6 +19,7 @@ __all__ = [
     "check_packed_documents",
     "check_packed_prediction",
     "decode_step_candidates",
+    "padded_equals_alone",
 ]
 
 
@@ -293,7 +294,9 @@ def _is_int_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _decode_variant(*, top_left=False, from_column=False, right_padded=False, pad_visible=False, shift=0, pad_id=0):
+def _decode_variant(
+    *, top_left=False, from_column=False, right_padded=False, pad_visible=False, no_causal=False, shift=0, pad_id=0
+):
     """A ``decode_step(T_q, T_k, lengths) -> (mask, position_ids)`` for exercise 2.3: the right
     one (no flags), or one with the slips the flags name; all look alike from outside.
 
@@ -309,7 +312,8 @@ def _decode_variant(*, top_left=False, from_column=False, right_padded=False, pa
         real = real | pad_visible
         q_cols = columns[T_k - T_q :]  # (T_q,): the queries are the last columns
         now = torch.arange(T_q) if top_left else q_cols  # (T_q,): the last key a query sees
-        mask = (columns[None, :] <= now[:, None])[None] & real[:, None, :]  # (B, T_q, T_k)
+        causal = (columns[None, :] <= now[:, None]) | no_causal  # (T_q, T_k)
+        mask = causal[None] & real[:, None, :]  # (B, T_q, T_k)
         pos = (q_cols[None, :] - (0 if from_column else start) + shift).expand(len(lengths), T_q)
         return mask, pos.masked_fill(q_cols[None, :] < start, pad_id)  # padded queries: pad_id
 
@@ -328,7 +332,30 @@ def decode_step_candidates() -> list[tuple[Callable, bool, str]]:
         (_decode_variant(right_padded=True), False, "masks the padding as if it were on the right"),
         (_decode_variant(shift=1), False, "counts positions from 1"),
         (_decode_variant(pad_visible=True), False, "leaves the padding visible"),
+        (_decode_variant(no_causal=True), False, "builds no causal part (one query needs none; seen if T_q > 1)"),
     ]
+
+
+def padded_equals_alone(decode_step: Callable, T_q: int, T_k: int, lengths: list[int]) -> bool:
+    """The padding test of exercise 2.3 for one setting (``T_k <= 64``): every row's real new
+    queries give what its prompt gives alone, with learned positions counted from 0.
+
+    Shapes:
+        decode_step's output: ``(B, T_q, T_k)`` boolean and ``(B, T_q)`` integer
+    """
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(64, 4, generator=g, dtype=torch.float64)  # learned positions
+    mask, pos = decode_step(T_q, T_k, lengths)
+    x = torch.randn(len(lengths), T_k, 4, generator=g, dtype=torch.float64)  # (B, T_k, D)
+    for b, n in enumerate(lengths):
+        m = min(n, T_q)  # row b's real queries
+        seq = x[b, T_k - n :] + table[:n]  # (n, D): the prompt alone
+        alone = attention(seq, seq, seq, mask=causal_mask(n))[n - m :]
+        cache = x[b] + table[(torch.arange(T_k) - (T_k - n)).clamp(min=0)]  # (T_k, D)
+        q = x[b, T_k - T_q :] + table[pos[b]]  # (T_q, D): the new queries
+        if not torch.allclose(attention(q, cache, cache, mask=mask[b])[T_q - m :], alone):
+            return False
+    return True
 
 
 def check_decode_step_test(is_right: Callable[[Callable], bool]) -> bool:
@@ -337,12 +364,13 @@ def check_decode_step_test(is_right: Callable[[Callable], bool]) -> bool:
     decoding step of a left-padded batch (the cache holds ``T_k`` columns, row ``b`` has
     ``lengths[b]`` real tokens at the end, the ``T_q`` queries are the last columns).
 
-    It is run on eight look-alike candidates (:func:`decode_step_candidates`): two right (one
-    gives padded queries position 1, which a test pinning them to 0 wrongly rejects) and six
+    It is run on nine look-alike candidates (:func:`decode_step_candidates`): two right (one
+    gives padded queries position 1, which a test pinning them to 0 wrongly rejects) and seven
     with slips; a test passes only if it says True for the right ones and False for the others.
     Catching them all needs fewer queries than keys (top-left equals bottom-right when
-    ``T_q = T_k``), a padded row (positions from column 0 are right in a full row), and
-    learned positions (RoPE's scores do not see a shift common to a row).
+    ``T_q = T_k``) but more than one (one query needs no causal part), a padded row
+    (positions from column 0 are right in a full row), and learned positions (RoPE's scores
+    do not see a shift common to a row).
 
     Shapes:
         decode_step's output: ``(B, T_q, T_k)`` boolean and ``(B, T_q)`` integer
@@ -361,4 +389,6 @@ def check_decode_step_test(is_right: Callable[[Callable], bool]) -> bool:
             return report(
                 name, False, f"is_right(candidate {i} of {len(candidates)}) returned {got}, but that candidate {what}"
             )
-    return report(name, True, f"right on all {len(candidates)} candidates (2 right, 6 with slips)")
+    n_right = sum(right for _, right, _ in candidates)
+    slips = len(candidates) - n_right
+    return report(name, True, f"right on all {len(candidates)} candidates ({n_right} right, {slips} with slips)")
