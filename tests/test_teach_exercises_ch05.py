@@ -3,14 +3,17 @@ standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from attn_core.teach.exercises.ch05 import (
+    check_crossover_batches,
+    check_crossover_prediction,
     check_equal_size_d_ff,
     check_mqa_prediction,
     check_mqa_test,
-    check_step_intensity,
 )
 
 
@@ -58,33 +61,42 @@ def _test_rows_sum_to_one(attention):  # a property every bug but one keeps
     torch.testing.assert_close(attention(q, k, ones), torch.ones_like(q))
 
 
-def _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
-    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
-    read = 2 * n_params + batch * 4 * n_layers * n_kv_heads * context * head_dim
-    return flops / read
+def _crossovers(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    # the weights' products: B FLOPs per byte, compute-bound from the ridge on; the caches:
+    # 2 bytes of keys and values per layer, head and position, against 2 bytes per weight
+    per_sequence = 2 * 2 * n_layers * n_kv_heads * context * head_dim
+    return math.ceil(ridge), 2 * n_params // per_sequence + 1
 
 
-def _weights_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
-    return 2 * batch * n_params / (2 * n_params)
+def _ridge_floor(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    return int(ridge), _crossovers(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)[1]
 
 
-def _cache_once(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
-    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
-    return flops / (2 * n_params + 4 * n_layers * n_kv_heads * context * head_dim)
+def _multiply_only(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    right = _crossovers(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)
+    return 2 * right[0], right[1]  # one FLOP per weight and sequence
 
 
-def _weights_per_sequence(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
-    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
-    return flops / (batch * (2 * n_params + 4 * n_layers * n_kv_heads * context * head_dim))
+def _all_heads(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    return _crossovers(n_params, n_layers, n_heads, n_heads, head_dim, context, ridge)
 
 
-def _float32(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
-    return _step(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context) / 2
+def _keys_only(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    return _crossovers(2 * n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)
 
 
-def _step_keys_only(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context):
-    flops = batch * (2 * n_params + 4 * n_layers * n_heads * context * head_dim)
-    return flops / (2 * n_params + batch * 2 * n_layers * n_kv_heads * context * head_dim)
+def _one_layer(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    return _crossovers(n_params, 1, n_heads, n_kv_heads, head_dim, context, ridge)
+
+
+def _at_least(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    per_sequence = 2 * 2 * n_layers * n_kv_heads * context * head_dim
+    return math.ceil(ridge), -(-2 * n_params // per_sequence)  # as many bytes, not more
+
+
+def _unrounded(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    per_sequence = 2 * 2 * n_layers * n_kv_heads * context * head_dim
+    return ridge, 2 * n_params / per_sequence
 
 
 def _equal_size(d_model, n_heads, d_ff, n_encoder_layers, n_decoder_layers):
@@ -110,15 +122,25 @@ ANSWERS = {
             (_test_rows_sum_to_one, "scales the scores"),
         ],
     ),
-    check_step_intensity: (
-        [_step],
+    check_crossover_batches: (
+        [_crossovers],
         [
-            (_weights_only, "the cache's bytes are missing"),
-            (lambda B, P, L, H, H_kv, D, T: H / H_kv, "the weights are missing"),  # attention alone
-            (_cache_once, "its own cache"),
-            (_weights_per_sequence, "once per step"),
-            (_float32, "counted"),
-            (_step_keys_only, "counted"),
+            (_ridge_floor, "rounded up"),
+            (_multiply_only, "a multiply and an add"),
+            (_all_heads, "n_kv_heads heads"),
+            (_keys_only, "keys and values"),
+            (_one_layer, "every layer"),
+            (_at_least, "more bytes than the weights"),
+            (_unrounded, "whole number"),
+        ],
+    ),
+    check_crossover_prediction: (
+        [{("MHA", 1024): "cache", ("MQA", 1024): "compute", ("MQA", 4096): "cache"}],
+        [
+            ({("MHA", 1024): "cache", ("MQA", 1024): "cache", ("MQA", 4096): "cache"}, "MQA at 1024"),
+            ({("MHA", 1024): "compute", ("MQA", 1024): "compute", ("MQA", 4096): "cache"}, "MHA at 1024"),
+            ({("MHA", 1024): "cache", ("MQA", 1024): "compute", ("MQA", 4096): "compute"}, "MQA at 4096"),
+            ({("MHA", 1024): "cache", ("MQA", 1024): "fast"}, "keys"),
         ],
     ),
     check_mqa_prediction: (

@@ -16,7 +16,13 @@ from .ch01 import check_by_hand, check_jacobian_norm, check_scale_test, check_se
 from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
 from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
-from .ch05 import check_equal_size_d_ff, check_mqa_prediction, check_mqa_test, check_step_intensity
+from .ch05 import (
+    check_crossover_batches,
+    check_crossover_prediction,
+    check_equal_size_d_ff,
+    check_mqa_prediction,
+    check_mqa_test,
+)
 from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
 from .ch07 import check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
@@ -62,7 +68,8 @@ __all__ = [
     # ch05
     "check_mqa_prediction",
     "check_mqa_test",
-    "check_step_intensity",
+    "check_crossover_prediction",
+    "check_crossover_batches",
     "check_equal_size_d_ff",
     # ch06
     "check_gqa_to_mha",

@@ -12,7 +12,13 @@ import torch.nn.functional as F
 from ...layers.multihead import MultiHeadAttention
 from ._common import report
 
-__all__ = ["check_mqa_prediction", "check_mqa_test", "check_step_intensity", "check_equal_size_d_ff"]
+__all__ = [
+    "check_mqa_prediction",
+    "check_mqa_test",
+    "check_crossover_prediction",
+    "check_crossover_batches",
+    "check_equal_size_d_ff",
+]
 
 
 # 5.1: a test of a multi-query attention function, run against right implementations (it
@@ -148,70 +154,130 @@ def check_mqa_test(test: Callable[[Callable], object]) -> bool:
     return report(name, True, f"passes {len(_RIGHT)} right implementations, rejects {len(_BUGS)} bugs")
 
 
-# 5.2: FLOPs per byte of a whole step, counted by PyTorch on meta tensors.
+# 5.2: the batches at which a decoding step changes character, counted on meta tensors.
 
 
-def _measured_step_intensity(B: int, P: int, L: int, H: int, H_kv: int, D: int, T: int) -> float:
-    """FLOPs per byte of one decoding step, counted on meta tensors (no memory, no arithmetic).
+def _counted(B: int, P: int, L: int, H_kv: int, D: int, T: int) -> tuple[int, int, int]:
+    """The weights' FLOPs and bytes, and the caches' bytes, of one step of ``B`` sequences.
 
-    The weights are one float16 matrix of ``P`` elements that every sequence multiplies (read
-    once per step); each layer's attention reads its own float16 cache per sequence.
+    Counted by PyTorch on meta tensors (no memory, no arithmetic): ``P`` float16 weights
+    that every sequence's new token multiplies, and every layer's float16 keys and values
+    of ``T`` positions per sequence.
     """
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):
-        w = torch.empty(P // 64, 64, dtype=torch.float16)  # the weights: P elements
-        x = torch.empty(B, 64, dtype=torch.float16)  # (B, 64): one new token per sequence
-        q = torch.empty(B, H_kv, H // H_kv, D, dtype=torch.float16)  # a group's queries as rows
-        k = v = torch.empty(B, H_kv, T, D, dtype=torch.float16)  # (B, H_kv, T, D): one layer
+        w = torch.empty(P, 1, dtype=torch.float16)  # the weights: P elements, read once
+        x = torch.empty(B, 1, dtype=torch.float16)  # (B, 1): one new token per sequence
+        k = v = torch.empty(B, H_kv, T, D, dtype=torch.float16)  # (B, H_kv, T, D): a layer
         with FlopCounterMode(display=False) as counter:
-            x @ w.T  # (B, P // 64)
-            for _ in range(L):
-                torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
-    read = w.nbytes + L * (k.nbytes + v.nbytes)  # weights once; every layer's cache, every sequence
-    return counter.get_total_flops() / read
+            F.linear(x, w)  # (B, P): a multiply and an add per weight and sequence
+    return counter.get_total_flops(), w.nbytes, L * (k.nbytes + v.nbytes)
 
 
-def check_step_intensity(fn: Callable[..., float]) -> bool:
-    """Exercise 5.2: ``fn(batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context)``.
+def _first_batch(holds: Callable[[int], bool]) -> int:
+    """The smallest batch in 1 .. 2**24 at which ``holds`` (true from there on) is true."""
+    low, high = 1, 2**24
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if holds(middle) else (middle + 1, high)
+    return low
 
-    FLOPs per byte of one whole decoding step of a batch: float16 weights of ``n_params``
-    elements (a multiply and an add per weight and sequence) and each sequence's float16
-    cache of ``context`` positions in every layer. Compared with the FLOPs PyTorch counts on
-    meta tensors of those sizes divided by their bytes; the cases vary the batch, so that
-    an answer that treats the weights or the cache like the other shows.
+
+def _crossovers(P: int, L: int, H_kv: int, D: int, T: int, ridge: float) -> tuple[int, int]:
+    """Counted: the first compute-bound batch of the weights, the first where caches weigh more."""
+    compute = _first_batch(lambda B: _counted(B, P, L, H_kv, D, T)[0] >= ridge * 2 * P)
+    cache = _first_batch(lambda B: _counted(B, P, L, H_kv, D, T)[2] > 2 * P)
+    return compute, cache
+
+
+def _seven_b(n_kv_heads: int) -> int:
+    """The weights a decoding step of a LLaMA-7B-shaped model reads: all but the embedding."""
+    from ...config import DecoderConfig
+    from ...model.params import parameter_breakdown
+
+    shape = dict(vocab_size=32000, n_layers=32, d_model=4096, n_heads=32, max_len=4096)
+    counts = parameter_breakdown(DecoderConfig.llama_like(**shape, n_kv_heads=n_kv_heads, d_ff=11008))
+    return sum(counts.values()) - counts["embedding"]
+
+
+_H100_RIDGE = 989e12 / 3.35e12  # dense bf16 FLOP/s over memory bytes/s
+
+
+def check_crossover_prediction(predicted: dict) -> bool:
+    """Exercise 5.2, the prediction: which change a growing batch brings first to a 7B-shaped step.
+
+    ``predicted`` maps ``("MHA", 1024)``, ``("MQA", 1024)`` and ``("MQA", 4096)`` (the model,
+    the cached tokens per sequence) to ``"compute"`` (the weights' products turn
+    compute-bound first, on an H100) or ``"cache"`` (the caches outweigh the weights first).
+    The check counts both batches on meta tensors of the LLaMA-7B shape.
     """
-    name = "5.2 FLOPs per byte of a step"
-    cases = (  # batch, n_params, n_layers, n_heads, n_kv_heads, head_dim, context
-        (1, 64 * 1000, 2, 8, 8, 16, 128),
-        (4, 64 * 5000, 3, 8, 1, 16, 256),
-        (16, 64 * 200, 2, 4, 2, 8, 64),
-        (64, 64 * 100, 1, 8, 1, 8, 512),
+    name = "5.2 prediction"
+    keys = [("MHA", 1024), ("MQA", 1024), ("MQA", 4096)]
+    if not isinstance(predicted, dict) or set(predicted) != set(keys):
+        return report(name, False, f"give a dict with the keys {keys}, got {predicted!r}")
+    for key, answer in predicted.items():
+        if answer not in ("compute", "cache"):
+            return report(name, False, f'{key}: "compute" or "cache", not {answer!r}')
+    for model, context in keys:
+        n_kv = 32 if model == "MHA" else 1
+        compute, cache = _crossovers(_seven_b(n_kv), 32, n_kv, 128, context, _H100_RIDGE)
+        first = "cache" if cache < compute else "compute"
+        if predicted[model, context] != first:
+            return report(
+                name,
+                False,
+                f"{model} at {context} tokens: the weights turn compute-bound from batch "
+                f"{compute}, the caches outweigh them from batch {cache}: {first} first",
+            )
+    return report(name, True, "MHA: caches first; MQA: compute first at 1024 tokens, caches at 4096")
+
+
+def check_crossover_batches(fn: Callable[..., tuple[int, int]]) -> bool:
+    """Exercise 5.2: ``fn(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)``.
+
+    Returns two whole numbers: the smallest batch at which the weights' matrix products are
+    compute-bound (their arithmetic, a multiply and an add per float16 weight and sequence,
+    takes at least as long as reading the weights once, on a chip of ``ridge`` FLOPs per
+    byte), and the smallest batch at which the float16 caches (keys and values of
+    ``context`` positions per sequence, in every layer) weigh more than the weights.
+    Compared with the batches found by counting FLOPs (``FlopCounterMode``) and bytes on
+    meta tensors of those sizes.
+    """
+    name = "5.2 batches where a step changes"
+    cases = (  # n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge
+        (640_000, 4, 8, 8, 16, 128, _H100_RIDGE),
+        (320_000, 3, 8, 1, 16, 256, 100.0),  # a ridge that is a whole number
+        (65_536, 1, 4, 2, 8, 64, 37.5),  # the caches equal the weights at batch 32
+        (_seven_b(1), 32, 32, 1, 128, 4096, _H100_RIDGE),  # the 7B-shaped MQA model
     )
     for case in cases:
-        B, P, L, H, H_kv, D, T = case
-        want = _measured_step_intensity(*case)
+        P, L, H, H_kv, D, T, ridge = case
+        want = _crossovers(P, L, H_kv, D, T, ridge)
         try:
-            got = float(fn(B, P, L, H, H_kv, D, T))
+            got = tuple(fn(P, L, H, H_kv, D, T, ridge))
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        if abs(got - want) <= 1e-9 * want:
+        if got == want and all(isinstance(n, int) for n in got):
             continue
-        cache = 4 * L * H_kv * T * D  # float16 keys and values of one sequence
-        hints = {  # the typical slips, recognised by their values
-            B: "the attention's FLOPs and the cache's bytes are missing",
-            H / H_kv: "the weights are missing: every step reads them too",
-            B * (2 * P + 4 * L * H * T * D) / (2 * P + cache): "each sequence reads its own cache",
-            (2 * P + 4 * L * H * T * D) / (2 * P + cache): "the weights are read once per step, for the whole batch",
-        }
-        hint = next((f" ({why})" for value, why in hints.items() if abs(got - value) <= 1e-9 * value), "")
+        per_sequence = 4 * L * H_kv * T * D  # float16 keys and values, every layer
+        hints = (  # the typical slips, recognised by their values
+            (got[:1] == (int(ridge),) and int(ridge) < ridge, "compute-bound from the ridge on, rounded up"),
+            (got[:1] == (2 * want[0],), "a weight is a multiply and an add per sequence"),
+            (got[1:] == (2 * P * H_kv // (H * per_sequence) + 1,), "the cache holds n_kv_heads heads"),
+            (got[1:] == (4 * P // per_sequence + 1,), "the cache holds keys and values"),
+            (got[1:] == (2 * P * L // per_sequence + 1,), "every layer has its cache"),
+            (got[1:] == (want[1] - 1,), "outweigh: more bytes than the weights"),
+            (not all(isinstance(n, int) for n in got), "a batch is a whole number"),
+        )
+        hint = next((f" ({why})" for slip, why in hints if slip), "")
         return report(
             name,
             False,
-            f"batch={B}, n_params={P}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, T={T}: "
-            f"got {got:g}, counted {want:g} FLOPs/byte{hint}",
+            f"n_params={P:,}, n_layers={L}, H={H}, H_kv={H_kv}, D={D}, T={T}, ridge={ridge:g}: "
+            f"got {got!r}, counted {want}{hint}",
         )
-    return report(name, True, f"equals the counted FLOPs per byte, {len(cases)} settings")
+    return report(name, True, f"equals the counted batches in {len(cases)} settings")
 
 
 def check_equal_size_d_ff(fn: Callable[..., int]) -> bool:
