@@ -1,11 +1,17 @@
-"""attn_core.teach.exercises.ch04: the right and wrong answers of exercises 4.1-4.3 (ANSWERS, held to the
-standard by tests/test_teach_exercises_standard.py)."""
+"""attn_core.teach.exercises.ch04: the right and wrong answers of exercises 4.1-4.3 and bug 2's prediction
+(ANSWERS, held to the standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from attn_core.teach.exercises.ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
+from attn_core.teach.exercises.ch04 import (
+    check_causal_cross_prediction,
+    check_padding_test,
+    check_prefix_lm_mask,
+    check_prefix_rows_prediction,
+    check_score_entries,
+)
 
 
 def _prefix_lm(T_src, T_tgt):
@@ -159,6 +165,27 @@ ANSWERS = {
                 ),
                 "accepts",
             ),
+        ],
+    ),
+    check_causal_cross_prediction: (
+        [{4, 5, 6, 7}, [7, 6, 5, 4]],
+        [
+            ({0, 1, 2, 3}, "output 0"),  # the outputs that read the early source
+            ({5, 6, 7}, "output 4"),  # off by one: step 4 reads position 3
+            (set(range(8)), "output 0"),
+            (set(), "output 4"),
+            ({4, 5, 6, 8}, "set of output positions"),
+            (..., "set of output positions"),
+        ],
+    ),
+    check_prefix_rows_prediction: (
+        [{0, 1}, [0, 1]],
+        [
+            ({0, 1, 2}, "row 2"),  # the last source row already reads the whole source
+            ({3, 4}, "row 0"),
+            (set(range(5)), "row 2"),
+            (set(), "row 0"),
+            ("0, 1", "set of row indices"),
         ],
     ),
 }

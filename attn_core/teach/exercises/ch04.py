@@ -217,3 +217,62 @@ def check_score_entries(fn: Callable[[int, int, str], int]) -> bool:
         if got != want:
             return report("4.2 score entries", False, f"{kwargs}: got {got!r}, counted {want}")
     return report("4.2 score entries", True, "3 designs × 3 shapes equal the entries counted in the masks")
+
+
+# Two predictions, committed before the cell that shows the answer runs; both answers are read
+# off the masks, not typed in.
+__all__ += ["check_causal_cross_prediction", "check_prefix_rows_prediction"]
+
+
+def _as_positions(predicted: object, n: int) -> set[int] | None:
+    """``predicted`` as a set of ints in ``[0, n)``, or None when it is not one."""
+    if not isinstance(predicted, (set, frozenset, list, tuple)):
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n for i in predicted):
+        return None
+    return set(predicted)
+
+
+def check_causal_cross_prediction(predicted: object) -> bool:
+    """Bug 2's prediction: which outputs of the reversal model (``n = 8``) can still be right
+    when its cross-attention gets a causal mask.
+
+    ``predicted`` is a set (or list) of output positions ``i`` in ``0..7``. Output ``i`` needs
+    source position ``n - 1 - i``; the causal mask lets step ``i`` read positions ``0..i``.
+    """
+    name = "bug 2 prediction"
+    n = 8
+    needed = torch.arange(n - 1, -1, -1)  # (n,): output i copies source position n-1-i
+    visible = causal_mask(n)[torch.arange(n), needed]  # (n,): may step i read it?
+    want = {i for i in range(n) if bool(visible[i])}
+    got = _as_positions(predicted, n)
+    if got is None:
+        return report(name, False, f"give a set of output positions 0 to {n - 1}, got {predicted!r:.40}")
+    if got != want:
+        i = min(got ^ want)
+        return report(
+            name, False, f"look again at output {i}: it needs source position {n - 1 - i}, and step {i} reads 0..{i}"
+        )
+    return report(name, True, f"outputs {sorted(want)}: step i sees n-1-i once n-1-i <= i")
+
+
+def check_prefix_rows_prediction(predicted: object) -> bool:
+    """Exercise 4.1's prediction: which rows of the prefix-LM mask for ``T_src = 3``,
+    ``T_tgt = 2`` differ from a plain causal mask of 5 positions.
+
+    ``predicted`` is a set (or list) of row indices in ``0..4`` (rows 0-2 are the source's,
+    rows 3-4 the target's).
+    """
+    name = "4.1 prediction"
+    T_src, T_tgt = 3, 2
+    T = T_src + T_tgt
+    differs = (_prefix_lm(T_src, T_tgt) != causal_mask(T)).any(dim=1)  # (T,)
+    want = {r for r in range(T) if bool(differs[r])}
+    got = _as_positions(predicted, T)
+    if got is None:
+        return report(name, False, f"give a set of row indices 0 to {T - 1}, got {predicted!r:.40}")
+    if got != want:
+        r = min(got ^ want)
+        part = "source" if r < T_src else "target"
+        return report(name, False, f"look again at row {r} (a {part} token): what does causal already let it read?")
+    return report(name, True, f"rows {sorted(want)}: the last source row already reads all the source")
