@@ -120,8 +120,7 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
             return report(
                 name,
                 False,
-                f"n_kv_heads={H_kv}: still the given code's bug, each *row* repeated G times: "
-                "which rows of the weight make up one head?",
+                f"n_kv_heads={H_kv}: each *row* repeated G times: which rows are one head?",
             )
         # (with one key/value head, tiling and repeating blocks are the same thing)
         if 1 < H_kv < H and torch.equal(k_new, w.repeat(H // H_kv, 1)):
