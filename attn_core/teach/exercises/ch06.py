@@ -120,7 +120,7 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
             return report(
                 name,
                 False,
-                f"n_kv_heads={H_kv}: each *row* repeated G times: which rows are one head?",
+                f"n_kv_heads={H_kv}: each *row* repeated G times; what is a head?",
             )
         # (with one key/value head, tiling and repeating blocks are the same thing)
         if 1 < H_kv < H and torch.equal(k_new, w.repeat(H // H_kv, 1)):
