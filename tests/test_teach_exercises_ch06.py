@@ -6,7 +6,9 @@ adjacent or the tiled map instead of measuring it, and probes that compare with 
 their own (fooled by a causal mask or another scale); for 6.2 (GQA -> MHA weights) repeating
 rows instead of head blocks, tiling the heads, a wrong shape; for 6.3 (the key/value heads a
 GPU of a tensor-parallel group holds) a fraction of a head, the heads tiled over the GPUs,
-one head where several are needed, strided heads, every head.
+one head where several are needed, strided heads, every head; for its prediction (GPU 5 of
+16 for LLaMA-2-70B's heads) the heads dealt round-robin, the key/value heads split 16 ways, the
+GPU left out of its own set.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from attn_core.teach.exercises.ch06 import (
     check_gqa_to_mha,
     check_kv_head_of,
     check_kv_heads_on_gpu,
+    check_tp_prediction,
 )
 
 
@@ -119,6 +122,15 @@ ANSWERS = {
             (lambda H, H_kv, t, r: list(range(r % H_kv, H_kv, t)) or [0], "not theirs"),
             # every head on every GPU
             (lambda H, H_kv, t, r: list(range(H_kv)), "more key/value heads"),
+        ],
+    ),
+    check_tp_prediction: (
+        [{"kv_head": 2, "gpus": {4, 5}}, {"kv_head": 2, "gpus": [5, 4]}],
+        [
+            ({"kv_head": 5, "gpus": {5, 13}}, "query heads 20..23"),  # round-robin
+            ({"kv_head": 2, "gpus": {4}}, "not [4]"),  # GPU 5 itself left out
+            ({"kv_head": 2, "gpus": {2, 10}}, "not [2, 10]"),  # round-robin GPUs
+            ({"kv_head": 2}, "keys"),
         ],
     ),
 }

@@ -13,6 +13,7 @@ __all__ = [
     "check_gqa_to_mha",
     "check_kv_head_of",
     "check_kv_heads_on_gpu",
+    "check_tp_prediction",
 ]
 
 
@@ -88,8 +89,8 @@ def check_kv_head_of(fn: Callable[[Callable, int, int], list]) -> bool:
 
 
 def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bool:
-    """Exercise 6.2: ``fn(weight, n_heads, n_kv_heads)`` turns a GQA key (or value) weight
-    into an MHA one whose layer computes exactly what the GQA layer computes.
+    """Exercise 6.2 (find the bug): ``fn(weight, n_heads, n_kv_heads)`` turns a GQA key (or
+    value) weight into an MHA one whose layer computes exactly what the GQA layer computes.
 
     Shapes:
         weight: ``(n_kv_heads·D, d_model)``; fn's output: ``(n_heads·D, d_model)``
@@ -119,8 +120,7 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
             return report(
                 name,
                 False,
-                f"n_kv_heads={H_kv}: each *row* repeated G times; a head is a block of D rows, "
-                "repeat whole blocks (view as (n_kv_heads, D, d_model) first)",
+                f"n_kv_heads={H_kv}: each *row* repeated G times; what is a head?",
             )
         # (with one key/value head, tiling and repeating blocks are the same thing)
         if 1 < H_kv < H and torch.equal(k_new, w.repeat(H // H_kv, 1)):
@@ -201,3 +201,39 @@ def check_kv_heads_on_gpu(fn: Callable[[int, int, int, int], list]) -> bool:
                 "(some GPU's query heads read a key/value head that is not theirs)"
             )  # fmt: skip
     return report(name, True, f"all {len(_TP_CASES)} splits recompute the layer, replicated heads too")
+
+
+# Exercise 6.3, the prediction: LLaMA-2-70B's shape (64 query heads, 8 key/value heads) on a
+# tensor-parallel group of 16 GPUs, and the GPU the page asks about.
+_TP_PREDICTION = (64, 8, 16, 5)  # (n_heads, n_kv_heads, tp_degree, rank)
+
+
+def check_tp_prediction(predicted: dict) -> bool:
+    """Exercise 6.3, the prediction: which key/value head GPU 5 of 16 holds, and which GPUs hold it.
+
+    ``predicted`` maps ``"kv_head"`` to the key/value head GPU 5 holds (an int) and ``"gpus"``
+    to the set of GPUs that hold that same head, GPU 5 included, for 64 query heads and 8
+    key/value heads split over 16 GPUs (GPU ``r`` computes query heads ``4r .. 4r+3``).
+    """
+    name = "6.3 prediction"
+    H, H_kv, t, rank = _TP_PREDICTION
+    if not isinstance(predicted, dict) or set(predicted) != {"kv_head", "gpus"}:
+        return report(name, False, f'give a dict with the keys "kv_head" and "gpus", got {predicted!r:.60}')
+    head, gpus = predicted["kv_head"], predicted["gpus"]
+    if not isinstance(head, int) or not isinstance(gpus, (set, frozenset, list, tuple)):
+        return report(name, False, f"kv_head is one int and gpus a set of ints, got {head!r} and {gpus!r}")
+    G, per_gpu = H // H_kv, H // t
+
+    def held(r: int) -> set[int]:  # the groups of GPU r's query heads
+        return {h // G for h in range(r * per_gpu, (r + 1) * per_gpu)}
+
+    want_head = min(held(rank))
+    want_gpus = {r for r in range(t) if held(r) == held(rank)}
+    if head != want_head:
+        return report(
+            name, False, f"GPU {rank} computes query heads {rank * per_gpu}..{(rank + 1) * per_gpu - 1}; "
+            f"which group of G={G} are they in? (not key/value head {head})"
+        )  # fmt: skip
+    if set(gpus) != want_gpus:
+        return report(name, False, f"key/value head {head} is right; the GPUs holding it are not {sorted(gpus)}")
+    return report(name, True, f"GPU {rank} holds key/value head {head}, as do GPUs {sorted(want_gpus - {rank})}")
