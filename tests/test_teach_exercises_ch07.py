@@ -103,10 +103,20 @@ ANSWERS = {
     check_key_rank: (
         [_rank],
         [
-            (lambda kind, **kw: _rank(kind, **kw) if kind != "gqa" else kw["n_heads"] * kw["head_dim"], "measured"),
-            (lambda kind, **kw: kw["d_latent"] if kind == "mla" else _rank(kind, **kw), "measured"),  # no caps
-            (lambda kind, **kw: _rank(kind, **{**kw, "n_tokens": 10**6}), "measured"),  # forgets the tokens
-            (lambda kind, **kw: _rank(kind, **{**kw, "d_model": 10**6}), "measured"),  # forgets the model width
+            (  # every query head counted, not the groups
+                lambda kind, **kw: _rank(kind, **kw) if kind != "gqa" else kw["n_heads"] * kw["head_dim"],
+                "you missed, the width of the distinct key heads",
+            ),
+            (  # the latent width alone, no caps
+                lambda kind, **kw: kw["d_latent"] if kind == "mla" else _rank(kind, **kw),
+                "above the measured rank",
+            ),
+            (lambda kind, **kw: _rank(kind, **{**kw, "n_tokens": 10**6}), "you missed, the number of tokens"),
+            (lambda kind, **kw: _rank(kind, **{**kw, "d_model": 10**6}), "you missed, the input width"),
+            (  # MLA taken for MQA: one head's width
+                lambda kind, **kw: _rank("mqa" if kind == "mla" else kind, **kw),
+                "below the measured rank",
+            ),
         ],
     ),
     check_absorbed_output: (
@@ -119,12 +129,14 @@ ANSWERS = {
         ],
     ),
     check_fold_prediction: (
-        [lambda: (False, False, 131)],  # folded costs more; batch and context scale both alike
+        [lambda: (3.64, 3.64, 131), lambda: (512 * 5120 / (128 * 512 + 128 * 5120),) * 2 + (131,)],
         [
-            (lambda: (True, False, 131), "folded_cheaper is wrong"),  # "one matrix is cheaper"
-            (lambda: (False, True, 131), "changes is wrong"),  # "longer contexts favour it"
-            (lambda: (False, False, 128), "largest_d_c 128 is wrong"),  # d_c = d_v
-            (lambda: (False, False, 512), "largest_d_c 512 is wrong"),
+            (lambda: (4.0, 4.0, 131), "ratio is not the counted"),  # d_c / d_v: W_UV's cost forgotten
+            (lambda: (0.275, 0.275, 131), "ratio is not the counted"),  # upside down
+            (lambda: (3.64, 3.64 * 8, 131), "ratio_large is not the counted"),  # "longer contexts favour it"
+            (lambda: (3.64, 3.64, 128), "largest_d_c 128 is wrong"),  # d_c = d_v
+            (lambda: (3.64, 3.64, 512), "largest_d_c 512 is wrong"),
+            (lambda: (True, False, 131), "expected a number"),  # the yes/no of a question not asked
         ],
     ),
 }
