@@ -4,6 +4,8 @@ the standard by tests/test_teach_exercises_standard.py)."""
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 from attn_core.parallel.sharding import shard_chunks
 from attn_core.teach.exercises.ch22 import check_balanced_layout, check_ring_backward_bytes, check_step_plan
@@ -122,3 +124,16 @@ def test_the_buggy_plan_passes_the_obvious_test():
         for rank in range(W):
             for source in range(W):
                 assert _buggy(rank, source, W, "contiguous") == _plan(rank, source, W, "contiguous")
+
+
+def test_the_page_gives_the_buggy_plan():
+    # The notebook's "your turn" cell holds the plan to fix: the one above, bug and all.
+    chapter = Path(__file__).parents[1] / "book" / "22_attention_across_devices.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(chapter.read_text())["cells"] if c["cell_type"] == "code"]
+    given = next(c for c in cells if "# fix me" in c)
+    source = given[given.index("def step_plan") : given.index("\n\n\nok = ")]
+    namespace = {"shard_chunks": shard_chunks}
+    exec(source, namespace)
+    for W, layout in itertools.product((2, 3, 4), ("contiguous", "zigzag")):
+        for rank, src in itertools.product(range(W), range(W)):
+            assert namespace["step_plan"](rank, src, W, layout) == _buggy(rank, src, W, layout)

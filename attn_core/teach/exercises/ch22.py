@@ -60,19 +60,19 @@ def check_ring_backward_bytes(fn) -> bool:
         return report(name, False, f"expected a number of bytes, got {type(got).__name__}")
     want = measured_ring_backward_bytes()
     if got == want:
-        return report(name, True, f"equal to the bytes measured on 3 ranks ({s['H_kv']} of {s['H']} heads travel)")
+        return report(name, True, "equal to the bytes measured on 3 spawned ranks")
     block = want // (2 * s["W"] - 1)  # one key/value shard, the unit of every ring message
     hints = {
-        (s["W"] - 1) * block: "that is the forward pass's traffic; what else travels backward?",
-        2 * (s["W"] - 1) * block: "the gradients of a block need one more hop to reach its owner",
-        2 * s["W"] * block: "the key/value blocks need no hop after the last step",
-        s["W"] * block: "the key/value blocks travel again too: dK, dV are computed with them",
+        (s["W"] - 1) * block: "the forward pass's traffic; what else travels back?",
+        2 * (s["W"] - 1) * block: "a gradient block needs one more hop, home",
+        2 * s["W"] * block: "K, V need no hop after the last step",
+        s["W"] * block: "K, V travel again too (dK, dV need them)",
     }
     heads = s["H"] / s["H_kv"]
     for factor in range(1, 2 * s["W"] + 1):
         hints.setdefault(factor * block * heads, "only the key/value heads travel, not the query heads")
     hint = hints.get(got, f"off by a factor {got / want:.3g}")
-    return report(name, False, f"W={s['W']}: {hint}")
+    return report(name, False, hint)
 
 
 def _tile_work(n_chunks: int) -> list[int]:
@@ -103,7 +103,7 @@ def check_balanced_layout(fn) -> bool:
             twice = sorted({i for i in seen if seen.count(i) > 1})
             missing = sorted(set(range(n * W)) - set(seen))
             what = f"chunk {twice[0]} is on two ranks" if twice else f"chunk {missing[0]} is on no rank"
-            return report(name, False, f"W={W}, n={n}: not a partition of the {n * W} chunks: {what}")
+            return report(name, False, f"W={W} n={n}: {what} (not a partition)")
         work = _tile_work(n * W)
         per_rank = [sum(work[i] for i in chunks) for chunks in layout]
         if max(per_rank) != min(per_rank):
@@ -112,11 +112,10 @@ def check_balanced_layout(fn) -> bool:
             return report(
                 name,
                 False,
-                f"W={W}, n={n}: rank {busiest} computes {per_rank[busiest]} blocks against a mean of "
-                f"{sum(per_rank) / W:g} (max/mean {ratio:.2f})",
+                f"W={W} n={n}: rank {busiest} has {per_rank[busiest]} blocks, mean {sum(per_rank) / W:g} "
+                f"(max/mean {ratio:.2f})",
             )
-    cases = ", ".join(f"W={W} n={n}" for W, n in LAYOUT_CASES)
-    return report(name, True, f"every rank computes the same causal blocks ({cases})")
+    return report(name, True, f"equal causal blocks on every rank in {len(LAYOUT_CASES)} cases of (W, n)")
 
 
 def _simulated_ring(plan_fn, q, k, v, W: int, layout: str) -> tuple[torch.Tensor, set]:
@@ -172,7 +171,7 @@ def check_step_plan(fn) -> bool:
             want = {(i, j, i == j) for i in range(n) for j in range(i + 1)}
             pairs = {(i, j) for i, j, _ in ran}
             if any(j > i for i, j in pairs):
-                why = "a key chunk later than the query chunk is computed (the future leaks in)"
+                why = "a key chunk after its query chunk is computed"
             elif {(i, j) for i, j, _ in want} - pairs:
                 missed = min({(i, j) for i, j, _ in want} - pairs)
                 why = f"query chunk {missed[0]} never meets key chunk {missed[1]}"
@@ -181,4 +180,4 @@ def check_step_plan(fn) -> bool:
             else:
                 why = f"max abs difference {err:.1e} (tolerance 1e-10)"
             return report(name, False, f"{layout}, W={W}: {why}")
-    return report(name, True, "equal to one-device causal attention within 1e-10 (both layouts, W = 2, 3, 4)")
+    return report(name, True, "ring = causal attention within 1e-10 (2 layouts, W=2,3,4)")
