@@ -1,0 +1,139 @@
+"""attn_core.teach.exercises.ch22: the right and wrong answers of exercises 22.1-22.3 (ANSWERS, held to
+the standard by tests/test_teach_exercises_standard.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+from attn_core.parallel.sharding import shard_chunks
+from attn_core.teach.exercises.ch22 import check_balanced_layout, check_ring_backward_bytes, check_step_plan
+
+
+# Exercise 22.1: the ring's backward bytes. K, V go W - 1 hops again; dK, dV go W hops.
+def _backward(B, H, H_kv, T, D, W, element_size):
+    shard = B * H_kv * (T // W) * 2 * D * element_size  # one rank's K and V
+    return (2 * W - 1) * shard
+
+
+def _forward_only(B, H, H_kv, T, D, W, element_size):
+    return (W - 1) * B * H_kv * (T // W) * 2 * D * element_size
+
+
+def _no_home_hop(B, H, H_kv, T, D, W, element_size):
+    return 2 * (W - 1) * B * H_kv * (T // W) * 2 * D * element_size
+
+
+def _query_heads(B, H, H_kv, T, D, W, element_size):
+    return (2 * W - 1) * B * H * (T // W) * 2 * D * element_size
+
+
+# Exercise 22.2: a balanced layout; mirrored pairs, and a search for an odd count per rank.
+def _balanced(W, n):
+    if n % 2 == 0:
+        pairs = [(i, 2 * W * (n // 2) - 1 - i) for i in range(W * n // 2)]  # work i + 1 and n·W - i
+        return [sum((pairs[r + W * j] for j in range(n // 2)), ()) for r in range(W)]
+    work = {i: i + 1 for i in range(n * W)}
+    target = sum(work.values()) // W
+
+    def search(left, ranks):
+        if not left:
+            return ranks
+        first = min(left)
+        for rest in itertools.combinations(sorted(left - {first}), n - 1):
+            chunks = (first, *rest)
+            if sum(work[i] for i in chunks) == target:
+                found = search(left - set(chunks), ranks + [chunks])
+                if found:
+                    return found
+        return None
+
+    return search(set(range(n * W)), [])
+
+
+def _contiguous(W, n):
+    return [tuple(range(r * n, (r + 1) * n)) for r in range(W)]
+
+
+def _striped(W, n):  # Striped Attention's round robin: nearly balanced, not exactly
+    return [tuple(r + W * j for j in range(n)) for r in range(W)]
+
+
+def _zigzag_shifted(W, n):  # zig-zag pairs shifted by W: the chunks overlap
+    return [tuple(x for j in range(n) for x in (r + W * j, 2 * W - 1 - r + W * j))[:n] for r in range(W)]
+
+
+# Exercise 22.3: the ring step's plan. The bug: ranks compared instead of chunks.
+def _plan(rank, source, W, layout):
+    mine, theirs = shard_chunks(rank, W, layout), shard_chunks(source, W, layout)
+    return [(a, b, theirs[b] == mine[a]) for a in range(len(mine)) for b in range(len(theirs)) if theirs[b] <= mine[a]]
+
+
+def _buggy(rank, source, W, layout):
+    mine, theirs = shard_chunks(rank, W, layout), shard_chunks(source, W, layout)
+    return [
+        (a, b, source == rank and a == b)
+        for a in range(len(mine))
+        for b in range(len(theirs))
+        if source < rank or (source == rank and b <= a)
+    ]
+
+
+def _no_diagonal(rank, source, W, layout):
+    mine, theirs = shard_chunks(rank, W, layout), shard_chunks(source, W, layout)
+    return [(a, b, False) for a in range(len(mine)) for b in range(len(theirs)) if theirs[b] < mine[a]]
+
+
+def _local_flag(rank, source, W, layout):  # right blocks, causal flag from local indices
+    mine, theirs = shard_chunks(rank, W, layout), shard_chunks(source, W, layout)
+    return [(a, b, a == b) for a in range(len(mine)) for b in range(len(theirs)) if theirs[b] <= mine[a]]
+
+
+ANSWERS = {
+    check_ring_backward_bytes: (
+        [_backward],
+        [
+            (_forward_only, "forward pass's traffic"),
+            (_no_home_hop, "one more hop"),
+            (_query_heads, "only the key/value heads travel"),
+        ],
+    ),
+    check_balanced_layout: (
+        [_balanced],
+        [
+            (_contiguous, "max/mean"),
+            (_striped, "max/mean"),
+            (_zigzag_shifted, "not a partition"),
+        ],
+    ),
+    check_step_plan: (
+        [_plan],
+        [
+            (_buggy, "zigzag"),
+            (_no_diagonal, "never meets"),
+            (_local_flag, "wrong causal flag"),
+        ],
+    ),
+}
+
+
+def test_the_buggy_plan_passes_the_obvious_test():
+    # The exercise's premise: the bug hides under the contiguous layout.
+    for W in (2, 3, 4):
+        for rank in range(W):
+            for source in range(W):
+                assert _buggy(rank, source, W, "contiguous") == _plan(rank, source, W, "contiguous")
+
+
+def test_the_page_gives_the_buggy_plan():
+    # The notebook's "your turn" cell holds the plan to fix: the one above, bug and all.
+    chapter = Path(__file__).parents[1] / "book" / "22_attention_across_devices.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(chapter.read_text())["cells"] if c["cell_type"] == "code"]
+    given = next(c for c in cells if "# fix me" in c)
+    source = given[given.index("def step_plan") : given.index("\n\n\nok = ")]
+    namespace = {"shard_chunks": shard_chunks}
+    exec(source, namespace)
+    for W, layout in itertools.product((2, 3, 4), ("contiguous", "zigzag")):
+        for rank, src in itertools.product(range(W), range(W)):
+            assert namespace["step_plan"](rank, src, W, layout) == _buggy(rank, src, W, layout)
