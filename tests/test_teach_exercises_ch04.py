@@ -10,6 +10,7 @@ from attn_core.teach.exercises.ch04 import (
     check_padding_test,
     check_prefix_lm_mask,
     check_prefix_rows_prediction,
+    check_same_entries_prediction,
     check_score_entries,
 )
 
@@ -186,6 +187,16 @@ ANSWERS = {
             (set(range(5)), "row 2"),
             (set(), "row 0"),
             ("0, 1", "set of row indices"),
+        ],
+    ),
+    check_same_entries_prediction: (
+        [{"encoder-decoder", "prefix-lm"}, ["prefix-lm", "encoder-decoder"]],
+        [
+            ({"encoder-decoder", "decoder-only"}, "differ"),
+            ({"decoder-only", "prefix-lm"}, "differ"),
+            ({"encoder-decoder"}, "set of two names"),
+            ({"encoder-decoder", "prefix"}, "set of two names"),
+            ("prefix-lm", "set of two names"),
         ],
     ),
 }
