@@ -167,7 +167,7 @@ def check_gqa_to_mha_prediction(predicted) -> bool:
         )
     got = {x.strip().lower() for x in predicted}
     if not got:
-        return report(name, False, "give the letters of the shapes where it is right (at least one)")
+        return report(name, False, "give the letters of the shapes where it is right")
     if got - set(_BUG_SHAPES):
         return report(
             name, False, f"unknown letters {sorted(got - set(_BUG_SHAPES))}: the shapes are {sorted(_BUG_SHAPES)}"
