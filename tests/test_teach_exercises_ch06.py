@@ -4,7 +4,8 @@ standard by tests/test_teach_exercises_standard.py).
 The slips: for 6.1 (which key/value head each query head of a black box reads) assuming the
 adjacent or the tiled map instead of measuring it, and probes that compare with a reference of
 their own (fooled by a causal mask or another scale); for 6.2 (GQA -> MHA weights) repeating
-rows instead of head blocks, tiling the heads, a wrong shape; for 6.3 (the key/value heads a
+rows instead of head blocks, tiling the heads, a wrong shape, and a prediction of the shapes where
+the bug is harmless that misses one kind or takes D = 2 for a row; for 6.3 (the key/value heads a
 GPU of a tensor-parallel group holds) a fraction of a head, the heads tiled over the GPUs,
 one head where several are needed, strided heads, every head; for its prediction (GPU 5 of
 16 for LLaMA-2-70B's heads) the heads dealt round-robin, the key/value heads split 16 ways, the
@@ -18,6 +19,7 @@ import torch
 from attn_core.ops.attention import attention
 from attn_core.teach.exercises.ch06 import (
     check_gqa_to_mha,
+    check_gqa_to_mha_prediction,
     check_kv_head_of,
     check_kv_heads_on_gpu,
     check_tp_prediction,
@@ -107,6 +109,17 @@ ANSWERS = {
                 lambda w, H, H_kv: _expand(w, H, H_kv).view(H, -1, w.shape[1]).roll(1, 0).reshape(-1, w.shape[1]),
                 "GQA -> MHA",
             ),
+        ],
+    ),
+    check_gqa_to_mha_prediction: (
+        [{"b", "c", "e"}, ["E", "c", "b"]],
+        [
+            ({"b"}, "a row is a whole head"),  # only G = 1 seen
+            ({"c", "e"}, "nothing is repeated"),  # only D = 1 seen
+            ({"b", "c", "e", "f"}, "repeated in place"),  # head_dim 2 taken for a row
+            ({"b", "c"}, "is right too"),
+            ({"g"}, "unknown"),
+            ("bce", "set of letters"),
         ],
     ),
     check_kv_heads_on_gpu: (

@@ -11,6 +11,7 @@ from ._common import compare, report
 
 __all__ = [
     "check_gqa_to_mha",
+    "check_gqa_to_mha_prediction",
     "check_kv_head_of",
     "check_kv_heads_on_gpu",
     "check_tp_prediction",
@@ -137,6 +138,50 @@ def check_gqa_to_mha(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> bo
         if not torch.allclose(got, want, rtol=0.0, atol=1e-12):  # report only a failure
             return compare(f"{name} (n_kv_heads={H_kv})", got, want, atol=1e-12)
     return report(name, True, "the MHA layers equal the GQA ones for n_kv_heads = 2, 3, 1, 6")
+
+
+# Exercise 6.2, the prediction: the shapes ``(n_heads, n_kv_heads, head_dim)`` the page lists,
+# for which the learner says whether the colleague's row-wise repeat_interleave is right.
+_BUG_SHAPES = {"a": (8, 2, 4), "b": (8, 8, 4), "c": (8, 2, 1), "d": (6, 1, 4), "e": (4, 4, 1), "f": (6, 3, 2)}
+
+
+def _rows_repeated_is_right(n_heads: int, n_kv_heads: int, head_dim: int) -> bool:
+    """Whether repeating each *row* G times gives the same weight as repeating each head's block."""
+    G = n_heads // n_kv_heads
+    weight = torch.arange(n_kv_heads * head_dim * 3, dtype=torch.float64).view(-1, 3)  # (H_kv·D, d)
+    blocks = weight.view(n_kv_heads, head_dim, 3).repeat_interleave(G, dim=0).reshape(-1, 3)  # (H·D, d)
+    return torch.equal(weight.repeat_interleave(G, dim=0), blocks)
+
+
+def check_gqa_to_mha_prediction(predicted) -> bool:
+    """Exercise 6.2, the prediction: the letters of the listed shapes for which the colleague's
+    ``weight.repeat_interleave(n_heads // n_kv_heads, dim=0)`` is right.
+
+    ``predicted`` is a set of letters (str) from ``_BUG_SHAPES``; none is not accepted as an
+    answer, since some shapes are right.
+    """
+    name = "6.2 prediction"
+    if not isinstance(predicted, (set, frozenset, list, tuple)) or not all(isinstance(x, str) for x in predicted):
+        return report(
+            name, False, f'give the set of letters of the shapes where it is right, e.g. {{"a"}}, got {predicted!r:.60}'
+        )
+    got = {x.strip().lower() for x in predicted}
+    if not got:
+        return report(name, False, "give the letters of the shapes where it is right")
+    if got - set(_BUG_SHAPES):
+        return report(
+            name, False, f"unknown letters {sorted(got - set(_BUG_SHAPES))}: the shapes are {sorted(_BUG_SHAPES)}"
+        )
+    want = {k for k, shape in _BUG_SHAPES.items() if _rows_repeated_is_right(*shape)}
+    for k in sorted(want ^ got):
+        H, H_kv, D = _BUG_SHAPES[k]
+        shape = f"{k} ({H}, {H_kv}, {D})"
+        if k in got:
+            why = "each head is a block of D rows, and each row is repeated in place"
+            return report(name, False, f"{shape}: not right: {why}")
+        why = "a row is a whole head" if D == 1 else "nothing is repeated"
+        return report(name, False, f"{shape} is right too: {why}")
+    return report(name, True, f"right for {', '.join(sorted(want))}: a row is a whole head, or G = 1")
 
 
 # Exercise 6.3: tensor parallelism, simulated. GPU ``r`` of ``t`` holds query heads
