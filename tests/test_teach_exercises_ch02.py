@@ -1,4 +1,4 @@
-"""attn_core.teach.exercises.ch02: the right and wrong answers of exercises 2.1-2.3 (ANSWERS, held to the
+"""attn_core.teach.exercises.ch02: the right and wrong answers of exercises 2.1-2.4 (ANSWERS, held to the
 standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from attn_core import attention, causal_mask
 from attn_core.teach.exercises.ch02 import (
     check_alignment_test,
     check_decode_step_test,
+    check_dropout_variance,
     check_packed_documents,
     check_packed_prediction,
     padded_equals_alone,
@@ -236,6 +237,17 @@ ANSWERS = {
             (_pads_at_zero, "position 1"),
             (lambda decode_step: False, "is right"),
             (lambda decode_step: 1, "expected a bool"),
+        ],
+    ),
+    check_dropout_variance: (
+        [lambda w, p: w * w * p / (1 - p), lambda w, p: torch.tensor(w) ** 2 * p / (1 - p)],
+        [
+            (lambda w, p: w * w * p * (1 - p), "without the 1/(1 - p) rescaling"),
+            (lambda w, p: w * w / (1 - p), "subtract the squared mean"),
+            (lambda w, p: w * w * (1 - p) / p, "probability to keep"),
+            (lambda w, p: w * p / (1 - p), "squared"),
+            (lambda w, p: w * w * p / (1 - p) ** 2, "too many"),
+            (lambda w, p: w * w * p, "F.dropout draws give"),
         ],
     ),
 }

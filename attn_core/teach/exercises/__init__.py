@@ -13,7 +13,12 @@ here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) is kept for its tes
 
 from ._common import compare, report
 from .ch01 import check_by_hand, check_jacobian_norm, check_scale_test, check_self_score
-from .ch02 import check_alignment_test, check_decode_step_test, check_packed_documents
+from .ch02 import (
+    check_alignment_test,
+    check_decode_step_test,
+    check_dropout_variance,
+    check_packed_documents,
+)
 from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import (
@@ -60,6 +65,7 @@ __all__ = [
     "check_packed_documents",
     "check_alignment_test",
     "check_decode_step_test",
+    "check_dropout_variance",
     # ch03
     "check_mha_test",
     # ch04

@@ -10,12 +10,14 @@ import torch.nn.functional as F
 from ...layers.multihead import MultiHeadAttention
 from ...ops.attention import attention
 from ...ops.masks import causal_mask
+from ._ch02_candidates import alignment_candidates
 from ._common import describe, report
 
 __all__ = [
     "alignment_candidates",
     "check_alignment_test",
     "check_decode_step_test",
+    "check_dropout_variance",
     "check_packed_documents",
     "check_packed_prediction",
     "decode_step_candidates",
@@ -37,84 +39,6 @@ def _is_bool_tensor(name: str, got: object, shape: tuple[int, ...]) -> bool:
     if tuple(got.shape) != shape:
         return report(name, False, f"shape {tuple(got.shape)}, expected {shape}")
     return True
-
-
-def _causal_candidate(
-    shift: int | None,
-    *,
-    top_left: bool = False,
-    square_only: bool = False,
-    scale=None,
-    later_leak: bool = False,
-    skip_first: bool = False,
-):
-    """A causal attention ``attend(q, k, v)`` whose mask is chosen (right or wrong).
-
-    ``shift``: query ``i`` sees key ``j`` when ``j <= i + shift``, with ``i`` counted from
-    the top-left corner (``top_left``) or as the last ``T_q`` of ``T_k`` positions
-    (bottom-right); ``None`` = no mask. ``square_only``: the mask is applied only when
-    ``T_q == T_k`` (code that skips it for a decoding step). ``scale``: another score
-    scale than ``1/sqrt(D)``, which changes the weights but not which keys are seen.
-    ``later_leak``: every query but the first also sees the key just after it (right in
-    row 0, wrong below). ``skip_first``: key 0 is never seen (with ``shift=1``, query
-    ``i`` sees keys ``1..i+1``: the right number of keys, the wrong ones).
-    """
-
-    def impl(q, k, v):
-        T_q, T_k = q.shape[-2], k.shape[-2]
-        mask = None
-        if shift is not None and not (square_only and T_q != T_k):
-            offset = 0 if top_left else T_k - T_q
-            q_pos = torch.arange(T_q, device=q.device) + offset  # (T_q,)
-            k_pos = torch.arange(T_k, device=q.device)  # (T_k,)
-            mask = k_pos[None, :] <= q_pos[:, None] + shift  # (T_q, T_k)
-            if later_leak:  # rows 1.. also see their next key
-                mask = mask | ((k_pos[None, :] == q_pos[:, None] + 1) & (q_pos[:, None] > offset))
-            if skip_first:
-                mask = mask & (k_pos[None, :] >= 1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-    return impl
-
-
-def _alike(impl: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """Wrap ``impl`` so that every candidate looks the same from outside (name, code, signature)."""
-
-    def attend(q, k, v):
-        return impl(q, k, v)
-
-    return attend
-
-
-def alignment_candidates() -> list[tuple[Callable[..., torch.Tensor], str, str]]:
-    """The functions exercise 2.2's test is run on: ``(attend, alignment, what it is)``, mixed order."""
-
-    def sdpa_is_causal(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    def attn_core_is_causal(q, k, v):
-        return attention(q, k, v, is_causal=True)
-
-    cases = [
-        (_causal_candidate(0, scale=1.0), "bottom-right", "is bottom-right with another score scale"),
-        (sdpa_is_causal, "top-left", "is PyTorch's is_causal=True"),
-        (_causal_candidate(1), "neither", "lets each query see one key of its future"),
-        (attn_core_is_causal, "bottom-right", "is attn_core's is_causal=True"),
-        (_causal_candidate(None), "neither", "has no mask at all"),
-        (
-            _causal_candidate(0, top_left=True, later_leak=True),
-            "neither",
-            "is top-left in query 0, but every later query sees one key of its future",
-        ),
-        (_causal_candidate(0, top_left=True, scale=0.1), "top-left", "is top-left with another score scale"),
-        (_causal_candidate(0, square_only=True), "neither", "applies its mask only when T_q == T_k"),
-        (
-            _causal_candidate(1, top_left=True, skip_first=True),
-            "neither",
-            "lets query i see keys 1..i+1: the top-left counts, but shifted by one key",
-        ),
-    ]
-    return [(_alike(fn), expected, what) for fn, expected, what in cases]
 
 
 def check_alignment_test(alignment: Callable[[Callable[..., torch.Tensor]], str]) -> bool:
@@ -392,3 +316,46 @@ def check_decode_step_test(is_right: Callable[[Callable], bool]) -> bool:
     n_right = sum(right for _, right, _ in candidates)
     slips = len(candidates) - n_right
     return report(name, True, f"right on all {len(candidates)} candidates ({n_right} right, {slips} with slips)")
+
+
+def _dropout_draws(w: float, p: float, n: int = 200_000) -> torch.Tensor:
+    """``n`` draws of one weight ``w`` through ``F.dropout`` (float64, seeded; RNG left alone)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return F.dropout(torch.full((n,), w, dtype=torch.float64), p=p)
+
+
+def check_dropout_variance(fn: Callable[[float, float], float]) -> bool:
+    """Exercise 2.4: ``fn(w, p)`` is the variance of a weight ``w`` after inverted dropout
+    with drop probability ``p`` (kept as ``w / (1 - p)`` with probability ``1 - p``, else 0).
+
+    The value is compared with the closed form on four settings; a wrong one is reported
+    beside what 200,000 draws of ``F.dropout`` give, with a hint for the usual slips.
+    """
+    name = "2.4 dropout variance"
+    for w, p in ((0.3, 0.1), (0.5, 0.5), (0.2, 0.25), (1.0, 0.9)):
+        try:
+            got = fn(w, p)
+            value = float(got)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"fn({w}, {p}) gave {_raised(e)}; expected a number")
+        want = w * w * p / (1 - p)
+        if abs(value - want) <= 1e-6 * want:  # float32 arithmetic is right too
+            continue
+        hints = {
+            w * w * p * (1 - p): "the variance without the 1/(1 - p) rescaling",
+            w * w / (1 - p): "the mean of the square; subtract the squared mean",
+            w * w * (1 - p) / p: "p read as the probability to keep",
+            w * p / (1 - p): "w enters squared",
+            w * w * p / (1 - p) ** 2: "one factor 1/(1 - p) too many",
+        }
+        hint = next((f" ({h})" for v, h in hints.items() if abs(value - v) <= 1e-6 * abs(v)), "")
+        simulated = _dropout_draws(w, p).var().item()
+        return report(name, False, f"w={w}, p={p}: {value:.4g}{hint}; F.dropout draws give {simulated:.4g}")
+    sd = (0.1 / 0.9) ** 0.5  # the noise at p = 0.1, as a fraction of w
+    agree = all(
+        abs(_dropout_draws(w, p).var().item() - w * w * p / (1 - p)) < 0.02 * w * w * p / (1 - p)
+        for w, p in ((0.3, 0.1), (0.5, 0.5))
+    )
+    detail = f"4 settings, F.dropout {'agrees' if agree else 'disagrees'}; p = 0.1: std {sd:.2f} w"
+    return report(name, agree, detail)
