@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from attn_core.teach.exercises.ch05 import (
-    check_crossover_batches,
-    check_crossover_prediction,
     check_equal_size_d_ff,
+    check_largest_step_ratio,
+    check_limit_prediction,
     check_mqa_prediction,
     check_mqa_test,
 )
@@ -61,42 +61,45 @@ def _test_rows_sum_to_one(attention):  # a property every bug but one keeps
     torch.testing.assert_close(attention(q, k, ones), torch.ones_like(q))
 
 
-def _crossovers(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    # the weights' products: B FLOPs per byte, compute-bound from the ridge on; the caches:
-    # 2 bytes of keys and values per layer, head and position, against 2 bytes per weight
-    per_sequence = 2 * 2 * n_layers * n_kv_heads * context * head_dim
-    return math.ceil(ridge), 2 * n_params // per_sequence + 1
+def _ratio(P, L, H, H_kv, D, T, ridge, flops_per_weight=2, kv=2):
+    # from the first compute-bound batch on, the weights take B·flops·P / ridge and the
+    # caches B·kv·2·L·heads·T·D bytes: the ratio no longer depends on B
+    weights = flops_per_weight * P / ridge
+    cache = lambda n: kv * 2 * L * n * T * D  # noqa: E731
+    return (weights + cache(H)) / (weights + cache(H_kv))
+
+
+def _largest(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    args = n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge
+    return math.ceil(ridge), _ratio(*args)
+
+
+def _cache_ratio(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    return math.ceil(ridge), n_heads / n_kv_heads
 
 
 def _ridge_floor(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    return int(ridge), _crossovers(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)[1]
+    return int(ridge), _largest(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)[1]
 
 
 def _multiply_only(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    right = _crossovers(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)
-    return 2 * right[0], right[1]  # one FLOP per weight and sequence
-
-
-def _all_heads(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    return _crossovers(n_params, n_layers, n_heads, n_heads, head_dim, context, ridge)
+    args = n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge
+    return math.ceil(2 * ridge), _ratio(*args, flops_per_weight=1)
 
 
 def _keys_only(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    return _crossovers(2 * n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge)
+    args = n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge
+    return math.ceil(ridge), _ratio(*args, kv=1)
 
 
 def _one_layer(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    return _crossovers(n_params, 1, n_heads, n_kv_heads, head_dim, context, ridge)
+    return math.ceil(ridge), _ratio(n_params, 1, n_heads, n_kv_heads, head_dim, context, ridge)
 
 
-def _at_least(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    per_sequence = 2 * 2 * n_layers * n_kv_heads * context * head_dim
-    return math.ceil(ridge), -(-2 * n_params // per_sequence)  # as many bytes, not more
-
-
-def _unrounded(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
-    per_sequence = 2 * 2 * n_layers * n_kv_heads * context * head_dim
-    return ridge, 2 * n_params / per_sequence
+def _at_batch_30(n_params, n_layers, n_heads, n_kv_heads, head_dim, context, ridge):
+    # the largest batch MHA fits on the page: the weights still memory-bound there
+    cache = lambda n: 2 * 2 * n_layers * n * context * head_dim * 30  # noqa: E731
+    return 30, (2 * n_params + cache(n_heads)) / (2 * n_params + cache(n_kv_heads))
 
 
 def _equal_size(d_model, n_heads, d_ff, n_encoder_layers, n_decoder_layers):
@@ -122,25 +125,24 @@ ANSWERS = {
             (_test_rows_sum_to_one, "scales the scores"),
         ],
     ),
-    check_crossover_batches: (
-        [_crossovers],
+    check_largest_step_ratio: (
+        [_largest],
         [
+            (_cache_ratio, "grows with the batch"),
             (_ridge_floor, "rounded up"),
             (_multiply_only, "a multiply and an add"),
-            (_all_heads, "n_kv_heads heads"),
             (_keys_only, "keys and values"),
             (_one_layer, "every layer"),
-            (_at_least, "more bytes than the weights"),
-            (_unrounded, "whole number"),
+            (_at_batch_30, "got"),
         ],
     ),
-    check_crossover_prediction: (
-        [{("MHA", 1024): "cache", ("MQA", 1024): "compute", ("MQA", 4096): "cache"}],
+    check_limit_prediction: (
+        [{1024: 9.4, 32768: 29.6}, {1024: 9, 32768: 30}],
         [
-            ({("MHA", 1024): "cache", ("MQA", 1024): "cache", ("MQA", 4096): "cache"}, "MQA at 1024"),
-            ({("MHA", 1024): "compute", ("MQA", 1024): "compute", ("MQA", 4096): "cache"}, "MHA at 1024"),
-            ({("MHA", 1024): "cache", ("MQA", 1024): "compute", ("MQA", 4096): "compute"}, "MQA at 4096"),
-            ({("MHA", 1024): "cache", ("MQA", 1024): "fast"}, "keys"),
+            ({1024: 32, 32768: 32}, "at 1024 tokens"),  # the caches' ratio
+            ({1024: 19.6, 32768: 19.6}, "at 1024 tokens"),  # the page's 4096, unchanged
+            ({1024: 9.4, 32768: 19.6}, "at 32768 tokens"),
+            ({1024: 9.4}, "keys"),
         ],
     ),
     check_mqa_prediction: (

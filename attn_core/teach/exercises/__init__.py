@@ -22,9 +22,9 @@ from .ch02 import (
 from .ch03 import check_mha_test
 from .ch04 import check_padding_test, check_prefix_lm_mask, check_score_entries
 from .ch05 import (
-    check_crossover_batches,
-    check_crossover_prediction,
     check_equal_size_d_ff,
+    check_largest_step_ratio,
+    check_limit_prediction,
     check_mqa_prediction,
     check_mqa_test,
 )
@@ -75,8 +75,8 @@ __all__ = [
     # ch05
     "check_mqa_prediction",
     "check_mqa_test",
-    "check_crossover_prediction",
-    "check_crossover_batches",
+    "check_limit_prediction",
+    "check_largest_step_ratio",
     "check_equal_size_d_ff",
     # ch06
     "check_gqa_to_mha",
