@@ -8,7 +8,12 @@ import json
 from pathlib import Path
 
 from attn_core.parallel.sharding import shard_chunks
-from attn_core.teach.exercises.ch22 import check_balanced_layout, check_ring_backward_bytes, check_step_plan
+from attn_core.teach.exercises.ch22 import (
+    LAYOUT_CASES,
+    check_balanced_layout,
+    check_ring_backward_bytes,
+    check_step_plan,
+)
 
 
 # Exercise 22.1: the ring's backward bytes. K, V go W - 1 hops again; dK, dV go W hops.
@@ -50,6 +55,15 @@ def _balanced(W, n):
         return None
 
     return search(set(range(n * W)), [])
+
+
+def _none_for_odd(W, n):  # gives up on every odd count, some of which have a layout
+    return _balanced(W, n) if n % 2 == 0 else None
+
+
+def _divisible_only(W, n):  # None only where the total does not split: misses n = 1
+    total = n * W * (n * W + 1) // 2
+    return None if total % W else (_balanced(W, n) or _contiguous(W, n))
 
 
 def _contiguous(W, n):
@@ -105,6 +119,8 @@ ANSWERS = {
             (_contiguous, "max/mean"),
             (_striped, "max/mean"),
             (_zigzag_shifted, "not a partition"),
+            (_none_for_odd, "a balanced layout exists"),
+            (_divisible_only, "return None"),
         ],
     ),
     check_step_plan: (
@@ -116,6 +132,21 @@ ANSWERS = {
         ],
     ),
 }
+
+
+def _w_plus_2(B, H, H_kv, T, D, W, element_size):  # right at W = 3 only
+    return (W + 2) * B * H_kv * (T // W) * 2 * D * element_size
+
+
+def test_the_layout_cases_say_rightly_which_have_a_balanced_layout():
+    # _balanced searches every partition of equal sums, so None means that none exists.
+    for W, n, exists in LAYOUT_CASES:
+        assert (_balanced(W, n) is not None) == exists, (W, n)
+
+
+def test_backward_bytes_checked_at_a_second_world_size(capsys):
+    assert not check_ring_backward_bytes(_w_plus_2)
+    assert "right at W=3, not at W=2" in capsys.readouterr().out
 
 
 def test_the_buggy_plan_passes_the_obvious_test():

@@ -2,7 +2,8 @@
 
 * :func:`check_ring_backward_bytes` (predict, then run): the bytes one rank sends in the
   ring's backward pass, as a function of the shapes, held against bytes *measured* in
-  three spawned gloo processes (:func:`attn_core.parallel.measure.measure_schemes`).
+  spawned gloo processes (:func:`attn_core.parallel.measure.measure_schemes`) at two or
+  more world sizes.
 * :func:`check_balanced_layout` (design): an assignment of ``n`` chunks to each of ``W``
   ranks whose causal work is equal, the work measured by counting the tiles of the dense
   causal mask that each rank's query chunks touch.
@@ -27,40 +28,30 @@ from ._common import report
 
 __all__ = ["check_ring_backward_bytes", "check_balanced_layout", "check_step_plan"]
 
-# The shapes of the measured run of exercise 22.1: grouped-query (H_kv < H), 3 ranks.
+# The shapes of the measured runs of exercise 22.1: grouped-query (H_kv < H), 3 ranks, and
+# 2 ranks when the caller has no measured runs of its own (so that ``W + 2`` cannot pass).
 BACKWARD_RUN = {"B": 1, "H": 4, "H_kv": 2, "T": 24, "D": 8, "W": 3, "element_size": 8}
 
 
-@functools.lru_cache(maxsize=1)
-def measured_ring_backward_bytes() -> int:
-    """Bytes rank 0 sends in the ring's backward pass at :data:`BACKWARD_RUN`, measured once per process."""
+@functools.lru_cache(maxsize=2)
+def measured_ring_backward_bytes(W: int = 3) -> int:
+    """Bytes rank 0 sends in the ring's backward pass at :data:`BACKWARD_RUN` on ``W`` ranks, measured once."""
     s = BACKWARD_RUN
     run = measure_schemes(
-        s["W"], batch=s["B"], heads=s["H"], kv_heads=s["H_kv"], T=s["T"], head_dim=s["D"], schemes=("ring",)
+        W, batch=s["B"], heads=s["H"], kv_heads=s["H_kv"], T=s["T"], head_dim=s["D"], schemes=("ring",)
     )
-    sent = {row["backward_bytes_sent"] for row in run["ring"]}
+    return _one_value(run["ring"])
+
+
+def _one_value(ranks: list[dict]) -> int:
+    sent = {row["backward_bytes_sent"] for row in ranks}
     if len(sent) != 1:  # every rank sends the same blocks; a difference is a library bug
         raise RuntimeError(f"ranks sent different backward bytes: {sorted(sent)}")
     return sent.pop()
 
 
-def check_ring_backward_bytes(fn) -> bool:
-    """Exercise 22.1: ``fn(B, H, H_kv, T, D, W, element_size)`` -> bytes one rank sends in the ring's backward.
-
-    Measured: three spawned processes run ring attention forward and backward (float64,
-    GQA) and count the bytes each rank hands to ``torch.distributed``.
-    """
-    name = "22.1 ring backward bytes"
-    s = BACKWARD_RUN
-    try:
-        got = fn(**s)
-    except Exception as e:  # a learner's bug prints, it does not stop the notebook
-        return report(name, False, f"{type(e).__name__}: {e}")
-    if not isinstance(got, (int, float)) or isinstance(got, bool):
-        return report(name, False, f"expected a number of bytes, got {type(got).__name__}")
-    want = measured_ring_backward_bytes()
-    if got == want:
-        return report(name, True, "equal to the bytes measured on 3 spawned ranks")
+def _hint(got, want: int, s: dict) -> str:
+    """Why ``got`` differs from the measured ``want`` at the shapes ``s``."""
     block = want // (2 * s["W"] - 1)  # one key/value shard, the unit of every ring message
     hints = {
         (s["W"] - 1) * block: "the forward pass's traffic; what else travels back?",
@@ -71,8 +62,41 @@ def check_ring_backward_bytes(fn) -> bool:
     heads = s["H"] / s["H_kv"]
     for factor in range(1, 2 * s["W"] + 1):
         hints.setdefault(factor * block * heads, "only the key/value heads travel, not the query heads")
-    hint = hints.get(got, f"off by a factor {got / want:.3g}")
-    return report(name, False, hint)
+    return hints.get(got, f"off by a factor {got / want:.3g}")
+
+
+def check_ring_backward_bytes(fn, runs: dict | None = None, sizes: dict | None = None) -> bool:
+    """Exercise 22.1: ``fn(B, H, H_kv, T, D, W, element_size)`` -> bytes one rank sends in the ring's backward.
+
+    Measured: three spawned processes run ring attention forward and backward (float64,
+    GQA) and count the bytes each rank hands to ``torch.distributed``. Other world sizes
+    come from ``runs`` (:func:`measure_schemes` reports by ``W``, with the backward pass,
+    measured at the keyword sizes ``sizes``, float64) when given, else from one more
+    measured run on 2 ranks.
+    """
+    name = "22.1 ring backward bytes"
+    cases = [(BACKWARD_RUN, measured_ring_backward_bytes)]
+    if runs is None:
+        cases.append((dict(BACKWARD_RUN, W=2), lambda: measured_ring_backward_bytes(2)))
+    else:
+        z = dict(sizes or {})
+        base = {"B": z.get("batch", 1), "H": z["heads"], "T": z["T"], "D": z["head_dim"], "element_size": 8}
+        base["H_kv"] = z.get("kv_heads") or z["heads"]
+        for W, run in sorted(runs.items()):
+            cases.append((dict(base, W=W), functools.partial(_one_value, run["ring"])))
+    for i, (s, measured) in enumerate(cases):
+        try:
+            got = fn(**s)
+        except Exception as e:  # a learner's bug prints, it does not stop the notebook
+            return report(name, False, f"W={s['W']}: {type(e).__name__}: {e}")
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return report(name, False, f"expected a number of bytes, got {type(got).__name__}")
+        want = measured()
+        if got != want:
+            before = f"right at W={cases[0][0]['W']}, not at W={s['W']}: " if i else ""
+            return report(name, False, before + _hint(got, want, s))
+    sizes_run = ", ".join(str(s["W"]) for s, _ in sorted(cases, key=lambda c: c[0]["W"]))
+    return report(name, True, f"equal to the measured bytes at W={sizes_run}")
 
 
 def _tile_work(n_chunks: int) -> list[int]:
@@ -83,18 +107,37 @@ def _tile_work(n_chunks: int) -> list[int]:
     return tiles.sum(dim=1).tolist()
 
 
-# (W, chunks per rank): an even count (mirrored pairs work), and odd ones that need a design.
-LAYOUT_CASES = ((3, 2), (4, 4), (3, 3), (5, 3), (2, 6))
+# (W, chunks per rank): an even count (mirrored pairs work), odd ones that need a design,
+# and cases where no layout of equal work exists (False): the learner returns None there.
+LAYOUT_CASES = (
+    (3, 2, True),
+    (4, 4, True),
+    (3, 3, True),
+    (5, 3, True),
+    (2, 6, True),
+    (2, 3, False),  # 21 blocks do not split in two
+    (4, 3, False),  # nor 78 in four
+    (3, 1, False),  # 6 blocks split in three, but one chunk each has work 1, 2, 3
+)
 
 
 def check_balanced_layout(fn) -> bool:
-    """Exercise 22.2: ``fn(W, n)`` -> ``W`` tuples of ``n`` chunk indices (of ``n · W``), of equal causal work."""
+    """Exercise 22.2: ``fn(W, n)`` -> ``W`` tuples of ``n`` chunk indices (of ``n · W``), of equal causal work.
+
+    Where no such layout exists, ``fn`` returns ``None`` (the cases are known in advance:
+    the test module searches every partition of each one).
+    """
     name = "22.2 balanced layout"
-    for W, n in LAYOUT_CASES:
+    for W, n, exists in LAYOUT_CASES:
         try:
-            layout = [tuple(int(i) for i in chunks) for chunks in fn(W, n)]
+            answer = fn(W, n)
+            layout = None if answer is None else [tuple(int(i) for i in chunks) for chunks in answer]
         except Exception as e:
             return report(name, False, f"W={W}, n={n}: {type(e).__name__}: {e}")
+        if layout is None:
+            if exists:
+                return report(name, False, f"W={W}, n={n}: returned None, but a balanced layout exists")
+            continue
         if len(layout) != W or any(len(chunks) != n for chunks in layout):
             sizes = [len(chunks) for chunks in layout]
             return report(name, False, f"W={W}, n={n}: expected {W} ranks of {n} chunks, got sizes {sizes}")
@@ -113,9 +156,10 @@ def check_balanced_layout(fn) -> bool:
                 name,
                 False,
                 f"W={W} n={n}: rank {busiest} has {per_rank[busiest]} blocks, mean {sum(per_rank) / W:g} "
-                f"(max/mean {ratio:.2f})",
+                f"(max/mean {ratio:.2f})" + ("" if exists else "; no layout of equal work exists here: return None"),
             )
-    return report(name, True, f"equal causal blocks on every rank in {len(LAYOUT_CASES)} cases of (W, n)")
+    found = sum(exists for _, _, exists in LAYOUT_CASES)
+    return report(name, True, f"equal blocks in {found} cases, None in the {len(LAYOUT_CASES) - found} without")
 
 
 def _simulated_ring(plan_fn, q, k, v, W: int, layout: str) -> tuple[torch.Tensor, set]:
