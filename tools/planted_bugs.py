@@ -70,6 +70,10 @@ def failing_chapters(pythonpath: Path) -> dict[str, int]:
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
+    # The planted copy lives outside the checkout, so it would not find the checkout's
+    # .models folder (SmolLM2): point it there, or every bug would "fail" the LLM appendix.
+    if "ATTN_CORE_MODELS" not in env and (ROOT / ".models").is_dir():
+        env["ATTN_CORE_MODELS"] = str(ROOT / ".models")
     cmd = [
         sys.executable,
         "-m",
