@@ -7,10 +7,10 @@ import torch
 
 from attn_core.teach.exercises.ch04 import (
     check_causal_cross_prediction,
+    check_entries_saved_prediction,
     check_padding_test,
     check_prefix_lm_mask,
     check_prefix_rows_prediction,
-    check_same_entries_prediction,
     check_score_entries,
 )
 
@@ -189,14 +189,15 @@ ANSWERS = {
             ("0, 1", "set of row indices"),
         ],
     ),
-    check_same_entries_prediction: (
-        [{"encoder-decoder", "prefix-lm"}, ["prefix-lm", "encoder-decoder"]],
+    check_entries_saved_prediction: (
+        [15],
         [
-            ({"encoder-decoder", "decoder-only"}, "differ"),
-            ({"decoder-only", "prefix-lm"}, "differ"),
-            ({"encoder-decoder"}, "set of two names"),
-            ({"encoder-decoder", "prefix"}, "set of two names"),
-            ("prefix-lm", "set of two names"),
+            (21, "not it"),  # T_src (T_src + 1) / 2: the diagonal counted as saved
+            (18, "not it"),  # half the source square
+            (0, "not it"),  # "they all keep the same"
+            (24, "not it"),  # T_src T_tgt
+            ("15", "whole number"),
+            (15.0, "whole number"),
         ],
     ),
 }

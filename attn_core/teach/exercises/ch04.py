@@ -278,31 +278,23 @@ def check_prefix_rows_prediction(predicted: object) -> bool:
     return report(name, True, f"rows {sorted(want)}: the last source row already reads all the source")
 
 
-_DESIGNS = ("encoder-decoder", "decoder-only", "prefix-lm")
-__all__ += ["check_same_entries_prediction"]
+__all__ += ["check_entries_saved_prediction"]
 
 
-def check_same_entries_prediction(predicted: object) -> bool:
-    """Exercise 4.2's prediction: which two of the three designs keep the same number of
-    score entries (``T_src = 6``, ``T_tgt = 4``; the answer holds at every size).
+def check_entries_saved_prediction(predicted: object) -> bool:
+    """Exercise 4.2's prediction: at ``T_src = 6``, ``T_tgt = 4``, how many fewer score
+    entries the design that keeps fewest keeps than the other two (an int).
 
-    ``predicted`` is a set (or list) of two names among ``"encoder-decoder"``,
-    ``"decoder-only"`` and ``"prefix-lm"``; the answer is read off the masks.
+    The answer is read off the masks (decoder-only against encoder-decoder).
     """
     name = "4.2 prediction"
     T_src, T_tgt = 6, 4
     full = torch.ones(T_src, T_src, dtype=torch.bool)
     cross = torch.ones(T_tgt, T_src, dtype=torch.bool)
-    kept = {
-        "encoder-decoder": _allowed(full, causal_mask(T_tgt), cross),
-        "decoder-only": _allowed(causal_mask(T_src + T_tgt)),
-        "prefix-lm": _allowed(_prefix_lm(T_src, T_tgt)),
-    }
-    ok_type = isinstance(predicted, (set, frozenset, list, tuple)) and len(set(predicted)) == 2
-    if not ok_type or not set(predicted) <= set(_DESIGNS):
-        return report(name, False, f"give a set of two names of designs, got {predicted!r:.40}")
-    a, b = sorted(predicted)
-    if kept[a] != kept[b]:
-        return report(name, False, f"{a} and {b} differ: which keys does each source row read?")
-    (other,) = set(_DESIGNS) - {a, b}
-    return report(name, True, f"{a} and {b}; {other} keeps fewer")
+    enc_dec = _allowed(full, causal_mask(T_tgt), cross)
+    want = enc_dec - _allowed(causal_mask(T_src + T_tgt))
+    if isinstance(predicted, bool) or not isinstance(predicted, int):
+        return report(name, False, f"give a whole number of entries, got {predicted!r:.40}")
+    if predicted != want:
+        return report(name, False, f"{predicted} is not it: which source rows lose keys under a causal mask?")
+    return report(name, True, f"{want} = T_src (T_src - 1) / 2: the source's upper triangle")
