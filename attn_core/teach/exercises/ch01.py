@@ -131,7 +131,7 @@ def check_by_hand(fn: Callable[[], tuple]) -> bool:
         return report(name, False, f"weights {[round(w, 3) for w in got.tolist()]} are off{hint}")
     if token != BY_HAND_TOKENS[int(right.argmax())]:
         return report(name, False, f"the weights are right, but {token!r} is not the token that weighs most")
-    shown = " ".join(f"{t}={w:.3f}" for t, w in zip(BY_HAND_TOKENS, right.tolist()))
+    shown = " ".join(f"{t}={w:.2f}" for t, w in zip(BY_HAND_TOKENS, right.tolist()))
     return report(name, True, f"scores {', '.join(f'{v:g}' for v in s.tolist())}; weights {shown}")
 
 
