@@ -371,7 +371,7 @@ def check_wide_head_prediction(prediction: dict) -> bool:
     after 320 steps instead of 80, does the head still split its weight between t-1 and t-2
     (its larger mean weight below 0.75), and is its test loss (mean of 2 seeds) nearer the
     four heads' 0.02 at 80 steps than its own 0.13 at 80 steps (below 0.075, the midpoint)? The check trains the model
-    (2 seeds, a few seconds, once per session); :func:`pair_task_longer` has the numbers,
+    (2 seeds, once per session); :func:`pair_task_longer` has the numbers,
     and the four heads' for comparison.
     """
     name = "3.5 wide head, longer"
