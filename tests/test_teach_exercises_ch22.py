@@ -10,6 +10,8 @@ from pathlib import Path
 from attn_core.parallel.sharding import shard_chunks
 from attn_core.teach.exercises.ch22 import (
     LAYOUT_CASES,
+    _critical_path,
+    _tiles,
     check_balanced_layout,
     check_ring_backward_bytes,
     check_step_plan,
@@ -64,6 +66,12 @@ def _none_for_odd(W, n):  # gives up on every odd count, some of which have a la
 def _divisible_only(W, n):  # None only where the total does not split: misses n = 1
     total = n * W * (n * W + 1) // 2
     return None if total % W else (_balanced(W, n) or _contiguous(W, n))
+
+
+def _unsynchronised(W, n):  # equal totals at W = 4, n = 4, unequal steps: path 36, not 34
+    if (W, n) == (4, 4):
+        return [(2, 3, 12, 13), (1, 4, 10, 15), (0, 7, 9, 14), (5, 6, 8, 11)]
+    return _balanced(W, n)
 
 
 def _contiguous(W, n):
@@ -121,6 +129,7 @@ ANSWERS = {
             (_zigzag_shifted, "not a partition"),
             (_none_for_odd, "a balanced layout exists"),
             (_divisible_only, "return None"),
+            (_unsynchronised, "critical path is 36 blocks, not 34"),
         ],
     ),
     check_step_plan: (
@@ -142,6 +151,14 @@ def test_the_layout_cases_say_rightly_which_have_a_balanced_layout():
     # _balanced searches every partition of equal sums, so None means that none exists.
     for W, n, exists in LAYOUT_CASES:
         assert (_balanced(W, n) is not None) == exists, (W, n)
+
+
+def test_the_unsynchronised_layout_has_equal_totals():
+    # Its only fault is the ring's steps: each rank's total is the mean, 34 blocks.
+    layout = _unsynchronised(4, 4)
+    work = _tiles(16).sum(dim=1).tolist()
+    assert {sum(work[i] for i in chunks) for chunks in layout} == {34}
+    assert _critical_path(layout, _tiles(16)) == 36
 
 
 def test_backward_bytes_checked_at_a_second_world_size(capsys):

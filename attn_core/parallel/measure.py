@@ -74,7 +74,8 @@ def scheme_costs(config: dict, group: dist.ProcessGroup | None = None) -> dict:
     for name in config["schemes"]:
         fn, layout = SCHEMES[name]
         layout = config.get("layout") or layout  # every scheme on one layout's shards, when asked
-        local = [shard_sequence(t, rank, W, layout=layout).requires_grad_() for t in (q, k, v)]  # (B, *, T / W, D)
+        shards = (shard_sequence(t, rank, W, layout=layout) for t in (q, k, v))  # (B, *, T / W, D)
+        local = [shard.requires_grad_() for shard in shards]
         with count_cost() as forward:
             out = fn(*local, group=group, is_causal=config["is_causal"], layout=layout)  # (B, H, T / W, D)
         row = {

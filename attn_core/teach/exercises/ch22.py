@@ -6,7 +6,8 @@
   more world sizes.
 * :func:`check_balanced_layout` (design): an assignment of ``n`` chunks to each of ``W``
   ranks whose causal work is equal, the work measured by counting the tiles of the dense
-  causal mask that each rank's query chunks touch.
+  causal mask that each rank's query chunks touch, in total and at every ring step (the
+  ring's step-synchronous critical path equals each rank's total).
 * :func:`check_step_plan` (find the bug): which blocks a rank computes against another
   rank's keys in one ring step; the fixed plan is run, rank by rank, as a ring simulated
   in one process (:func:`attn_core.ops.partial.partial_attention` and
@@ -99,12 +100,24 @@ def check_ring_backward_bytes(fn, runs: dict | None = None, sizes: dict | None =
     return report(name, True, f"equal to the measured bytes at W={sizes_run}")
 
 
-def _tile_work(n_chunks: int) -> list[int]:
-    """Blocks each query chunk computes under a causal mask, measured from the dense mask's tiles."""
-    c = 2  # tokens per chunk: any size gives the same tile counts
+def _tiles(n_chunks: int) -> torch.Tensor:
+    """Which (query chunk, key chunk) blocks a causal mask touches, from the dense mask's tiles.
+
+    Shapes:
+        returns: (n_chunks, n_chunks), bool; row ``a`` marks the key chunks query chunk ``a`` meets.
+    """
+    c = 2  # tokens per chunk: any size gives the same tiles
     mask = causal_mask(n_chunks * c, n_chunks * c)  # (T, T), True = may attend
-    tiles = mask.reshape(n_chunks, c, n_chunks, c).any(dim=3).any(dim=1)  # (chunks, chunks)
-    return tiles.sum(dim=1).tolist()
+    return mask.reshape(n_chunks, c, n_chunks, c).any(dim=3).any(dim=1)  # (chunks, chunks)
+
+
+def _critical_path(layout: list[tuple[int, ...]], tiles: torch.Tensor) -> int:
+    """The ring's step-synchronous time in blocks: sum over steps of the busiest rank's blocks.
+
+    At step ``s`` rank ``r`` meets the key chunks of rank ``(r - s) mod W`` (the ring's order).
+    """
+    W = len(layout)
+    return sum(max(int(tiles[list(layout[r])][:, list(layout[(r - s) % W])].sum()) for r in range(W)) for s in range(W))
 
 
 # (W, chunks per rank): an even count (mirrored pairs work), odd ones that need a design,
@@ -123,6 +136,9 @@ LAYOUT_CASES = (
 
 def check_balanced_layout(fn) -> bool:
     """Exercise 22.2: ``fn(W, n)`` -> ``W`` tuples of ``n`` chunk indices (of ``n · W``), of equal causal work.
+
+    Equal at every ring step too: rank ``r`` meets rank ``(r - s) mod W``'s chunks at step
+    ``s``, and the sum over steps of the busiest rank's blocks must equal each rank's total.
 
     Where no such layout exists, ``fn`` returns ``None`` (the cases are known in advance:
     the test module searches every partition of each one).
@@ -147,7 +163,8 @@ def check_balanced_layout(fn) -> bool:
             missing = sorted(set(range(n * W)) - set(seen))
             what = f"chunk {twice[0]} is on two ranks" if twice else f"chunk {missing[0]} is on no rank"
             return report(name, False, f"W={W} n={n}: {what} (not a partition)")
-        work = _tile_work(n * W)
+        tiles = _tiles(n * W)
+        work = tiles.sum(dim=1).tolist()
         per_rank = [sum(work[i] for i in chunks) for chunks in layout]
         if max(per_rank) != min(per_rank):
             busiest = max(range(W), key=per_rank.__getitem__)
@@ -157,6 +174,15 @@ def check_balanced_layout(fn) -> bool:
                 False,
                 f"W={W} n={n}: rank {busiest} has {per_rank[busiest]} blocks, mean {sum(per_rank) / W:g} "
                 f"(max/mean {ratio:.2f})" + ("" if exists else "; no layout of equal work exists here: return None"),
+            )
+        path = _critical_path(layout, tiles)
+        if path != per_rank[0]:
+            return report(
+                name,
+                False,
+                f"W={W} n={n}: {per_rank[0]} blocks on every rank, but the ring's critical path is "
+                f"{path} blocks, not {per_rank[0]}: at step s rank r meets rank r - s's chunks, "
+                "and each step waits for its busiest rank",
             )
     found = sum(exists for _, _, exists in LAYOUT_CASES)
     return report(name, True, f"equal blocks in {found} cases, None in the {len(LAYOUT_CASES) - found} without")
