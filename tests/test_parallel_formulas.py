@@ -42,6 +42,9 @@ def test_closed_forms():
     assert ring_scores(16, 4, layout="zigzag", is_causal=True) == [36] * 4  # (2·4 + 1) · 2²
     assert ring_bytes(B=1, H_kv=2, T=8, D=4, W=2, element_size=4) == 1 * 2 * 4 * 8 * 4
     assert ring_bytes(B=1, H_kv=2, T=8, D=4, W=2, element_size=4, backward=True) == 3 * 2 * 4 * 8 * 4
+    # Half-precision inputs: the blocks go round in bf16, their gradients in float32.
+    half = ring_bytes(B=1, H_kv=2, T=8, D=4, W=2, element_size=2, backward=True)
+    assert half == 1 * 2 * 4 * 8 * 2 + 2 * 2 * 4 * 8 * 4
     assert allgather_bytes(B=1, H_kv=2, T=8, D=4, W=4, element_size=2) == 3 * 2 * 2 * 8 * 2
     # Ulysses, W = 2, MHA: half of q, k, v and the output cross: (H·D·4) · T_l · B / 2 elements.
     assert ulysses_bytes(B=1, H=2, H_kv=2, T=8, D=4, W=2, element_size=1) == 4 * 8 * 4 // 2

@@ -60,15 +60,21 @@ def ring_bytes(
 
     Returns:
         ``(W - 1) · B · H_kv · T_l · (D + D_v) · e``; with ``backward``, the backward pass's
-        ``(2W - 1) · B · H_kv · T_l · (D + D_v) · e`` instead (for float32 and float64
-        inputs: half-precision inputs send their gradients in float32, twice the bytes).
+        ``(W - 1) · B · H_kv · T_l · (D + D_v) · e + W · B · H_kv · T_l · (D + D_v) · e_g``
+        instead: the key/value blocks go round again in the inputs' dtype, their gradients
+        travel in the ring's accumulation dtype, ``e_g = max(e, 4)`` (half-precision inputs
+        accumulate in float32), so with float32 and float64 it is ``(2W - 1)`` blocks.
 
     Raises:
         TypeError, ValueError: Non-int or non-positive sizes; ``T`` not divisible by ``W``.
     """
     D_v = _check(B, H_kv, H_kv, T, D, D_v, W, element_size)
-    block = _shard_elements(B, H_kv, T, W, D + D_v) * element_size
-    return (2 * W - 1 if backward else W - 1) * block
+    elements = _shard_elements(B, H_kv, T, W, D + D_v)
+    sent = (W - 1) * elements * element_size
+    if backward:
+        # dK, dV are accumulated (and sent) in float32 at least: see ring.py's ``work`` dtype.
+        sent += W * elements * max(element_size, 4)
+    return sent
 
 
 def ulysses_bytes(
