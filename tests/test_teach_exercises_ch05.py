@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from attn_core.teach.exercises.ch05 import (
     check_equal_size_d_ff,
+    check_equal_size_prediction,
     check_largest_step_ratio,
     check_limit_prediction,
     check_mqa_prediction,
@@ -165,6 +166,16 @@ ANSWERS = {
             (lambda d, H, f, e, n: f + round(_att(e, n) * (d - d // H)), "every MLP layer"),
             (lambda d, H, f, e, n: f + _att(e, n) * (d - d // H) // (e + n), "nearest unit"),
             (lambda d, H, f, e, n: round(_att(e, n) * (d - d // H) / (e + n)), "d_ff plus"),
+        ],
+    ),
+    check_equal_size_prediction: (
+        [{"attention": 18, "mlp": 12}],
+        [
+            ({"attention": 12, "mlp": 12}, "cross-attention too"),  # self-attention only
+            ({"attention": 24, "mlp": 12}, "no cross-attention"),  # cross in the encoder too
+            ({"attention": 18, "mlp": 18}, "one MLP per layer"),  # an MLP per attention
+            ({"attention": 18.0, "mlp": 12}, "whole number"),
+            ({"attention": 18}, "keys"),
         ],
     ),
 }

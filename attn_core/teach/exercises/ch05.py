@@ -340,3 +340,31 @@ def check_equal_size_d_ff(fn: Callable[..., int]) -> bool:
             f"{n_dec} decoder layers: got {got!r}, counted {want:,}{hint}",
         )
     return report(name, True, f"equals the counted width in {len(cases)} settings")
+
+
+def check_equal_size_prediction(predicted: dict) -> bool:
+    """Exercise 5.3, the prediction: the attention layers and MLPs of Shazeer's 6 + 6 model.
+
+    In his encoder-decoder of 6 + 6 layers: how many attention layers lose their key/value
+    heads, and over how many MLPs their weights are spread. ``predicted`` maps
+    ``"attention"`` and ``"mlp"`` to whole numbers. Counted: every layer's self-attention,
+    and the cross-attention of each decoder layer; one MLP per layer.
+    """
+    name = "5.3 prediction"
+    if not isinstance(predicted, dict) or set(predicted) != {"attention", "mlp"}:
+        return report(name, False, f'give a dict with the keys "attention" and "mlp", got {predicted!r}')
+    n_enc = n_dec = 6
+    counted = {"attention": n_enc + 2 * n_dec, "mlp": n_enc + n_dec}
+    for key, want in counted.items():
+        answer = predicted[key]
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            return report(name, False, f"{key}: a whole number, not {answer!r}")
+        if answer != want:
+            why = {
+                "attention": "count the decoder's cross-attention too"
+                if answer < want
+                else "the encoder has no cross-attention",
+                "mlp": "one MLP per layer, encoder and decoder",
+            }[key]
+            return report(name, False, f"{key}: {answer} is not the count ({why})")
+    return report(name, True, f"{counted['attention']} attention layers for {counted['mlp']} MLPs")
