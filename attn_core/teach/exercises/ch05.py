@@ -57,12 +57,6 @@ def _softmax_over_queries(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> 
     return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-2) @ v
 
 
-def _scaled_by_model_width(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Bug: the scores are divided by the square root of H·D, not of D."""
-    H, D = q.shape[1], q.shape[-1]
-    return torch.softmax(q @ k.transpose(-2, -1) / (H * D) ** 0.5, dim=-1) @ v
-
-
 def _first_head_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Bug: every head uses head 0's queries, as if the queries were shared too."""
     return _broadcast(q[:, :1], k, v).expand_as(q)
@@ -81,7 +75,6 @@ _RIGHT = {
 _BUGS = {  # short name: (what it does, the implementation)
     "axis": ("drops the key's head axis (right at B = 1)", _dropped_head_axis),
     "softmax": ("takes the softmax over the queries", _softmax_over_queries),
-    "scale": ("scales the scores by 1/sqrt(H·D)", _scaled_by_model_width),
     "head0": ("gives every head head 0's queries", _first_head_only),
     "values": ("mixes the keys, not the values", _keys_as_values),
 }
@@ -118,7 +111,7 @@ def check_mqa_prediction(predicted: dict) -> bool:
 
     ``predicted`` maps ``"B=1"`` (one sequence, several heads) and ``"H=1"`` (one head,
     several sequences) to sets of the bugs' short names (``"axis"``, ``"softmax"``,
-    ``"scale"``, ``"head0"``, ``"values"``). The check runs a right float64 test at those
+    ``"head0"``, ``"values"``). The check runs a right float64 test at those
     shapes on each bug and compares what got through.
     """
     name = "5.1 prediction"
@@ -141,7 +134,7 @@ def check_mqa_test(test: Callable[[Callable], object]) -> bool:
 
     ``attention`` takes queries ``(B, H, T, D)`` and one key and one value head ``(B, 1, T, D)``
     and returns ``(B, H, T, D)`` (no mask). The test must pass three right implementations
-    (they round differently) and reject, by raising, each of five with one bug.
+    (they round differently) and reject, by raising, each of four with one bug.
     """
     name = "5.1 test for MQA"
     for label, attention in _RIGHT.items():
