@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from attn_core.teach.exercises.ch05 import (
     check_equal_size_d_ff,
+    check_equal_size_prediction,
     check_largest_step_ratio,
     check_limit_prediction,
     check_mqa_prediction,
@@ -55,7 +56,7 @@ def _test_bitwise(attention):
     assert torch.equal(attention(q, k, v), _reference(q, k, v)), "not bit for bit"
 
 
-def _test_rows_sum_to_one(attention):  # a property every bug but one keeps
+def _test_rows_sum_to_one(attention):  # a property that one bug keeps
     q, k, v = _inputs(3)
     ones = torch.ones_like(v)
     torch.testing.assert_close(attention(q, k, ones), torch.ones_like(q))
@@ -122,7 +123,7 @@ ANSWERS = {
             (_test_one_sequence, "drops the key's head axis"),  # B = 1 hides it
             (_test_shapes_only, "takes the softmax over the queries"),
             (_test_bitwise, "rejects a right attention"),  # rounding differs
-            (_test_rows_sum_to_one, "scales the scores"),
+            (_test_rows_sum_to_one, "head 0's queries"),
         ],
     ),
     check_largest_step_ratio: (
@@ -146,11 +147,12 @@ ANSWERS = {
         ],
     ),
     check_mqa_prediction: (
-        [{"B=1": {"axis"}, "H=1": {"scale", "head0"}}],
+        [{"B=1": {"axis"}, "H=1": {"head0"}}],
         [
-            ({"B=1": {"axis"}, "H=1": {"axis", "scale", "head0"}}, "at H=1"),  # B > 1 catches it
-            ({"B=1": set(), "H=1": {"scale", "head0"}}, "at B=1"),  # the page's bug 2
-            ({"B=1": {"axis"}, "H=1": {"scale"}}, "at H=1"),  # head 0 is the only head
+            ({"B=1": {"axis"}, "H=1": {"axis", "head0"}}, "at H=1"),  # B > 1 catches it
+            ({"B=1": set(), "H=1": {"head0"}}, "at B=1"),  # the page's bug 2
+            ({"B=1": {"axis"}, "H=1": set()}, "at H=1"),  # head 0 is the only head
+            ({"B=1": {"axis"}, "H=1": {"scale", "head0"}}, "bug names"),  # chapter 3's bug
             ({"B=1": {"axis"}}, "keys"),
         ],
     ),
@@ -165,6 +167,16 @@ ANSWERS = {
             (lambda d, H, f, e, n: f + round(_att(e, n) * (d - d // H)), "every MLP layer"),
             (lambda d, H, f, e, n: f + _att(e, n) * (d - d // H) // (e + n), "nearest unit"),
             (lambda d, H, f, e, n: round(_att(e, n) * (d - d // H) / (e + n)), "d_ff plus"),
+        ],
+    ),
+    check_equal_size_prediction: (
+        [{"attention": 18, "mlp": 12}],
+        [
+            ({"attention": 12, "mlp": 12}, "cross-attention too"),  # self-attention only
+            ({"attention": 24, "mlp": 12}, "no cross-attention"),  # cross in the encoder too
+            ({"attention": 18, "mlp": 18}, "one MLP per layer"),  # an MLP per attention
+            ({"attention": 18.0, "mlp": 12}, "whole number"),
+            ({"attention": 18}, "keys"),
         ],
     ),
 }

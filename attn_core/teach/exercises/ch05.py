@@ -57,12 +57,6 @@ def _softmax_over_queries(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> 
     return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-2) @ v
 
 
-def _scaled_by_model_width(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Bug: the scores are divided by the square root of H·D, not of D."""
-    H, D = q.shape[1], q.shape[-1]
-    return torch.softmax(q @ k.transpose(-2, -1) / (H * D) ** 0.5, dim=-1) @ v
-
-
 def _first_head_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Bug: every head uses head 0's queries, as if the queries were shared too."""
     return _broadcast(q[:, :1], k, v).expand_as(q)
@@ -81,7 +75,6 @@ _RIGHT = {
 _BUGS = {  # short name: (what it does, the implementation)
     "axis": ("drops the key's head axis (right at B = 1)", _dropped_head_axis),
     "softmax": ("takes the softmax over the queries", _softmax_over_queries),
-    "scale": ("scales the scores by 1/sqrt(H·D)", _scaled_by_model_width),
     "head0": ("gives every head head 0's queries", _first_head_only),
     "values": ("mixes the keys, not the values", _keys_as_values),
 }
@@ -118,7 +111,7 @@ def check_mqa_prediction(predicted: dict) -> bool:
 
     ``predicted`` maps ``"B=1"`` (one sequence, several heads) and ``"H=1"`` (one head,
     several sequences) to sets of the bugs' short names (``"axis"``, ``"softmax"``,
-    ``"scale"``, ``"head0"``, ``"values"``). The check runs a right float64 test at those
+    ``"head0"``, ``"values"``). The check runs a right float64 test at those
     shapes on each bug and compares what got through.
     """
     name = "5.1 prediction"
@@ -141,7 +134,7 @@ def check_mqa_test(test: Callable[[Callable], object]) -> bool:
 
     ``attention`` takes queries ``(B, H, T, D)`` and one key and one value head ``(B, 1, T, D)``
     and returns ``(B, H, T, D)`` (no mask). The test must pass three right implementations
-    (they round differently) and reject, by raising, each of five with one bug.
+    (they round differently) and reject, by raising, each of four with one bug.
     """
     name = "5.1 test for MQA"
     for label, attention in _RIGHT.items():
@@ -340,3 +333,31 @@ def check_equal_size_d_ff(fn: Callable[..., int]) -> bool:
             f"{n_dec} decoder layers: got {got!r}, counted {want:,}{hint}",
         )
     return report(name, True, f"equals the counted width in {len(cases)} settings")
+
+
+def check_equal_size_prediction(predicted: dict) -> bool:
+    """Exercise 5.3, the prediction: the attention layers and MLPs of Shazeer's 6 + 6 model.
+
+    In his encoder-decoder of 6 + 6 layers: how many attention layers lose their key/value
+    heads, and over how many MLPs their weights are spread. ``predicted`` maps
+    ``"attention"`` and ``"mlp"`` to whole numbers. Counted: every layer's self-attention,
+    and the cross-attention of each decoder layer; one MLP per layer.
+    """
+    name = "5.3 prediction"
+    if not isinstance(predicted, dict) or set(predicted) != {"attention", "mlp"}:
+        return report(name, False, f'give a dict with the keys "attention" and "mlp", got {predicted!r}')
+    n_enc = n_dec = 6
+    counted = {"attention": n_enc + 2 * n_dec, "mlp": n_enc + n_dec}
+    for key, want in counted.items():
+        answer = predicted[key]
+        if isinstance(answer, bool) or not isinstance(answer, int):
+            return report(name, False, f"{key}: a whole number, not {answer!r}")
+        if answer != want:
+            why = {
+                "attention": "count the decoder's cross-attention too"
+                if answer < want
+                else "the encoder has no cross-attention",
+                "mlp": "one MLP per layer, encoder and decoder",
+            }[key]
+            return report(name, False, f"{key}: {answer} is not the count ({why})")
+    return report(name, True, f"{counted['attention']} attention layers for {counted['mlp']} MLPs")
