@@ -8,8 +8,8 @@ import torch
 
 from attn_core.layers.mla import MultiHeadLatentAttention
 from attn_core.teach.exercises.ch07 import (
+    check_absorbed_chunk,
     check_absorbed_output,
-    check_absorbed_scores,
     check_fold_prediction,
     check_gqa_as_mla,
     check_key_rank,
@@ -90,29 +90,32 @@ def _wrong_head_split(w_uv, w_o):
     return torch.einsum("mhv,hvc->mhc", per_head, w_uv).reshape(w_o.shape[0], H * d_c)
 
 
-# 7.4 absorbed scores (find the bug) ---------------------------------------------------
-def _scores(q_c, q_r, c_kv, k_r, w_uk, *, layout="right", scale="right"):
-    H, d_h, d_c, d_r = q_c.shape[1], q_c.shape[-1], c_kv.shape[-1], q_r.shape[-1]
-    per_head = {
-        "right": w_uk.view(H, d_h, d_c),
-        "bug": w_uk.view(H, d_c, d_h).transpose(1, 2),  # the page's bug: shapes fit, values don't
-        "reshape": w_uk.reshape(d_c, H * d_h).T.reshape(H, d_h, d_c),  # rows read as columns
-    }[layout]
-    q_lat = torch.einsum("bhtd,hdc->bhtc", q_c, per_head)  # (B, H, T, d_c)
-    k = torch.cat([c_kv, k_r], dim=-1).unsqueeze(1)  # (B, 1, T, d_c + d_r)
-    width = {"right": d_h + d_r, "bug": d_c + d_r, "content": d_h}[scale]
-    return torch.cat([q_lat, q_r], dim=-1) @ k.transpose(-2, -1) * width**-0.5
+# 7.4 absorbed chunk (find the bugs) ---------------------------------------------------
+def _chunk(mla, x, cache, *, norm=True, k_offset=True, q_offset=True, causal=True):
+    past = cache.size
+    q_c, q_r = mla.queries(x, offset=past if q_offset else 0)  # (B, H, T, d_h), (B, H, T, d_r)
+    c_new = mla.kv_down(x)  # (B, T, d_c)
+    if norm:
+        c_new = mla.kv_norm(c_new)
+    k_new = mla.rope(mla.k_rope(x), offset=past if k_offset else 0)  # (B, T, d_r)
+    c_kv, k_r = cache.update(c_new, k_new)  # (B, T_k, ·)
+    mla.causal = causal
+    try:
+        heads, _ = mla._attend_absorbed(q_c, q_r, c_kv, k_r, None, False)  # (B, H, T, d_v)
+    finally:
+        mla.causal = True
+    return mla.out_proj(heads.transpose(1, 2).flatten(2))  # (B, T, d_model)
 
 
 ANSWERS = {
-    check_absorbed_scores: (
-        [_scores],
+    check_absorbed_chunk: (
+        [_chunk],
         [
-            (lambda *a: _scores(*a, layout="bug", scale="bug"), "not one factor off"),  # as given
-            (lambda *a: _scores(*a, layout="bug"), "not one factor off"),  # the scale fixed only
-            (lambda *a: _scores(*a, scale="bug"), "the scale is not"),  # the layout fixed only
-            (lambda *a: _scores(*a, scale="content"), "the scale is not"),  # 1/√d_h: RoPE forgotten
-            (lambda *a: _scores(*a, layout="reshape"), "not one factor off"),
+            (lambda *a: _chunk(*a, norm=False, k_offset=False, q_offset=False), "latents c_KV differ"),  # as given
+            (lambda *a: _chunk(*a, norm=False), "latents c_KV differ"),  # the offset fixed only
+            (lambda *a: _chunk(*a, k_offset=False, q_offset=False), "k_R differ from the layer's from the second"),
+            (lambda *a: _chunk(*a, q_offset=False), "chunk 2's outputs are not"),  # the key's offset only
+            (lambda *a: _chunk(*a, causal=False), "chunk 1's outputs are not"),  # no mask within the chunk
         ],
     ),
     check_gqa_as_mla: (

@@ -29,7 +29,7 @@ from .ch05 import (
     check_mqa_test,
 )
 from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
-from .ch07 import check_absorbed_output, check_absorbed_scores, check_gqa_as_mla, check_key_rank
+from .ch07 import check_absorbed_chunk, check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
 from .ch10 import check_parameter_formula, check_uniform_previous_score
@@ -86,7 +86,7 @@ __all__ = [
     "check_gqa_as_mla",
     "check_key_rank",
     "check_absorbed_output",
-    "check_absorbed_scores",
+    "check_absorbed_chunk",
     # ch08
     "check_sinusoidal",
     "check_rope_rotation",

@@ -16,7 +16,7 @@ __all__ = [
     "check_key_rank",
     "check_absorbed_output",
     "check_fold_prediction",
-    "check_absorbed_scores",
+    "check_absorbed_chunk",
 ]
 
 
@@ -293,44 +293,45 @@ def check_fold_prediction(fn: Callable[[], tuple]) -> bool:
     return report(name, True, f"ratio {counted(8, 4096):.2f} at both sizes; folding saves up to d_c = {lo}")
 
 
-def check_absorbed_scores(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 7.4: ``fn(q_c, q_r, c_kv, k_r, w_uk)``, the learner's fix of a buggy absorbed step.
+def check_absorbed_chunk(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 7.4: ``fn(mla, x, cache)``, the learner's fix of a buggy chunk step.
 
-    It returns every head's scaled scores against the cached latents, computed in latent
-    space: ``w_uk`` is ``k_up.weight`` in ``nn.Linear``'s layout ``(H·d_h, d_c)``. The
-    reference is the naive form of a real :class:`~attn_core.layers.mla.MultiHeadLatentAttention`
-    (every cached latent decompressed by ``k_up``, the RoPE key shared by all heads, the layer's
-    own scale), for two shapes whose ``d_h``, ``d_c`` and ``d_h^R`` all differ. A verdict says
-    whether the scores are off by one constant factor (the scale) or in their pattern (the
-    per-head blocks of ``w_uk``), never the right scale or layout.
+    ``fn`` appends the chunk ``x`` to ``cache`` (a :class:`~attn_core.LatentKVCache` that may
+    already hold earlier tokens) and returns the layer's absorbed output for it. The check feeds
+    a sequence of 7 tokens in two chunks (4, then 3) to a fresh cache and compares both the
+    outputs with the layer's one pass and the cache with the one the layer's own forward fills,
+    for two shapes. A verdict says *where* it differs (which cached tensor, which chunk), never
+    the fix.
 
     Shapes:
-        q_c: ``(B, H, T, d_h)``; q_r: ``(B, H, T, d_r)``; c_kv: ``(B, T, d_c)``;
-        k_r: ``(B, T, d_r)``; w_uk: ``(H·d_h, d_c)``; fn's output: ``(B, H, T, T)``
+        x: ``(B, T, d_model)``; fn's output: ``(B, T, d_model)``
     """
-    name = "7.4 absorbed scores"
+    name = "7.4 absorbed chunk"
     for seed, (H, d_h, d_c, d_r) in enumerate(((2, 8, 6, 4), (3, 4, 10, 2)), start=740):
         with torch.random.fork_rng(devices=[]):  # building layers must not move the notebook's RNG
             torch.manual_seed(seed)
             mla = MultiHeadLatentAttention(H * d_h, H, d_latent=d_c, head_dim=d_h, rope_dim=d_r).double()
-        x = _inputs(seed, 2, 5, H * d_h)  # (B, T, d_model)
+        x = _inputs(seed, 2, 7, H * d_h)  # (B, T, d_model)
         with torch.no_grad():
-            q_c, q_r = mla.queries(x)
-            c_kv, k_r = mla.latents(x)
-            # naive: (B, T, H*d_h) -> (B, H, T, d_h), the shared RoPE key beside every head's
-            k_c = mla.k_up(c_kv).view(2, 5, H, d_h).transpose(1, 2)
-            k = torch.cat([k_c, k_r.unsqueeze(1).expand(-1, H, -1, -1)], dim=-1)
-            want = torch.cat([q_c, q_r], dim=-1) @ k.transpose(-2, -1) * mla.scale
+            ref_cache, cache = mla.make_cache(2, 7), mla.make_cache(2, 7)
+            want = mla(x, kv_cache=ref_cache)  # (B, 7, d_model), one pass
             try:
-                got = fn(q_c, q_r, c_kv, k_r, mla.k_up.weight.detach().clone())
+                got = [fn(mla, x[:, :4], cache), fn(mla, x[:, 4:], cache)]
             except Exception as e:  # a learner's bug should print, not stop the notebook
                 return report(name, False, f"{type(e).__name__}: {e}")
-        if not (isinstance(got, torch.Tensor) and got.shape == want.shape):
-            return compare(name, got, want)
-        got = got.double()
-        if not torch.allclose(got, want, atol=1e-10):
-            factor = (got * want).sum() / (want * want).sum()  # least-squares constant
-            if torch.allclose(got, factor * want, atol=1e-10):
-                return report(name, False, "the pattern is right, the scale is not")
-            return report(name, False, "not one factor off: check how w_uk splits into heads")
-    return report(name, True, "two shapes, equal to the naive form's within 1e-10")
+            if cache.size != 7:
+                return report(name, False, f"the cache holds {cache.size} tokens after 7, not 7")
+            empty = (x.new_zeros(2, 0, d_c), x.new_zeros(2, 0, d_r))
+            stored, ref = cache.update(*empty), ref_cache.update(*empty)  # every cached token
+        close = lambda a, b: torch.allclose(a.double(), b, atol=1e-10)
+        if not close(stored[0], ref[0]):
+            return report(name, False, "the cached latents c_KV differ from the layer's, in both chunks")
+        if not close(stored[1], ref[1]):
+            where = "from the second chunk on" if close(stored[1][:, :4], ref[1][:, :4]) else "everywhere"
+            return report(name, False, f"the cached RoPE keys k_R differ from the layer's {where}")
+        for chunk, (g, w) in enumerate(zip(got, (want[:, :4], want[:, 4:])), start=1):
+            if not (isinstance(g, torch.Tensor) and g.shape == w.shape):
+                return compare(name, g, w)
+            if not close(g, w):
+                return report(name, False, f"the cache is right; chunk {chunk}'s outputs are not")
+    return report(name, True, "outputs and cache equal the layer's within 1e-10")
