@@ -143,6 +143,7 @@ ANSWERS = {
             ({1024: 32, 32768: 32}, "at 1024 tokens"),  # the caches' ratio
             ({1024: 19.6, 32768: 19.6}, "at 1024 tokens"),  # the page's 4096, unchanged
             ({1024: 9.4, 32768: 19.6}, "at 32768 tokens"),
+            ({1024: 9.4, 32768: 32}, "at 32768 tokens"),  # n_heads / n_kv_heads
             ({1024: 9.4}, "keys"),
         ],
     ),
