@@ -245,15 +245,28 @@ def check_causal_cross_prediction(predicted: object) -> bool:
     needed = torch.arange(n - 1, -1, -1)  # (n,): output i copies source position n-1-i
     visible = causal_mask(n)[torch.arange(n), needed]  # (n,): may step i read it?
     want = {i for i in range(n) if bool(visible[i])}
-    got = _as_positions(predicted, n)
+    return _check_position_set(
+        name,
+        predicted,
+        want,
+        n,
+        what="output positions",
+        hint=lambda i: f"look again at output {i}: it needs source position {n - 1 - i}, and step {i} reads 0..{i}",
+        right=f"outputs {sorted(want)}: step i sees n-1-i once n-1-i <= i",
+    )
+
+
+def _check_position_set(name, predicted, want: set, size: int, *, what: str, hint, right: str) -> bool:
+    """A predicted set of indices in ``0..size-1`` against ``want``.
+
+    ``hint(i)`` is the message for the first index wrongly in or out of the prediction.
+    """
+    got = _as_positions(predicted, size)
     if got is None:
-        return report(name, False, f"give a set of output positions 0 to {n - 1}, got {predicted!r:.40}")
+        return report(name, False, f"give a set of {what} 0 to {size - 1}, got {predicted!r:.40}")
     if got != want:
-        i = min(got ^ want)
-        return report(
-            name, False, f"look again at output {i}: it needs source position {n - 1 - i}, and step {i} reads 0..{i}"
-        )
-    return report(name, True, f"outputs {sorted(want)}: step i sees n-1-i once n-1-i <= i")
+        return report(name, False, hint(min(got ^ want)))
+    return report(name, True, right)
 
 
 def check_prefix_rows_prediction(predicted: object) -> bool:
@@ -268,14 +281,18 @@ def check_prefix_rows_prediction(predicted: object) -> bool:
     T = T_src + T_tgt
     differs = (_prefix_lm(T_src, T_tgt) != causal_mask(T)).any(dim=1)  # (T,)
     want = {r for r in range(T) if bool(differs[r])}
-    got = _as_positions(predicted, T)
-    if got is None:
-        return report(name, False, f"give a set of row indices 0 to {T - 1}, got {predicted!r:.40}")
-    if got != want:
-        r = min(got ^ want)
-        part = "source" if r < T_src else "target"
-        return report(name, False, f"look again at row {r} (a {part} token): what does causal already let it read?")
-    return report(name, True, f"rows {sorted(want)}: the last source row already reads all the source")
+    return _check_position_set(
+        name,
+        predicted,
+        want,
+        T,
+        what="row indices",
+        hint=lambda r: (
+            f"look again at row {r} (a {'source' if r < T_src else 'target'} token): "
+            "what does causal already let it read?"
+        ),
+        right=f"rows {sorted(want)}: the last source row already reads all the source",
+    )
 
 
 __all__ += ["check_entries_saved_prediction"]
