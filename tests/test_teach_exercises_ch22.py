@@ -19,9 +19,14 @@ from attn_core.teach.exercises.ch22 import (
 
 
 # Exercise 22.1: the ring's backward bytes. K, V go W - 1 hops again; dK, dV go W hops.
+# dK, dV travel in float32 at least.
 def _backward(B, H, H_kv, T, D, W, element_size):
-    shard = B * H_kv * (T // W) * 2 * D * element_size  # one rank's K and V
-    return (2 * W - 1) * shard
+    shard = B * H_kv * (T // W) * 2 * D  # one rank's K and V, in elements
+    return (W - 1) * shard * element_size + W * shard * max(element_size, 4)
+
+
+def _gradients_in_input_dtype(B, H, H_kv, T, D, W, element_size):  # right in float64 only
+    return (2 * W - 1) * B * H_kv * (T // W) * 2 * D * element_size
 
 
 def _forward_only(B, H, H_kv, T, D, W, element_size):
@@ -119,6 +124,7 @@ ANSWERS = {
             (_forward_only, "forward pass's traffic"),
             (_no_home_hop, "one more hop"),
             (_query_heads, "only the key/value heads travel"),
+            (_gradients_in_input_dtype, "travel in float32"),
         ],
     ),
     check_balanced_layout: (

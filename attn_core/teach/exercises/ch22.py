@@ -3,7 +3,7 @@
 * :func:`check_ring_backward_bytes` (predict, then run): the bytes one rank sends in the
   ring's backward pass, as a function of the shapes, held against bytes *measured* in
   spawned gloo processes (:func:`attn_core.parallel.measure.measure_schemes`) at two or
-  more world sizes.
+  more world sizes, and against :func:`attn_core.parallel.formulas.ring_bytes` in bfloat16.
 * :func:`check_balanced_layout` (design): an assignment of ``n`` chunks to each of ``W``
   ranks whose causal work is equal, the work measured by counting the tiles of the dense
   causal mask that each rank's query chunks touch, in total and at every ring step (the
@@ -23,6 +23,7 @@ import torch
 from ...ops.attention import attention
 from ...ops.masks import causal_mask
 from ...ops.partial import merge_partials, partial_attention
+from ...parallel.formulas import ring_bytes
 from ...parallel.measure import measure_schemes
 from ...parallel.sharding import LAYOUTS, shard_chunks, shard_sequence
 from ._common import report
@@ -96,8 +97,18 @@ def check_ring_backward_bytes(fn, runs: dict | None = None, sizes: dict | None =
         if got != want:
             before = f"right at W={cases[0][0]['W']}, not at W={s['W']}: " if i else ""
             return report(name, False, before + _hint(got, want, s))
+    # bfloat16 inputs (not run here): K, V travel in 2 bytes, dK, dV in the ring's float32.
+    s = dict(BACKWARD_RUN, element_size=2)
+    want = ring_bytes(**{k: s[k] for k in ("B", "H_kv", "T", "D", "W")}, element_size=2, backward=True)
+    try:
+        got = fn(**s)
+    except Exception as e:
+        return report(name, False, f"bfloat16: {type(e).__name__}: {e}")
+    if got != want:
+        why = "dK, dV travel in float32 (the accumulation dtype)" if got * 3 == want * 2 else _hint(got, want, s)
+        return report(name, False, f"right in float64, not in bfloat16 (element_size=2): {why}")
     sizes_run = ", ".join(str(s["W"]) for s, _ in sorted(cases, key=lambda c: c[0]["W"]))
-    return report(name, True, f"equal to the measured bytes at W={sizes_run}")
+    return report(name, True, f"measured bytes at W={sizes_run}, bfloat16 formula")
 
 
 def _tiles(n_chunks: int) -> torch.Tensor:
