@@ -105,7 +105,10 @@ def check_ring_backward_bytes(fn, runs: dict | None = None, sizes: dict | None =
     except Exception as e:
         return report(name, False, f"bfloat16: {type(e).__name__}: {e}")
     if got != want:
-        why = "dK, dV travel in float32 (the accumulation dtype)" if got * 3 == want * 2 else _hint(got, want, s)
+        W = s["W"]
+        elements = want // ((W - 1) * 2 + W * 4)  # one key/value shard's numbers (K, V in 2 bytes, dK, dV in 4)
+        in_input_dtype = (2 * W - 1) * elements * 2  # dK, dV sent in bfloat16 as well
+        why = "dK, dV travel in float32 (the accumulation dtype)" if got == in_input_dtype else _hint(got, want, s)
         return report(name, False, f"right in float64, not in bfloat16 (element_size=2): {why}")
     sizes_run = ", ".join(str(s["W"]) for s, _ in sorted(cases, key=lambda c: c[0]["W"]))
     return report(name, True, f"measured bytes at W={sizes_run}, bfloat16 formula")
