@@ -98,6 +98,7 @@ RANK = {
     "config": 3,
     "model": 4,
     "hf": 5,
+    "serving": 5,
     "teach": 6,
     "": 7,  # attn_core/__init__.py: the public names
 }

@@ -1,4 +1,4 @@
-"""attn_core.teach.exercises.ch22: the right and wrong answers of exercises 22.1-22.3 (ANSWERS, held to
+"""attn_core.teach.exercises.ch23: the right and wrong answers of exercises 23.1-23.3 (ANSWERS, held to
 the standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from attn_core.parallel.sharding import shard_chunks
-from attn_core.teach.exercises.ch22 import (
+from attn_core.teach.exercises.ch23 import (
     LAYOUT_CASES,
     _critical_path,
     _tiles,
@@ -18,7 +18,7 @@ from attn_core.teach.exercises.ch22 import (
 )
 
 
-# Exercise 22.1: the ring's backward bytes. K, V go W - 1 hops again; dK, dV go W hops.
+# Exercise 23.1: the ring's backward bytes. K, V go W - 1 hops again; dK, dV go W hops.
 # dK, dV travel in float32 at least.
 def _backward(B, H, H_kv, T, D, W, element_size):
     shard = B * H_kv * (T // W) * 2 * D  # one rank's K and V, in elements
@@ -41,7 +41,7 @@ def _query_heads(B, H, H_kv, T, D, W, element_size):
     return (2 * W - 1) * B * H * (T // W) * 2 * D * element_size
 
 
-# Exercise 22.2: a balanced layout; mirrored pairs, and a search for an odd count per rank.
+# Exercise 23.2: a balanced layout; mirrored pairs, and a search for an odd count per rank.
 def _balanced(W, n):
     if n % 2 == 0:
         pairs = [(i, 2 * W * (n // 2) - 1 - i) for i in range(W * n // 2)]  # work i + 1 and n·W - i
@@ -91,7 +91,7 @@ def _zigzag_shifted(W, n):  # zig-zag pairs shifted by W: the chunks overlap
     return [tuple(x for j in range(n) for x in (r + W * j, 2 * W - 1 - r + W * j))[:n] for r in range(W)]
 
 
-# Exercise 22.3: the ring step's plan. The bug: ranks compared instead of chunks.
+# Exercise 23.3: the ring step's plan. The bug: ranks compared instead of chunks.
 def _plan(rank, source, W, layout):
     mine, theirs = shard_chunks(rank, W, layout), shard_chunks(source, W, layout)
     return [(a, b, theirs[b] == mine[a]) for a in range(len(mine)) for b in range(len(theirs)) if theirs[b] <= mine[a]]
@@ -182,7 +182,7 @@ def test_the_buggy_plan_passes_the_obvious_test():
 
 def test_the_page_gives_the_buggy_plan():
     # The notebook's "your turn" cell holds the plan to fix: the one above, bug and all.
-    chapter = Path(__file__).parents[1] / "book" / "22_attention_across_devices.ipynb"
+    chapter = Path(__file__).parents[1] / "book" / "23_attention_across_devices.ipynb"
     cells = ["".join(c["source"]) for c in json.loads(chapter.read_text())["cells"] if c["cell_type"] == "code"]
     given = next(c for c in cells if "# fix me" in c)
     source = given[given.index("def step_plan") : given.index("\n\n\nok = ")]

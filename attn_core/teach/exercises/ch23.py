@@ -1,4 +1,4 @@
-"""Checks for the exercises of chapter 22 (attention across devices).
+"""Checks for the exercises of chapter 23 (attention across devices).
 
 * :func:`check_ring_backward_bytes` (predict, then run): the bytes one rank sends in the
   ring's backward pass, as a function of the shapes, held against bytes *measured* in
@@ -30,7 +30,7 @@ from ._common import report
 
 __all__ = ["check_ring_backward_bytes", "check_balanced_layout", "check_step_plan"]
 
-# The shapes of the measured runs of exercise 22.1: grouped-query (H_kv < H), 3 ranks, and
+# The shapes of the measured runs of exercise 23.1: grouped-query (H_kv < H), 3 ranks, and
 # 2 ranks when the caller has no measured runs of its own (so that ``W + 2`` cannot pass).
 BACKWARD_RUN = {"B": 1, "H": 4, "H_kv": 2, "T": 24, "D": 8, "W": 3, "element_size": 8}
 
@@ -68,7 +68,7 @@ def _hint(got, want: int, s: dict) -> str:
 
 
 def check_ring_backward_bytes(fn, runs: dict | None = None, sizes: dict | None = None) -> bool:
-    """Exercise 22.1: ``fn(B, H, H_kv, T, D, W, element_size)`` -> bytes one rank sends in the ring's backward.
+    """Exercise 23.1: ``fn(B, H, H_kv, T, D, W, element_size)`` -> bytes one rank sends in the ring's backward.
 
     Measured: three spawned processes run ring attention forward and backward (float64,
     GQA) and count the bytes each rank hands to ``torch.distributed``. Other world sizes
@@ -76,7 +76,7 @@ def check_ring_backward_bytes(fn, runs: dict | None = None, sizes: dict | None =
     measured at the keyword sizes ``sizes``, float64) when given, else from one more
     measured run on 2 ranks.
     """
-    name = "22.1 ring backward bytes"
+    name = "23.1 ring backward bytes"
     cases = [(BACKWARD_RUN, measured_ring_backward_bytes)]
     if runs is None:
         cases.append((dict(BACKWARD_RUN, W=2), lambda: measured_ring_backward_bytes(2)))
@@ -149,7 +149,7 @@ LAYOUT_CASES = (
 
 
 def check_balanced_layout(fn) -> bool:
-    """Exercise 22.2: ``fn(W, n)`` -> ``W`` tuples of ``n`` chunk indices (of ``n · W``), of equal causal work.
+    """Exercise 23.2: ``fn(W, n)`` -> ``W`` tuples of ``n`` chunk indices (of ``n · W``), of equal causal work.
 
     Equal at every ring step too: rank ``r`` meets rank ``(r - s) mod W``'s chunks at step
     ``s``, and the sum over steps of the busiest rank's blocks must equal each rank's total.
@@ -157,7 +157,7 @@ def check_balanced_layout(fn) -> bool:
     Where no such layout exists, ``fn`` returns ``None`` (the cases are known in advance:
     the test module searches every partition of each one).
     """
-    name = "22.2 balanced layout"
+    name = "23.2 balanced layout"
     for W, n, exists in LAYOUT_CASES:
         try:
             answer = fn(W, n)
@@ -232,13 +232,13 @@ def _simulated_ring(plan_fn, q, k, v, W: int, layout: str) -> tuple[torch.Tensor
 
 
 def check_step_plan(fn) -> bool:
-    """Exercise 22.3: the fixed ``step_plan(rank, source, W, layout)`` -> ``[(a, b, causal), ...]``.
+    """Exercise 23.3: the fixed ``step_plan(rank, source, W, layout)`` -> ``[(a, b, causal), ...]``.
 
     ``a`` and ``b`` index the chunks inside the query shard and the key shard. The plan is
     run as a causal ring in one process for both layouts and ``W`` = 2, 3, 4, and the
     output compared with one-device attention in float64 (tolerance 1e-10).
     """
-    name = "22.3 step plan"
+    name = "23.3 step plan"
     g = torch.Generator().manual_seed(22)
     for layout in LAYOUTS:
         for W in (2, 3, 4):
