@@ -14,9 +14,9 @@ group's ``min`` and ``max`` come back (up to float rounding) at the codes -128 a
 channels whose values are large at every token. A scale shared along a token's channels
 (per token) is set by the outlier and crushes the small channels to a few codes; a scale
 shared along the tokens of one channel (per channel) sees only that channel's range.
-Values have no such channels, and each output mixes values token by token with the
-attention weights, so a per-token error stays in its own token. This is KIVI's choice
-(Liu et al. 2024): keys per channel, values per token.
+Values have no such channels, and the attention output is a weighted sum of value
+*rows*: each row quantized with its own range (per token) keeps its error relative to
+itself. This is KIVI's choice (Liu et al. 2024): keys per channel, values per token.
 
 Per-channel statistics need several tokens. :class:`QuantizedKVCache` therefore keeps the
 newest ``< group`` tokens in full precision (the *residual*) and quantizes them as one
