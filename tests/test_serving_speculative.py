@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from attn_core import DecoderConfig, generate
+from attn_core.caches.quantized import WithQuantizedCache
 from attn_core.config import LayerPattern
 from attn_core.serving import speculative
 from attn_core.serving.speculative import PromptLookup, SpeculativeStats, accept_drafts, speculative_generate
@@ -182,6 +183,8 @@ def test_speculative_generate_refuses_bad_input():
     other = decoder(DecoderConfig.llama_like(vocab_size=V + 1, d_model=32, n_heads=4, n_kv_heads=2)).double()
     with pytest.raises(ValueError, match="draft vocabulary V=25 differs from the target's V=24"):
         speculative_generate(target, other, PROMPT, 4, k=2)
+    with pytest.raises(ValueError, match="target's layer 0 keeps a QuantizedKVCache"):
+        speculative_generate(WithQuantizedCache(target), lookup, PROMPT, 4, k=2)
     pattern = LayerPattern(layer_types=("sliding", "full"), sliding_window=4)
     window = DecoderConfig.llama_like(vocab_size=V, d_model=32, n_heads=4, n_kv_heads=2, pattern=pattern)
     with pytest.raises(ValueError, match="layer 0 keeps a RollingKVCache, which cannot be truncated"):
