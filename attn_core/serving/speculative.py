@@ -19,8 +19,7 @@ output is the target's own greedy output, token for token.
 After a rejection the caches hold keys and values of tokens that were not kept:
 ``cache.truncate`` cuts them back (:meth:`~attn_core.caches.kv.SlotCache.truncate`), so
 every layer's cache must be one that can be truncated (not a sliding window's ring, a
-recurrent state, a static cache
-or an int8 cache).
+recurrent state, a static cache or an int8 cache).
 
 Shape legend:
     T      prompt length; ``N`` new tokens; ``L`` tokens so far
