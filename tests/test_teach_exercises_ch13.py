@@ -10,22 +10,10 @@ import torch
 from attn_core.teach.exercises.ch13 import (
     check_backward_from_lse,
     check_fa1_traffic,
-    check_merge_stats,
+    check_tiled_peak_prediction,
     check_unequal_tiles,
     fa1_traffic_elements,
 )
-
-
-# Exercise 13.3: merging the statistics of two blocks.
-def _merge(m1, l1, m2, l2):
-    m = torch.maximum(m1, m2)
-    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    return m, l1 * torch.exp(m1 - safe) + l2 * torch.exp(m2 - safe)
-
-
-def _merge_unguarded(m1, l1, m2, l2):  # exp(-inf - (-inf)) = NaN for two masked blocks
-    m = torch.maximum(m1, m2)
-    return m, l1 * torch.exp(m1 - m) + l2 * torch.exp(m2 - m)
 
 
 # Exercise 13.1: FlashAttention-1's traffic (key/value blocks outside, query blocks inside).
@@ -146,12 +134,17 @@ ANSWERS = {
             ),
         ],
     ),
-    check_merge_stats: (
-        [_merge],
+    check_tiled_peak_prediction: (
+        # twice the output (1 MiB) plus three or four float32 tiles of (2, b, b)
+        [{64: 1.1, 256: 2.5}, {64: 1.13, 256: 3.0}],
         [
-            (lambda m1, l1, m2, l2: (torch.maximum(m1, m2), l1 + l2), "rescale"),
-            (_merge_unguarded, "NaN"),
-            (lambda m1, l1, m2, l2: (m1, _merge(m1, l1, m2, l2)[1]), "larger of m1 and m2"),
+            ({64: 1.0, 256: 1.0}, "block 256"),  # the output alone, the tiles forgotten
+            ({64: 1.1, 256: 1.5}, "block 256"),  # one tile alive at a time
+            ({64: 1.1, 256: 1.75}, "block 256"),  # tiles of one head, not two
+            ({64: 0.6, 256: 2.0}, "block 64"),  # the output held once
+            ({64: 8.0, 256: 8.0}, "block 64"),  # one T×T matrix of scores
+            ({64: 1.1}, "keys"),
+            ({64: 1.1, 256: "2.5"}, "a number"),
         ],
     ),
     check_fa1_traffic: (

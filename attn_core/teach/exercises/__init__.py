@@ -35,7 +35,7 @@ from .ch09 import check_placement_probe
 from .ch10 import check_parameter_formula, check_uniform_previous_score
 from .ch11 import check_causality_test, check_padded_shaped, check_shaped_decode_step
 from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
-from .ch13 import check_backward_from_lse, check_fa1_traffic, check_merge_stats
+from .ch13 import check_backward_from_lse, check_fa1_traffic, check_tiled_peak_prediction
 from .ch14 import (
     check_attention_parameters,
     check_equivalent_groups,
@@ -106,7 +106,7 @@ __all__ = [
     "check_cache_bytes",
     "check_greedy_decode",
     # ch13
-    "check_merge_stats",
+    "check_tiled_peak_prediction",
     "check_fa1_traffic",
     "check_backward_from_lse",
     # ch14
