@@ -202,7 +202,7 @@ def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
         return all(torch.allclose(out[b, :, p:], ref[b], atol=1e-8) for b, p in enumerate(pads))
 
     if same(got, want):
-        return report(name, True, "each real position matches its sequence alone (pads 0, 2, 4)")
+        return report(name, True, "each real position equals its sequence alone (pads 0, 2, 4)")
     slips = [
         (dict(mask_softmax=True, mask_c=False),
          "the padding is still in C: row i must average the *real* positions up to i "
