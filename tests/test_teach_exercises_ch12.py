@@ -87,27 +87,27 @@ ANSWERS = {
     check_copies_history: (
         [_copies],
         [
-            (_copies_from_pointers, "doubles its storage"),
-            (_copies_short, "preallocated for 256 positions"),
-            (_copies_exact, "said True, but it doubles"),
+            (_copies_from_pointers, "doubles its room"),
+            (_copies_short, "copies past 256"),
+            (_copies_exact, "doubles its room"),
             (lambda make_cache: True, "said True"),
         ],
     ),
     check_cached_attention: (
         [_cached_attention, lambda *a: _cached_attention(*a, bug="shifted")],
         [
-            (lambda *a: _cached_attention(*a, bug="shown"), "after 5 cached positions"),
-            (lambda *a: _cached_attention(*a, bug="zero"), "differs from the full pass"),
-            (lambda *a: _cached_attention(*a, bug="after update"), "after 5 cached positions"),
-            (lambda *a: _cached_attention(*a, bug="query last"), "the first call"),
+            (lambda *a: _cached_attention(*a, bug="shown"), "call 2 (5 cached)"),
+            (lambda *a: _cached_attention(*a, bug="zero"), "!= full pass"),
+            (lambda *a: _cached_attention(*a, bug="after update"), "call 2 (5 cached)"),
+            (lambda *a: _cached_attention(*a, bug="query last"), "call 1 (0 cached)"),
         ],
     ),
     check_scores_computed: (
         [_scores],
         [
-            (lambda P, N, C: (P + N - 1) * (P + N) // 2, "causal scores only"),
-            (lambda P, N, C: _scores(P, N, C, all_fed=True), "never fed back"),
-            (lambda P, N, C: _scores(P, N, C, full_chunks=True), "last chunk"),
+            (lambda P, N, C: (P + N - 1) * (P + N) // 2, "masked scores count"),
+            (lambda P, N, C: _scores(P, N, C, all_fed=True), "isn't fed"),
+            (lambda P, N, C: _scores(P, N, C, full_chunks=True), "last chunk full"),
             (lambda P, N, C: float(_scores(P, N, C)), "an int"),
         ],
     ),

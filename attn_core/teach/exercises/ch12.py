@@ -98,12 +98,12 @@ class _Spill(_Cat):
 def copies_candidates() -> list[tuple[type, bool, str]]:
     """Exercise 12.1's candidates ``(cache class, copies, what)`` in a fixed mixed order."""
     return [
-        (_Doubling, False, "doubles its storage when full: a copy now and then, constant on average"),
+        (_Doubling, False, "doubles its room when full"),
         (_Cat, True, "grows by torch.cat"),
-        (_Counted, False, "writes one position and a few bytes of bookkeeping per append"),
-        (_Spill, True, "is preallocated for 256 positions, then grows by torch.cat"),
-        (_Slot, False, "writes one position into preallocated storage"),
-        (_Clone, True, "stores in place but returns copies of its whole history"),
+        (_Counted, False, "writes 1 position + a counter"),
+        (_Spill, True, "copies past 256 positions"),
+        (_Slot, False, "writes 1 position per append"),
+        (_Clone, True, "returns copies of its history"),
     ]
 
 
@@ -133,20 +133,20 @@ def check_copies_history(fn: Callable[[Callable[[], object]], bool]) -> bool:
     Shapes:
         k, v: ``(1, 2, 1, 8)``; the returned keys and values: ``(1, 2, T, 8)``
     """
-    name = "12.1 copies its history"
+    name = "12.1 copies history"
     candidates = copies_candidates()
     for i, (cls, copies, what) in enumerate(candidates, start=1):
         try:
             with torch.random.fork_rng(devices=[]):  # the learner's draws leave the notebook's alone
                 got = fn(_named(cls))
         except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"candidate {i} raised {type(e).__name__}: {e}")
+            return report(name, False, f"cache {i} raised {type(e).__name__}: {e}")
         if not isinstance(got, bool):
-            return report(name, False, f"candidate {i}: returned {describe(got)}, expected a bool")
+            return report(name, False, f"cache {i}: returned {describe(got)}, not a bool")
         if got != copies:
-            return report(name, False, f"candidate {i} of {len(candidates)}: said {got}, but it {what}")
+            return report(name, False, f"cache {i}/{len(candidates)}: said {got}, but it {what}")
     n = sum(copies for _, copies, _ in candidates)
-    return report(name, True, f"right on all {len(candidates)} caches ({n} copy, {len(candidates) - n} do not)")
+    return report(name, True, f"right on {len(candidates)} caches ({n} copy, {len(candidates) - n} do not)")
 
 
 # Exercise 12.2: the cases a cached attention call must match the full pass on: lists of
@@ -176,7 +176,7 @@ def check_cached_attention(fn: Callable[..., torch.Tensor]) -> bool:
         full = attention(rope(q), rope(k), v, is_causal=True)  # (B, H, T, D)
         cache = KVCache(batch_size=2, n_kv_heads=2, head_dim=8, max_len=T, dtype=torch.float64)
         start = 0
-        for n in chunks:
+        for call, n in enumerate(chunks, start=1):
             new = slice(start, start + n)
             try:
                 with torch.no_grad():
@@ -185,16 +185,12 @@ def check_cached_attention(fn: Callable[..., torch.Tensor]) -> bool:
                 return report(name, False, f"chunks {chunks}: {type(e).__name__}: {e}")
             want = full[:, :, new]
             if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-                return report(name, False, f"chunks {chunks}: returned {describe(got)}, expected {tuple(want.shape)}")
+                return report(name, False, f"chunks {chunks}: {describe(got)}, not {tuple(want.shape)}")
             err = (got.double() - want).abs().max().item()
             if not err <= 1e-9:
-                where = "the first call" if start == 0 else f"the call after {start} cached position"
-                where += "s" if start > 1 else ""
-                return report(
-                    name, False, f"chunks {chunks}: {where} ({n} new) differs from the full pass (beyond 1e-09)"
-                )
+                return report(name, False, f"fed {chunks}: call {call} ({start} cached) != full pass")
             start += n
-    return report(name, True, f"equal to the full pass on {len(_CHUNKS)} ways of feeding a sequence (float64)")
+    return report(name, True, f"equals the full pass in {len(_CHUNKS)} feeding orders (float64)")
 
 
 def measured_scores(prompt_len: int, new_tokens: int, chunk: int) -> int:
@@ -238,16 +234,12 @@ def check_scores_computed(fn: Callable[[int, int, int], int]) -> bool:
             causal = T * (T + 1) // 2
             hint = ""
             if got == causal:
-                hint = ": that counts the causal scores only; each chunk's masked ones are computed too"
+                hint = "; masked scores count too"
             elif isinstance(got, int) and got - want == P + N:
-                hint = ": the last new token is never fed back"
+                hint = "; the last token isn't fed"
             elif got == want:
-                hint = ": a count is an int"
+                hint = "; a count is an int"
             elif isinstance(got, int) and got > want and P % C:
-                hint = ": is the last chunk of the prompt full?"
-            return report(
-                name,
-                False,
-                f"prompt_len={P}, new_tokens={N}, chunk={C}: got {got!r}, measured {want}{hint}",
-            )
-    return report(name, True, f"all {len(cases)} cases match the FLOP counter's count")
+                hint = "; is the last chunk full?"
+            return report(name, False, f"P={P}, N={N}, C={C}: {got!r}, not {want}{hint}")
+    return report(name, True, f"{len(cases)} cases match PyTorch's FLOP counter")
