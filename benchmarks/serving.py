@@ -184,8 +184,9 @@ def smollm2_agreement(n_requests: int = 24, new_tokens: int = 24, log=print) -> 
             top2 = logits[0, len(p) - 1 + j].topk(2).values
             gaps.append(float(top2[0] - top2[1]))
     log(f"  smollm2 float32: {differ} of {n_requests} requests differ from generate alone; logit gaps {gaps}")
+    s = engine.stats
     return dict(requests=n_requests, new_tokens=new_tokens, differ=differ, gaps_at_first_difference=gaps,
-                cached_prefix_tokens=engine.stats.cached_prefix_tokens, prefill_tokens=engine.stats.prefill_tokens)  # fmt: skip
+                cached_prefix_tokens=s.cached_prefix_tokens, prefill_tokens=s.prefill_tokens)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
