@@ -256,8 +256,8 @@ class _PagedView:
         T_new = self._check_new(new)
         end = self._check_room(T_new)
         start = self.first_read(T_new)
-        written = self.storage.rows(self.table, self._size, end)  # (T_new,)
-        read = self.storage.rows(self.table, start, end)  # (end - start,)
+        read = self.storage.rows(self.table, start, end)  # (end - start,): reads start at or before size
+        written = read[self._size - start :]  # (T_new,)
         out = []
         for name, t in new.items():
             store = self.storage.tensors[name]
