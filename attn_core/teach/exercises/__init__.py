@@ -33,7 +33,7 @@ from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, ch
 from .ch09 import check_placement_probe
 from .ch10 import check_causality_test, check_parameter_formula, check_uniform_previous_score
 from .ch11 import check_padded_shaped, check_shaped_decode_step, check_uniform_stack_prediction
-from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
+from .ch12 import check_cached_attention, check_copies_history, check_scores_computed
 from .ch13 import check_backward_from_lse, check_fa1_traffic, check_merge_stats
 from .ch14 import (
     check_attention_parameters,
@@ -102,9 +102,9 @@ __all__ = [
     "check_padded_shaped",
     "check_uniform_stack_prediction",
     # ch12
-    "check_token_passes",
-    "check_cache_bytes",
-    "check_greedy_decode",
+    "check_copies_history",
+    "check_cached_attention",
+    "check_scores_computed",
     # ch13
     "check_merge_stats",
     "check_fa1_traffic",

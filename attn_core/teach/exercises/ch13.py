@@ -13,6 +13,7 @@ __all__ = [
     "check_merge_stats",
     "check_fa1_traffic",
     "check_backward_from_lse",
+    "check_unequal_tiles",
 ]
 
 
@@ -155,3 +156,54 @@ def check_backward_from_lse(fn: Callable[..., tuple]) -> bool:
                 err = (g_.detach().double() - w_).abs().max().item()
                 return report(name, False, f"{which}, T_q={T_q}, T_k={T_k}: max abs difference {err:.1e}{hint}")
     return report(name, True, "3 shapes, dq, dk and dv equal to autograd within 1e-10")
+
+
+def check_unequal_tiles(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 13.4: ``fn(q, k, v, block_q, block_k)`` is causal attention computed one
+    ``(block_q, block_k)`` tile of scores at a time, right for any two block sizes.
+
+    The reference is ``attention(q, k, v, is_causal=True)`` in float64. The cases include
+    blocks of different sizes, in both orders, and lengths that no block size divides. A
+    wrong output is described by what went wrong: a query that reads a later key (a changed
+    future key moves its output) or one that misses an earlier key (a changed earlier key
+    leaves its output alone).
+
+    Shapes:
+        q, k: ``(T, D)``; v: ``(T, D_v)``; fn's output: ``(T, D_v)``
+    """
+    name = "13.4 unequal tiles"
+    cases = ((10, 4, 4), (12, 4, 2), (12, 2, 4), (13, 3, 5), (7, 8, 2))
+    for seed, (T, b_q, b_k) in enumerate(cases, start=150):
+        q, k, v = _inputs(seed, T, 6), _inputs(seed + 1, T, 6), _inputs(seed + 2, T, 3)
+        want = attention(q, k, v, is_causal=True)
+
+        def run(k_: torch.Tensor, v_: torch.Tensor, q=q, b_q=b_q, b_k=b_k) -> object:
+            return fn(q.clone(), k_.clone(), v_.clone(), b_q, b_k)
+
+        try:
+            got = run(k, v)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        where = f"T={T}, block_q={b_q}, block_k={b_k}"
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return report(name, False, f"{where}: expected a tensor of shape {tuple(want.shape)}")
+        if torch.allclose(got.double(), want, atol=1e-10, rtol=0):
+            continue
+        # Which way it is wrong, told by moving one key (and its value) at a time.
+        for j in range(T):
+            k2, v2 = k.clone(), v.clone()
+            k2[j], v2[j] = k2[j] + 1.0, v2[j] + 1.0
+            try:
+                moved = (run(k2, v2).double() - got.double()).abs().amax(-1) > 1e-9
+            except Exception as e:  # a learner's bug should print, not stop the notebook
+                return report(name, False, f"{type(e).__name__}: {e}")
+            leaks, misses = moved[:j], ~moved[j:]
+            if leaks.any():
+                i = int(leaks.nonzero()[0])
+                return report(name, False, f"{where}: query {i} reads key {j}, which comes after it")
+            if misses.any():
+                i = j + int(misses.nonzero()[0])
+                return report(name, False, f"{where}: query {i} skips key {j}, which it may read")
+        err = (got.double() - want).abs().max().item()
+        return report(name, False, f"{where}: max abs difference {err:.1e} (tolerance 1e-10)")
+    return report(name, True, f"{len(cases)} cases, blocks of unequal sizes in both orders, within 1e-10")
