@@ -113,30 +113,30 @@ ANSWERS = {
     check_seeds_needed: (
         [_right_seeds],
         [
-            (_normal, "above the effect"),
-            (_threshold_only, "above the effect"),
-            (_unpaired, "fewer seeds"),
-            (_five_seed_t, "sd_diff="),
-            (_closed_form, "at least 3 seeds"),
+            (_normal, "> effect"),
+            (_threshold_only, "> effect"),
+            (_unpaired, "fewer already"),
+            (_five_seed_t, "fewer already"),
+            (_closed_form, "at least 3"),
         ],
     ),
     check_order_test: (
         [_right_order, _swap_two_pairs],
         [
-            (lambda layer: _shuffled_last(layer, compare_all=True), "without positions was called order-aware"),
-            (lambda layer: _shuffled_last(layer, tol=0.0), "was called order-aware"),
-            (lambda layer: _shuffled_last(layer, tol=1e-2), "weak recency bias"),
+            (lambda layer: _shuffled_last(layer, compare_all=True), "without positions: called order-aware"),
+            (lambda layer: _shuffled_last(layer, tol=0.0), "called order-aware"),
+            (lambda layer: _shuffled_last(layer, tol=1e-2), "weak recency bias: called order-blind"),
             (_swap(3, 4), "last few tokens"),
-            (_swap(9, 10), "first token"),
+            (_swap(9, 10), "first token: called order-blind"),
         ],
     ),
     check_paired_difference: (
         [_right_paired, _sorted_differences],
         [
-            (_sorted_pairs, "standard error"),
-            (_sorted_one, "standard error"),
-            (_welch, "standard error"),
-            (_population_sd, "standard error"),
+            (_sorted_pairs, "SE "),
+            (_sorted_one, "SE "),
+            (_welch, "SE "),
+            (_population_sd, "SE "),
         ],
     ),
 }

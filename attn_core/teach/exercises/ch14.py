@@ -61,15 +61,15 @@ def check_seeds_needed(fn: Callable[[float, float], int]) -> bool:
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
         if isinstance(got, bool) or not isinstance(got, int):
-            return report(name, False, f"sd_diff={sd_diff}, effect={effect}: expected an int, got {got!r}")
+            return report(name, False, f"sd {sd_diff}, effect {effect}: expected an int, got {got!r}")
         if got != want:
             if got < 3:
-                why = "the rule needs at least 3 seeds"
+                why = "the rule needs at least 3"
             elif got < want:
-                why = f"at {got} seeds the rule's MDE is {_rule_mde(sd_diff, got):.3g}, above the effect"
+                why = f"its MDE {_rule_mde(sd_diff, got):.3g} > effect"
             else:
-                why = "fewer seeds already bring the rule's MDE down to the effect"
-            return report(name, False, f"sd_diff={sd_diff}, effect={effect}: got {got}; {why}")
+                why = "fewer already reach it"
+            return report(name, False, f"sd {sd_diff}, effect {effect}: {got} seeds; {why}")
     return report(name, True, f"{len(cases)} cases match the MDE the rule reports")
 
 
@@ -125,12 +125,12 @@ class OrderCandidate(nn.Module):
 
 # kind -> (knows order, how the check names it to a learner who misjudged it)
 _ORDER_KINDS = {
-    "softmax": (False, "causal softmax attention without positions (earlier outputs and last bits move)"),
+    "softmax": (False, "attention without positions"),
     "rope": (True, "attention with rotary positions"),
-    "linear": (False, "causal linear attention, a running sum (earlier outputs and last bits move)"),
-    "local": (True, "a layer whose order shows only among the last few tokens"),
-    "first": (True, "a layer whose order shows only in where the first token is"),
-    "recency": (True, "a layer with a weak recency bias (a small but real effect)"),
+    "linear": (False, "linear attention (a running sum)"),
+    "local": (True, "order only among the last few tokens"),
+    "first": (True, "order only at the first token"),
+    "recency": (True, "a weak recency bias"),
     "delta": (True, "a delta-rule layer"),
 }
 _ORDER_SHUFFLE = ("recency", "softmax", "local", "delta", "linear", "first", "rope")
@@ -153,7 +153,7 @@ def check_order_test(knows_order: Callable[[nn.Module], bool]) -> bool:
     ones whose dependence shows only among the last few tokens, only at the first token, or
     only weakly.
     """
-    name = "14.2 does a layer know order?"
+    name = "14.2 order test"
     for kind, layer in order_candidates():
         truth, what = _ORDER_KINDS[kind]
         try:
@@ -165,8 +165,8 @@ def check_order_test(knows_order: Callable[[nn.Module], bool]) -> bool:
             return report(name, False, f"expected True or False, got {got!r}")
         if got != truth:
             said = "order-aware" if got else "order-blind"
-            return report(name, False, f"{what} was called {said}")
-    return report(name, True, f"{len(_ORDER_KINDS)} hidden layers, blind and order-aware, decided right")
+            return report(name, False, f"{what}: called {said}")
+    return report(name, True, f"{len(_ORDER_KINDS)} hidden layers, blind and aware, decided right")
 
 
 # ---------------------------------------------------------------- 14.3: the paired comparison
@@ -180,14 +180,14 @@ def check_paired_difference(fn: Callable[[Sequence[float], Sequence[float]], tup
     The reference is what :func:`compare_variants` reports, on results whose seeds rank the
     variants differently (where pairing by rank and pairing by seed disagree).
     """
-    name = "14.3 the paired comparison"
+    name = "14.3 paired difference"
     cases = (
         ([3.19, 3.25, 3.21, 3.30, 3.17], [3.27, 3.31, 3.26, 3.35, 3.28]),
         ([2.0, 2.4, 2.1, 2.2], [2.3, 2.1, 2.5, 2.2]),
         ([1.0, 1.1, 1.2], [1.0, 1.1, 1.2]),
         ([5.0, 4.0, 6.0, 5.5, 4.5, 5.2], [5.1, 4.2, 5.9, 5.8, 4.4, 5.6]),
     )
-    for a, b in cases:
+    for case, (a, b) in enumerate(cases, 1):
         diff = compare_variants(
             {"a": a, "b": b}, metric="loss", better="lower", floor=("floor", 10.0), baseline="b", quiet=True
         )
@@ -201,7 +201,7 @@ def check_paired_difference(fn: Callable[[Sequence[float], Sequence[float]], tup
             return report(name, False, f"expected a (difference, standard error) pair, got {got!r}")
         delta, se = got
         if not math.isclose(delta, want.delta, abs_tol=1e-9):
-            return report(name, False, f"a={a}, b={b}: the mean difference is off by {delta - want.delta:+.3g}")
+            return report(name, False, f"case {case}: the mean difference is off by {delta - want.delta:+.3g}")
         if not math.isclose(se, want.se, rel_tol=1e-6, abs_tol=1e-12):
-            return report(name, False, f"a={a}, b={b}: standard error {se:.4g}, the rule's is {want.se:.4g}")
-    return report(name, True, f"{len(cases)} cases match the rule's difference and standard error (to 1e-6)")
+            return report(name, False, f"case {case} ({len(a)} seeds): SE {se:.4g}, the rule's {want.se:.4g}")
+    return report(name, True, f"{len(cases)} cases match the rule's Δ and SE (to 1e-6)")
