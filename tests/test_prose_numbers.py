@@ -50,7 +50,6 @@ NOT_PRINTED = {
     ("12_kv_cache", "5.1"): "an exercise's number",
     ("12_kv_cache", "55"): "5,581,312 over 100,672 parameters, both printed",
     ("13_efficient_attention", "3.1"): "a section of Dao et al.",
-    ("14_variants_compared", "1.4"): "58,784 of 41,632 parameters used per token, both printed",
     ("14_variants_compared", "93.3"): "DeepSeek-V2's abstract",
     ("14_variants_compared", "5.76"): "DeepSeek-V2's abstract",
     ("16_gated_attention", "5.55"): "2 ln 16, the divergence threshold the code writes as an expression",
