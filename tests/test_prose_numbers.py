@@ -47,7 +47,6 @@ NOT_PRINTED = {
     ("appendix_explorer", "0.001"): "the value of attn_core.teach.plots.LOG_FLOOR, which the text names",
     ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
     ("12_kv_cache", "55"): "5,581,312 over 100,672 parameters, both printed",
-    ("14_variants_compared", "1.4"): "58,784 of 41,632 parameters used per token, both printed",
     ("14_variants_compared", "93.3"): "DeepSeek-V2's abstract",
     ("14_variants_compared", "5.76"): "DeepSeek-V2's abstract",
     ("16_gated_attention", "5.55"): "2 ln 16, the divergence threshold the code writes as an expression",

@@ -35,12 +35,7 @@ from .ch10 import check_causality_test, check_parameter_formula, check_uniform_p
 from .ch11 import check_padded_shaped, check_shaped_decode_step, check_uniform_stack_prediction
 from .ch12 import check_cached_attention, check_copies_history, check_scores_computed
 from .ch13 import check_backward_from_lse, check_fa1_traffic, check_tiled_peak_prediction
-from .ch14 import (
-    check_attention_parameters,
-    check_equivalent_groups,
-    check_kv_bytes_per_token,
-    check_stack_cache_bytes,
-)
+from .ch14 import check_order_test, check_paired_difference, check_seeds_needed
 from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_streaming_positions
 from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projection_bound
 from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
@@ -110,10 +105,9 @@ __all__ = [
     "check_fa1_traffic",
     "check_backward_from_lse",
     # ch14
-    "check_kv_bytes_per_token",
-    "check_attention_parameters",
-    "check_equivalent_groups",
-    "check_stack_cache_bytes",
+    "check_seeds_needed",
+    "check_order_test",
+    "check_paired_difference",
     # ch15
     "check_ring_read",
     "check_sink_attention",
