@@ -31,7 +31,7 @@ from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
 from .ch07 import check_absorbed_chunk, check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
-from .ch10 import check_causality_test, check_parameter_formula, check_uniform_previous_score
+from .ch10 import check_attention_crossover, check_causality_test, check_parameter_shares
 from .ch11 import check_padded_shaped, check_shaped_decode_step, check_uniform_stack_prediction
 from .ch12 import check_cached_attention, check_copies_history, check_scores_computed
 from .ch13 import check_backward_from_lse, check_fa1_traffic, check_tiled_peak_prediction
@@ -89,8 +89,8 @@ __all__ = [
     # ch09
     "check_placement_probe",
     # ch10
-    "check_parameter_formula",
-    "check_uniform_previous_score",
+    "check_parameter_shares",
+    "check_attention_crossover",
     "check_causality_test",
     # ch11
     "check_shaped_decode_step",
