@@ -50,22 +50,27 @@ def test_alibi_reach_matches_alibi_weights():
 
 
 # ---- 8.2: the RoPE score from the distance alone ----
-def rope_score(q, k, delta, *, sign=1.0, pairs="half", base=10000.0, sine=True):
+def rope_terms(q, k, *, pairs="half", sign=1.0):
     D = q.shape[-1]
-    theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
     if pairs == "half":
         q1, q2, k1, k2 = q[: D // 2], q[D // 2 :], k[: D // 2], k[D // 2 :]
     else:
         q1, q2, k1, k2 = q[0::2], q[1::2], k[0::2], k[1::2]
-    a = sign * delta * theta
-    s = (q2 * k1 - q1 * k2) * a.sin() if sine else 0.0
-    return ((q1 * k1 + q2 * k2) * a.cos() + s).sum().item()
+    return q1 * k1 + q2 * k2, sign * (q2 * k1 - q1 * k2)
 
 
-def _rotated(q, k, d):
-    # rotating both to positions that differ by delta is the same thing, and is accepted
+def _fitted(q, k):
+    # the coefficients fitted to measured scores (least squares over 12 distances): a
+    # different route to the same (a, b), and accepted
     rope = RotaryEmbedding(8)
-    return (rope(q[None], offset=max(0, -d))[0] @ rope(k[None], offset=max(0, d))[0]).item()
+    deltas = torch.tensor([0, 1, 2, 3, -3, 5, 17, -40, 100, -250, 1000, -3000], dtype=torch.float64)
+    angles = deltas[:, None] * rope.inv_freq  # (12, 4)
+    basis = torch.cat([angles.cos(), angles.sin()], dim=1)  # (12, 8)
+    scores = torch.stack(
+        [rope(q[None], offset=5000)[0] @ rope(k[None], offset=5000 + int(d))[0] for d in deltas]
+    )  # (12,)
+    coef = torch.linalg.lstsq(basis, scores[:, None]).solution[:, 0]  # (8,)
+    return coef[:4], coef[4:]
 
 
 # ---- 8.3: the sinusoids shifted by a matrix ----
@@ -118,13 +123,15 @@ ANSWERS = {
         ],
     ),
     check_rope_relative_score: (
-        [rope_score, _rotated],
+        [rope_terms, lambda q, k: [x.tolist() for x in rope_terms(q, k)], _fitted],  # lists are accepted
         [
-            (lambda q, k, d: rope_score(q, k, d, sign=-1.0), "-delta"),
-            (lambda q, k, d: rope_score(q, k, d, pairs="interleaved"), "pairs neighbours"),
-            (lambda q, k, d: (q @ k).item(), "unrotated"),
-            (lambda q, k, d: rope_score(q, k, d, sine=False), "expected"),
-            (lambda q, k, d: rope_score(q, k, d, base=500000.0), "expected"),
+            (lambda q, k: rope_terms(q, k, sign=-1.0), "score for -delta"),
+            (lambda q, k: rope_terms(q, k)[::-1], "swapped"),
+            (lambda q, k: rope_terms(q, k, pairs="interleaved"), "pairs neighbours"),
+            (lambda q, k: (rope_terms(q, k)[0], torch.zeros(4, dtype=torch.float64)), "no sine term"),
+            (lambda q, k: ((q * k)[:4], (q * k)[4:]), "measured"),
+            (lambda q, k: rope_terms(q, k)[0], "expected a pair"),
+            (lambda q, k: (q * k, q * k), "shape (4,)"),
         ],
     ),
     check_sinusoidal_shift: (

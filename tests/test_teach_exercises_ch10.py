@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from attn_core import DecoderLM
+from attn_core import DecoderConfig, DecoderLM
 from attn_core.teach.exercises.ch10 import (
+    check_attention_crossover,
     check_causality_test,
-    check_parameter_formula,
-    check_uniform_previous_score,
+    check_parameter_shares,
 )
-
-
-def _previous(T):
-    return sum(1 / (t + 1) for t in range(1, T)) / (T - 1)
-
-
-def _previous_harmonic(T):  # the closed form with harmonic numbers is right too
-    return (sum(1 / k for k in range(1, T + 1)) - 1) / (T - 1)
 
 
 def _logits(model, idx):
@@ -72,21 +64,62 @@ def needs_every_key(model, T, vocab_size):  # "causal" = sees the past and not t
     return not torch.allclose(_logits(model, changed)[:, -1], _logits(model, idx)[:, -1])
 
 
-def _counted(config, *, unique=True, biases=True):
-    """The parameters of the model built on the meta device (no memory), counted."""
+def _shares(preset, *, tied_twice=False, untied_once=False, of_blocks=False, digits=None):
+    """The embedding and MLP shares of a preset's model, counted on the meta device, or a typical slip."""
+    config = getattr(DecoderConfig, preset)()
     with torch.device("meta"):
         model = DecoderLM(config)
-    return sum(p.numel() for n, p in model.named_parameters(remove_duplicate=unique) if biases or "bias" not in n)
+    emb = mlp = blocks = 0
+    for name, p in model.named_parameters():
+        if name.startswith(("tok_emb", "lm_head")):
+            emb += p.numel()
+        elif name.startswith("blocks."):
+            blocks += p.numel()
+            mlp += p.numel() if ".mlp." in name else 0
+    total = model.num_parameters()
+    vd = config.vocab_size * config.d_model
+    if config.tie_weights and tied_twice:
+        emb += vd
+    if not config.tie_weights and untied_once:
+        emb -= vd
+    shares = {"embedding": emb / total, "mlp": mlp / (blocks if of_blocks else total)}
+    return {k: v if digits is None else round(v, digits) for k, v in shares.items()}
+
+
+def _predictions(**slip):
+    return {preset: _shares(preset, **slip) for preset in ("qwen3_0_6b", "llama3_8b")}
+
+
+def _crossover(c, *, causal_half=False, width=None, head=True, lookups=False):
+    """T at which attention's two products (4·L·T·H·D FLOPs per token) cost the weights' 2·N."""
+    D, H, Hkv, d, L = c.resolved_head_dim, c.n_heads, c.n_kv_heads or c.n_heads, c.d_model, c.n_layers
+    f = c.resolved_d_ff
+    attention = d * H * D + 2 * d * Hkv * D + H * D * d
+    mlp = (3 if c.mlp == "swiglu" else 2) * d * f
+    n = L * (attention + mlp) + (c.vocab_size * d if head else 0)
+    if lookups:  # counts the table lookups as multiplies
+        n += (0 if c.tie_weights else c.vocab_size * d) + (c.max_len * d if c.positions.positional == "learned" else 0)
+    per_token = (2 if causal_half else 4) * L * (width or H * D)
+    return 2 * n / per_token
+
+
+def _crossover_from_module(c):  # counts the 2-D weights of the built model instead
+    with torch.device("meta"):
+        model = DecoderLM(c)
+    n = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "emb" not in name)
+    n += c.vocab_size * c.d_model if c.tie_weights else 0  # the tied output layer is tok_emb
+    return n / (2 * c.n_layers * c.n_heads * c.resolved_head_dim)
 
 
 ANSWERS = {
-    check_uniform_previous_score: (
-        [_previous, _previous_harmonic],
+    check_parameter_shares: (
+        [_predictions(), _predictions(digits=2)],
         [
-            (lambda T: 1 / T, "last query"),
-            (lambda T: sum(1 / t for t in range(1, T)) / (T - 1), "itself too"),
-            (lambda T: sum(1 / (t + 1) for t in range(T)) / T, "expected"),  # counts query 0
-            (lambda T: 1 / 2, "expected"),
+            (_predictions(tied_twice=True), "counted once"),
+            (_predictions(untied_once=True), "two V × d matrices"),
+            (_predictions(of_blocks=True), "share of the blocks"),
+            ({"qwen3_0_6b": {"embedding": 0.1, "mlp": 0.6}, "llama3_8b": {}}, "too low"),
+            ({"qwen3_0_6b": 0.26}, "give a dict"),
         ],
     ),
     check_causality_test: (
@@ -100,12 +133,14 @@ ANSWERS = {
             (lambda m, T, V: 1, "bool"),
         ],
     ),
-    check_parameter_formula: (
-        [_counted],
+    check_attention_crossover: (
+        [_crossover, _crossover_from_module],
         [
-            (lambda c: _counted(c, unique=False), "expected"),  # a tied head counted twice
-            (lambda c: _counted(c, biases=False), "expected"),  # the biases forgotten
-            (lambda c: _counted(c) - c.d_model, "expected"),  # the final norm's gain forgotten
+            (lambda c: _crossover(c, causal_half=True), "causal half"),
+            (lambda c: _crossover(c, width=c.d_model), "n_heads × head_dim"),
+            (lambda c: _crossover(c, head=False), "output layer left out"),
+            (lambda c: _crossover(c, lookups=True), "lookup"),
+            (lambda c: 1.1 * _crossover(c), "off by +10%"),
         ],
     ),
 }

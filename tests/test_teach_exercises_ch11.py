@@ -1,7 +1,6 @@
 """attn_core.teach.exercises.ch11: the right and wrong answers of exercises 11.1-11.3 (ANSWERS, held to
-the standard by tests/test_teach_exercises_standard.py): 11.3's check accepts a real causality test
-and refuses the answers that pass without testing causality (a name test, a constant, a comparison
-with a reference output, inputs at which the leaky version hides)."""
+the standard by tests/test_teach_exercises_standard.py); 11.3's measurement (the uniform stack) equals
+the powers of the uniform matrices it stands for."""
 
 from __future__ import annotations
 
@@ -10,65 +9,27 @@ import torch
 from attn_core import attention
 from attn_core.layers.simplified import centring_matrix
 from attn_core.teach.exercises.ch11 import (
-    causality_candidates,
-    check_causality_test,
     check_padded_shaped,
     check_shaped_decode_step,
+    check_uniform_stack_prediction,
     padded_variant,
+    uniform_stack,
 )
 
 
-def _inputs(zero_queries=False, equal_gains=False):
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))  # (B, H, T, D)
-    gains = tuple(1 + 0.3 * torch.randn(2, generator=g, dtype=torch.float64) for _ in range(3))
-    if zero_queries:
-        q = torch.zeros_like(q)
-    if equal_gains:
-        gains = (torch.ones(2, dtype=torch.float64),) * 3
-    return q, k, v, gains
+# exercise 11.3: the weights of a stack of uniform attention layers --------------------
+def test_uniform_stack_is_the_power_of_the_uniform_matrix():
+    C = centring_matrix(5, dtype=torch.float64)  # causal uniform attention, one layer
+    assert torch.allclose(uniform_stack(5, 3, causal=True), torch.linalg.matrix_power(C, 3))
+    full = torch.full((5, 5), 1 / 5, dtype=torch.float64)  # U·U = U: one layer is the limit
+    assert torch.allclose(uniform_stack(5, 3, causal=False), full)
 
 
-def _leaks(fn, *, which=(0, 1, 2), last_only=False, **kwargs):
-    """A genuine causality test: perturb every position after t, compare outputs up to t.
-
-    ``which`` (of q, k, v) to perturb and ``last_only`` (perturb the last position only, for
-    every t) make the wrong tests, each blind to one of the leaks.
-    """
-    q, k, v, gains = _inputs(**kwargs)
-    out = fn(q, k, v, *gains)
-    for t in range(q.shape[-2] - 1):
-        moved = [x.clone() for x in (q, k, v)]
-        for i in which:
-            moved[i][..., -1 if last_only else t + 1 :, :] += 1.0
-        if not torch.allclose(out[..., : t + 1, :], fn(*moved, *gains)[..., : t + 1, :], atol=1e-10):
-            return True
-    return False
+_RIGHT_PREDICTION = {"full, self": 1 / 4, "causal, self": (1 / 4) ** 3, "causal, first": 1 - (1 / 2) ** 3}
 
 
-def _reference(q, k, v, alpha, beta, gamma):
-    a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
-    return a * v + b * attention(q, k, v, is_causal=True) - g * (centring_matrix(q.shape[-2], dtype=v.dtype) @ v)
-
-
-def _differs_from_reference(fn):
-    """Not a causality test: flags anything whose output differs from the reference."""
-    q, k, v, gains = _inputs()
-    return not torch.allclose(fn(q, k, v, *gains), _reference(q, k, v, *gains), atol=1e-8)
-
-
-def test_candidates_look_alike_from_outside():
-    candidates = [fn for fn, _, _ in causality_candidates()]
-    assert len({fn.__name__ for fn in candidates}) == 1
-    assert len({fn.__qualname__ for fn in candidates}) == 1
-    assert len({fn.__code__ for fn in candidates}) == 1
-    kinds = [leaks for _, leaks, _ in causality_candidates()]
-    assert kinds.count(True) == 4 and kinds.count(False) == 3
-
-
-def test_the_candidates_are_what_they_claim():
-    for fn, leaks, what in causality_candidates():
-        assert _leaks(fn) == leaks, what
+def _predict(**changes):
+    return _RIGHT_PREDICTION | changes
 
 
 # exercise 11.1 of the revised chapter: one decoding step of shaped attention ----------
@@ -132,18 +93,18 @@ def test_padded_shaped_library_module_is_the_c_slip(capsys):
 
 
 ANSWERS = {
-    check_causality_test: (
-        [_leaks],
+    check_uniform_stack_prediction: (
+        [_RIGHT_PREDICTION, {"causal, first": 0.875, "causal, self": 0.015625, "full, self": 0.25}],
         [
-            (lambda fn: fn.__name__ == "leaky", "expected True"),  # the name loophole
-            (lambda fn: True, "expected False"),
-            (lambda fn: False, "expected True"),
-            (_differs_from_reference, "another score scale"),
-            # the inputs at which the leaky version hides (q = 0, β = γ): some leaks go unseen
-            (lambda fn: _leaks(fn, zero_queries=True, equal_gains=True), "expected True"),
-            (lambda fn: _leaks(fn, which=(2,)), "the future keys stay in its denominator"),  # values only
-            (lambda fn: _leaks(fn, which=(0, 1)), "leaks through the values"),  # queries and keys only
-            (lambda fn: _leaks(fn, last_only=True), "never reaches the last position"),
+            (_predict(**{"full, self": (1 / 4) ** 3}), "already equal"),
+            (_predict(**{"full, self": 0}), "still holds token 3"),
+            (_predict(**{"causal, self": 1 / 4}), "that is one layer"),
+            (_predict(**{"causal, self": (1 / 3) ** 3}), "four tokens, not three"),
+            (_predict(**{"causal, first": 1 / 8}), "share of *itself*"),
+            (_predict(**{"causal, first": 1 / 2}), "token 0 never moves"),
+            (_predict(**{"causal, first": 0.9}), "not what the stack does"),
+            ({"full, self": 0.25}, "give a dict with the keys"),
+            (_predict(**{"causal, self": "1/64"}), "give a number"),
         ],
     ),
     check_shaped_decode_step: (

@@ -5,55 +5,110 @@ from __future__ import annotations
 
 import torch
 
-from attn_core import generate
-from attn_core.teach.exercises.ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
+from attn_core import attention
+from attn_core.teach.exercises.ch12 import (
+    check_cached_attention,
+    check_copies_history,
+    check_scores_computed,
+    copies_candidates,
+    measured_scores,
+)
+from attn_core.teach.measure import memory_traffic
+
+_K = torch.zeros(1, 2, 1, 8)  # (B, H, 1, D): one new position
 
 
-def _token_passes(prompt_len, new_tokens, use_cache):
-    if use_cache:
-        return prompt_len + (new_tokens - 1)  # the prefill, then one position per step
-    return sum(range(prompt_len, prompt_len + new_tokens))  # T + (T+1) + ... + (T+N-1)
+def _written(make_cache, steps):
+    cache = make_cache()
+    return [memory_traffic(cache.update, _K, _K).written for _ in range(steps)]
 
 
-def _cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch_size, bytes_per_element):
-    return 2 * n_layers * batch_size * n_kv_heads * seq_len * head_dim * bytes_per_element  # keys and values
+def _copies(make_cache):  # the bytes of the last quarter of 1024 appends against the first
+    w = _written(make_cache, 1024)
+    return sum(w[-256:]) > 2 * sum(w[:256])
 
 
-def _greedy(model, prompt, n, *, position=-1):
-    caches = model.make_caches(prompt.shape[0], prompt.shape[1] + n)
-    logits = model(prompt, caches=caches)  # prefill: (B, T, V)
-    tokens = [prompt]
-    for step in range(n):
-        nxt = logits[:, position].argmax(dim=-1, keepdim=True)  # (B, 1)
-        tokens.append(nxt)
-        if step + 1 < n:
-            logits = model(nxt, caches=caches)  # (B, 1, V)
-    return torch.cat(tokens, dim=1)  # (B, T + n)
+def _copies_from_pointers(make_cache):  # does the returned storage ever move?
+    cache, seen = make_cache(), set()
+    for _ in range(1024):
+        seen.add(cache.update(_K, _K)[0].data_ptr())
+    return len(seen) > 1
+
+
+def _copies_short(make_cache):  # compares step 1 with step 100 only
+    w = _written(make_cache, 101)
+    return w[100] > 2 * w[1]
+
+
+def _copies_exact(make_cache):  # anything but one position per append counts as a copy
+    return any(w != 2 * _K.nbytes for w in _written(make_cache, 64))
+
+
+def _cached_attention(q, k, v, cache, rope, *, bug=None):
+    T_new = q.shape[-2]
+    pos = cache.size
+    if bug == "shown":
+        pos = cache.size + T_new - 1  # the page's: the newest token's position
+    elif bug == "zero":
+        pos = 0
+    elif bug == "shifted":  # every position one more: RoPE sees only differences (right)
+        pos = cache.size + 1
+    elif bug == "after update":  # the count read once the new tokens are in
+        pos = cache.size + T_new
+    q_pos = cache.size + T_new - 1 if bug == "query last" else pos
+    q, k = rope(q, offset=q_pos), rope(k, offset=pos)
+    k_all, v_all = cache.update(k, v)
+    return attention(q, k_all, v_all, is_causal=True)
+
+
+def _scores(prompt_len, new_tokens, chunk, *, causal=False, all_fed=False, full_chunks=False):
+    total, cached = 0, 0
+    feeds = [min(chunk, prompt_len - s) for s in range(0, prompt_len, chunk)]
+    if full_chunks:
+        feeds = [chunk] * len(feeds)
+    feeds += [1] * (new_tokens if all_fed else new_tokens - 1)
+    for n in feeds:
+        cached += n
+        total += n * (cached - n) + (n * (n + 1) // 2 if causal else n * n)
+    return total
+
+
+def test_candidates_are_what_they_say():
+    for cls, copies, what in copies_candidates():
+        assert _copies(lambda cls=cls: cls()) == copies, what
+
+
+def test_measured_scores_match_the_dense_formula():
+    for P, N, C in ((12, 5, 4), (10, 4, 4), (7, 3, 16), (1, 1, 1)):
+        assert measured_scores(P, N, C) == _scores(P, N, C)
 
 
 ANSWERS = {
-    check_token_passes: (
-        [_token_passes],
+    check_copies_history: (
+        [_copies],
         [
-            (lambda T, N, use_cache: T + N if use_cache else _token_passes(T, N, False), "measured"),  # a step too many
-            (lambda T, N, use_cache: T + N - 1 if use_cache else N * (T + N), "measured"),  # the longest pass N times
-            (lambda T, N, use_cache: N if use_cache else _token_passes(T, N, False), "measured"),  # no prefill
+            (_copies_from_pointers, "doubles its room"),
+            (_copies_short, "copies past 256"),
+            (_copies_exact, "doubles its room"),
+            (lambda make_cache: True, "said True"),
         ],
     ),
-    check_cache_bytes: (
-        [_cache_bytes],
+    check_cached_attention: (
+        [_cached_attention, lambda *a: _cached_attention(*a, bug="shifted")],
         [
-            (lambda **kw: _cache_bytes(**kw) // 2, "keys and values"),
-            (lambda **kw: _cache_bytes(**kw) // kw["batch_size"], "measured"),  # one sequence only
-            (lambda **kw: _cache_bytes(**kw) // kw["n_layers"], "measured"),  # one layer only
+            (lambda *a: _cached_attention(*a, bug="shown"), "call 2 (5 cached)"),
+            (lambda *a: _cached_attention(*a, bug="zero"), "!= full pass"),
+            (lambda *a: _cached_attention(*a, bug="after update"), "call 2 (5 cached)"),
+            (lambda *a: _cached_attention(*a, bug="query last"), "call 1 (0 cached)"),
         ],
     ),
-    check_greedy_decode: (
-        [_greedy],
+    check_scores_computed: (
+        [_scores],
         [
-            (lambda model, prompt, n: generate(model, prompt, n, use_cache=False, temperature=0), "cache used?"),
-            (lambda model, prompt, n: _greedy(model, prompt, n, position=0), "first different token"),
-            (lambda model, prompt, n: _greedy(model, prompt, n)[:, prompt.shape[1] :], "shape"),  # no prompt
+            (lambda P, N, C: (P + N - 1) * (P + N) // 2, "masked scores count"),
+            (lambda P, N, C: _scores(P, N, C, all_fed=True), "isn't fed"),
+            (lambda P, N, C: _scores(P, N, C, full_chunks=True), "last chunk full"),
+            (lambda P, N, C: float(_scores(P, N, C)), "an int"),
         ],
     ),
 }

@@ -1,4 +1,4 @@
-"""attn_core.teach.exercises.ch13: the right and wrong answers of exercises 13.1-13.3 (ANSWERS, held to
+"""attn_core.teach.exercises.ch13: the right and wrong answers of exercises 13.1-13.4 (ANSWERS, held to
 the standard by tests/test_teach_exercises_standard.py), and that 13.1's reference is the closed form."""
 
 from __future__ import annotations
@@ -10,21 +10,10 @@ import torch
 from attn_core.teach.exercises.ch13 import (
     check_backward_from_lse,
     check_fa1_traffic,
-    check_merge_stats,
+    check_tiled_peak_prediction,
+    check_unequal_tiles,
     fa1_traffic_elements,
 )
-
-
-# Exercise 13.3: merging the statistics of two blocks.
-def _merge(m1, l1, m2, l2):
-    m = torch.maximum(m1, m2)
-    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    return m, l1 * torch.exp(m1 - safe) + l2 * torch.exp(m2 - safe)
-
-
-def _merge_unguarded(m1, l1, m2, l2):  # exp(-inf - (-inf)) = NaN for two masked blocks
-    m = torch.maximum(m1, m2)
-    return m, l1 * torch.exp(m1 - m) + l2 * torch.exp(m2 - m)
 
 
 # Exercise 13.1: FlashAttention-1's traffic (key/value blocks outside, query blocks inside).
@@ -60,13 +49,102 @@ def _no_rowsum(q, k, v, o, lse, do):  # forgets the softmax's coupling term
     return ds @ k * scale, ds.T @ q * scale, p.T @ do
 
 
+# Exercise 13.4: a tiled causal loop that treats block indices as positions (the page's bug),
+# the fix, a right answer that masks every tile, and the half-fixes.
+def _tiles(q, k, v, block_q, block_k, *, key_blocks, crosses):
+    T, scale = q.shape[0], 1 / math.sqrt(q.shape[1])
+    out = torch.empty(T, v.shape[1], dtype=q.dtype)
+    for ib, i0 in enumerate(range(0, T, block_q)):
+        qb = q[i0 : i0 + block_q] * scale
+        m = torch.full((len(qb), 1), float("-inf"), dtype=q.dtype)
+        l = torch.zeros(len(qb), 1, dtype=q.dtype)
+        acc = torch.zeros(len(qb), v.shape[1], dtype=q.dtype)
+        for jb, j0 in key_blocks(ib, i0, len(qb)):
+            s = qb @ k[j0 : j0 + block_k].T
+            if crosses(ib, jb, i0, j0, s.shape[1]):
+                rows = torch.arange(i0, i0 + len(qb))[:, None]
+                cols = torch.arange(j0, j0 + s.shape[1])[None, :]
+                s = s.masked_fill(cols > rows, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p, c = torch.exp(s - m_new), torch.exp(m - m_new)
+            l = l * c + p.sum(-1, keepdim=True)
+            acc = acc * c + p @ v[j0 : j0 + block_k]
+            m = m_new
+        out[i0 : i0 + block_q] = acc / l
+    return out
+
+
+def _by_index(block_k):  # key blocks 0..ib: right only when block_k == block_q
+    return lambda ib, i0, n: [(jb, jb * block_k) for jb in range(ib + 1)]
+
+
+def _by_position(block_k):  # key blocks holding a key at or before the block's last query
+    return lambda ib, i0, n: [(j0 // block_k, j0) for j0 in range(0, i0 + n, block_k)]
+
+
+def _diagonal_index(ib, jb, i0, j0, n):
+    return jb == ib
+
+
+def _after_first_query(ib, jb, i0, j0, n):
+    return j0 + n - 1 > i0
+
+
+def _bugged(q, k, v, b_q, b_k):
+    return _tiles(q, k, v, b_q, b_k, key_blocks=_by_index(b_k), crosses=_diagonal_index)
+
+
+def _fixed(q, k, v, b_q, b_k):
+    return _tiles(q, k, v, b_q, b_k, key_blocks=_by_position(b_k), crosses=_after_first_query)
+
+
+def _mask_all(q, k, v, b_q, b_k):  # right, only slower: every tile masked
+    return _tiles(q, k, v, b_q, b_k, key_blocks=_by_position(b_k), crosses=lambda *a: True)
+
+
+def _only_bound_fixed(q, k, v, b_q, b_k):
+    return _tiles(q, k, v, b_q, b_k, key_blocks=_by_position(b_k), crosses=_diagonal_index)
+
+
+def _only_mask_fixed(q, k, v, b_q, b_k):
+    return _tiles(q, k, v, b_q, b_k, key_blocks=_by_index(b_k), crosses=_after_first_query)
+
+
+def test_the_bug_passes_equal_blocks():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(10, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    want = _fixed(q, k, v, 4, 4)
+    assert torch.allclose(_bugged(q, k, v, 4, 4), want, atol=1e-12)
+    assert not torch.allclose(_bugged(q, k, v, 4, 2), want, atol=1e-6)
+
+
 ANSWERS = {
-    check_merge_stats: (
-        [_merge],
+    check_unequal_tiles: (
+        [_fixed, _mask_all],
         [
-            (lambda m1, l1, m2, l2: (torch.maximum(m1, m2), l1 + l2), "rescale"),
-            (_merge_unguarded, "NaN"),
-            (lambda m1, l1, m2, l2: (m1, _merge(m1, l1, m2, l2)[1]), "larger of m1 and m2"),
+            (_bugged, "skips key"),
+            (_only_bound_fixed, "reads key"),
+            (_only_mask_fixed, "skips key"),
+            # masks the tiles that start at or after the first query: misses one that starts before
+            (
+                lambda q, k, v, b_q, b_k: _tiles(
+                    q, k, v, b_q, b_k, key_blocks=_by_position(b_k), crosses=lambda ib, jb, i0, j0, n: j0 >= i0
+                ),
+                "reads key",
+            ),
+        ],
+    ),
+    check_tiled_peak_prediction: (
+        # twice the output (1 MiB) plus three or four float32 tiles of (2, b, b)
+        [{64: 1.1, 256: 2.5}, {64: 1.13, 256: 3.0}],
+        [
+            ({64: 1.0, 256: 1.0}, "block 256"),  # the output alone, the tiles forgotten
+            ({64: 1.1, 256: 1.5}, "block 256"),  # one tile alive at a time
+            ({64: 1.1, 256: 1.75}, "block 256"),  # tiles of one head, not two
+            ({64: 0.6, 256: 2.0}, "block 64"),  # the output held once
+            ({64: 8.0, 256: 8.0}, "block 64"),  # one T×T matrix of scores
+            ({64: 1.1}, "keys"),
+            ({64: 1.1, 256: "2.5"}, "a number"),
         ],
     ),
     check_fa1_traffic: (

@@ -1,124 +1,152 @@
-"""attn_core.teach.exercises.ch14: the right and wrong answers of exercises 14.1-14.4 (ANSWERS, held to
-the standard by tests/test_teach_exercises_standard.py): for 14.4, a window that grows, a state that
-grows, a forgotten convolution, keys without values."""
+"""attn_core.teach.exercises.ch14: the right and wrong answers of exercises 14.1-14.3 (ANSWERS, held to
+the standard by tests/test_teach_exercises_standard.py): for 14.1, the normal quantiles, the threshold
+alone, an unpaired standard error, the t of 5 seeds at every count; for 14.2, the lazy tests (every
+position compared, exact equality, a loose tolerance, one early swap, the last two swapped); for 14.3,
+the sort left in, the sort moved, Welch's standard error, the population standard deviation."""
 
 from __future__ import annotations
 
+import math
+import statistics
+
+import torch
+
+from attn_core.teach.evidence import t_quantile
 from attn_core.teach.exercises.ch14 import (
-    check_attention_parameters,
-    check_equivalent_groups,
-    check_kv_bytes_per_token,
-    check_stack_cache_bytes,
+    check_order_test,
+    check_paired_difference,
+    check_seeds_needed,
+    order_candidates,
 )
 
-
-def _kv_per_token(cfg, factor=2):  # keys and values of one attention layer, float32
-    return factor * cfg.resolved_n_kv_heads * cfg.resolved_head_dim * 4
+# ---------------------------------------------------------------- 14.1
 
 
-def _linear_state(cfg, conv=True):  # one Gated DeltaNet layer's state, float32
-    h = cfg.linear.linear_n_heads or cfg.n_heads
-    d_k = cfg.linear.linear_head_dim or cfg.resolved_head_dim
-    h_v = cfg.linear.linear_n_value_heads or h
-    d_v = cfg.linear.linear_value_head_dim or d_k
-    conv_elems = (2 * h * d_k + h_v * d_v) * (cfg.linear.linear_conv_size - 1) if conv else 0
-    return (conv_elems + h_v * d_k * d_v) * 4
+def _seeds(mde_of):
+    def seeds_needed(sd_diff, effect):
+        return next(n for n in range(3, 1000) if mde_of(sd_diff, n) <= effect)
+
+    return seeds_needed
 
 
-def _right(cfg, context):
-    total = 0
-    for kind in cfg.resolved_layer_types:
-        if kind == "full":
-            total += context * _kv_per_token(cfg)
-        elif kind == "sliding":
-            total += min(context, cfg.pattern.sliding_window) * _kv_per_token(cfg)
-        else:
-            total += _linear_state(cfg)
-    return total
+def _t_mde(sd, n):
+    return (t_quantile(0.975, n - 1) + t_quantile(0.80, n - 1)) * sd / math.sqrt(n)
 
 
-def _window_grows(cfg, context):  # a sliding layer counted like a full one
-    return sum(context * _kv_per_token(cfg) if k != "linear" else _linear_state(cfg) for k in cfg.resolved_layer_types)
+_right_seeds = _seeds(_t_mde)
+_normal = _seeds(lambda sd, n: (1.960 + 0.842) * sd / math.sqrt(n))  # z in place of t
+_threshold_only = _seeds(lambda sd, n: t_quantile(0.975, n - 1) * sd / math.sqrt(n))  # detected half the time
+_unpaired = _seeds(lambda sd, n: _t_mde(sd * math.sqrt(2), n))  # Welch's SE of two variants of this scatter
+_five_seed_t = _seeds(lambda sd, n: 3.72 * sd / math.sqrt(n))  # the printed 3.72 used at every count
 
 
-def _window_always_full(cfg, context):  # the window's W slots even when fewer tokens came
-    return sum(
-        context * _kv_per_token(cfg)
-        if k == "full"
-        else cfg.pattern.sliding_window * _kv_per_token(cfg)
-        if k == "sliding"
-        else _linear_state(cfg)
-        for k in cfg.resolved_layer_types
-    )
+def _closed_form(sd, effect):  # n = (3.72 sd / effect)^2, no minimum of 3 seeds
+    return math.ceil((3.72 * sd / effect) ** 2)
 
 
-def _state_grows(cfg, context):  # a linear layer counted like attention
-    return sum(
-        min(context, cfg.pattern.sliding_window) * _kv_per_token(cfg)
-        if k == "sliding"
-        else context * _kv_per_token(cfg)
-        for k in cfg.resolved_layer_types
-    )
+# ---------------------------------------------------------------- 14.2
 
 
-def _no_conv(cfg, context):  # the matrix state only: the short convolution forgotten
-    return sum(
-        context * _kv_per_token(cfg)
-        if k == "full"
-        else min(context, cfg.pattern.sliding_window) * _kv_per_token(cfg)
-        if k == "sliding"
-        else _linear_state(cfg, conv=False)
-        for k in cfg.resolved_layer_types
-    )
+def _shuffled_last(layer, tol=1e-5, compare_all=False, trials=10):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 12, layer.d_model, generator=g)
+    base = layer(x)
+    for _ in range(trials):
+        y = x.clone()
+        y[:, :-1] = x[:, torch.randperm(11, generator=g)]  # every token but the last
+        moved = layer(y) - base if compare_all else layer(y)[:, -1] - base[:, -1]
+        if moved.abs().max() > tol * base.abs().max():
+            return True
+    return False
 
 
-def _keys_only(cfg, context):  # forgets the values of the attention layers
-    return _right(cfg, context) - sum(
-        (context if k == "full" else min(context, cfg.pattern.sliding_window)) * _kv_per_token(cfg, 1)
-        for k in cfg.resolved_layer_types
-        if k != "linear"
-    )
+def _right_order(layer):
+    return _shuffled_last(layer)
 
 
-def _kv(cfg, factor=2):
-    if cfg.attention == "mla":
-        return (cfg.d_latent + cfg.resolved_rope_dim) * cfg.n_layers * 4
-    return factor * cfg.resolved_n_kv_heads * cfg.resolved_head_dim * cfg.n_layers * 4
+def _swap(i, j, tol=1e-5):
+    def knows_order(layer):
+        x = torch.randn(4, 12, layer.d_model, generator=torch.Generator().manual_seed(0))
+        y = x.clone()
+        y[:, [i, j]] = x[:, [j, i]]
+        return bool((layer(y)[:, -1] - layer(x)[:, -1]).abs().max() > tol)
+
+    return knows_order
+
+
+def _swap_two_pairs(layer):  # a right design by other means: two swaps, an early and a late one
+    return _swap(0, 5)(layer) or _swap(9, 10)(layer)
+
+
+# ---------------------------------------------------------------- 14.3
+
+
+def _right_paired(a, b):
+    d = [x - y for x, y in zip(a, b)]
+    return statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+
+
+def _sorted_pairs(a, b):  # the page's bug: pairs by rank, not by seed
+    return _right_paired(sorted(a), sorted(b))
+
+
+def _sorted_differences(a, b):  # the sort moved onto the differences: harmless, the right answer
+    d = sorted(x - y for x, y in zip(a, b))
+    return statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+
+
+def _welch(a, b):
+    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    return statistics.fmean(a) - statistics.fmean(b), se
+
+
+def _population_sd(a, b):
+    d = [x - y for x, y in zip(a, b)]
+    return statistics.fmean(d), statistics.pstdev(d) / math.sqrt(len(d))
+
+
+def _sorted_one(a, b):  # the sort kept on one side only
+    return _right_paired(a, sorted(b))
 
 
 ANSWERS = {
-    check_kv_bytes_per_token: (
-        [_kv],
+    check_seeds_needed: (
+        [_right_seeds],
         [
-            (lambda cfg: cfg.n_heads * cfg.resolved_head_dim * cfg.n_layers * 8, "measured"),  # query heads
-            (lambda cfg: _kv(cfg, factor=1), "measured"),  # keys only
-            (lambda cfg: _kv(cfg) if cfg.attention != "mla" else cfg.d_latent * cfg.n_layers * 4, "measured"),
+            (_normal, "> effect"),
+            (_threshold_only, "> effect"),
+            (_unpaired, "fewer already"),
+            (_five_seed_t, "fewer already"),
+            (_closed_form, "at least 3"),
         ],
     ),
-    check_attention_parameters: (
-        [lambda d, h, kv: 2 * d * d + 2 * d * kv * (d // h)],
+    check_order_test: (
+        [_right_order, _swap_two_pairs],
         [
-            (lambda d, h, kv: 4 * d * d, "counted"),  # MHA's count for every layout
-            (lambda d, h, kv: 2 * d * d + 2 * kv * (d // h), "counted"),  # K and V without d_model
-            (lambda d, h, kv: d * d + 3 * d * kv * (d // h), "counted"),  # the query shares the narrow width
+            (lambda layer: _shuffled_last(layer, compare_all=True), "without positions: called order-aware"),
+            (lambda layer: _shuffled_last(layer, tol=0.0), "called order-aware"),
+            (lambda layer: _shuffled_last(layer, tol=1e-2), "weak recency bias: called order-blind"),
+            (_swap(3, 4), "last few tokens"),
+            (_swap(9, 10), "first token: called order-blind"),
         ],
     ),
-    check_equivalent_groups: (
-        [lambda c, r, h: (c + r) / (2 * h)],
+    check_paired_difference: (
+        [_right_paired, _sorted_differences],
         [
-            (lambda c, r, h: c / (2 * h), "measured"),  # the RoPE key forgotten
-            (lambda c, r, h: (c + r) / h, "measured"),  # a group caches a key only
-            (lambda c, r, h: (c + r) // (2 * h), "measured"),  # rounded to whole groups
-        ],
-    ),
-    check_stack_cache_bytes: (
-        [_right],
-        [
-            (_window_grows, "measured"),
-            (_window_always_full, "measured"),
-            (_state_grows, "measured"),
-            (_no_conv, "measured"),
-            (_keys_only, "measured"),
+            (_sorted_pairs, "SE "),
+            (_sorted_one, "SE "),
+            (_welch, "SE "),
+            (_population_sd, "SE "),
         ],
     ),
 }
+
+
+def test_order_candidates_are_what_the_check_says():
+    # Each hidden layer's dependence on order, measured with far wider margins than a test needs.
+    for kind, layer in order_candidates():
+        with torch.no_grad():
+            blind = not _shuffled_last(layer, tol=1e-4)
+            aware = _shuffled_last(layer, tol=1e-3)
+        assert blind or aware, kind
+        assert blind == (kind in ("softmax", "linear")), kind

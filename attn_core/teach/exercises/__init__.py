@@ -7,8 +7,7 @@ notebook keeps running).
 
 The notebooks import a chapter's checks from its module (``from attn_core.teach.exercises.ch05
 import check_mqa_test``); this package re-exports them for ``from attn_core.teach.exercises
-import ...``. One name exists in two chapters: ``check_causality_test`` is ``ch11``'s
-here (``ch10`` has its own). ``check_sinusoidal`` (``ch08``) is kept for its tests.
+import ...``. ``check_sinusoidal`` (``ch08``) is kept for its tests.
 """
 
 from ._common import compare, report
@@ -32,16 +31,11 @@ from .ch06 import check_gqa_to_mha, check_kv_head_of, check_kv_heads_on_gpu
 from .ch07 import check_absorbed_chunk, check_absorbed_output, check_gqa_as_mla, check_key_rank
 from .ch08 import check_alibi_reach, check_alibi_slopes, check_rope_rotation, check_sinusoidal
 from .ch09 import check_placement_probe
-from .ch10 import check_parameter_formula, check_uniform_previous_score
-from .ch11 import check_causality_test, check_padded_shaped, check_shaped_decode_step
-from .ch12 import check_cache_bytes, check_greedy_decode, check_token_passes
-from .ch13 import check_backward_from_lse, check_fa1_traffic, check_merge_stats
-from .ch14 import (
-    check_attention_parameters,
-    check_equivalent_groups,
-    check_kv_bytes_per_token,
-    check_stack_cache_bytes,
-)
+from .ch10 import check_attention_crossover, check_causality_test, check_parameter_shares
+from .ch11 import check_padded_shaped, check_shaped_decode_step, check_uniform_stack_prediction
+from .ch12 import check_cached_attention, check_copies_history, check_scores_computed
+from .ch13 import check_backward_from_lse, check_fa1_traffic, check_tiled_peak_prediction
+from .ch14 import check_order_test, check_paired_difference, check_seeds_needed
 from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention, check_streaming_positions
 from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projection_bound
 from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
@@ -95,25 +89,25 @@ __all__ = [
     # ch09
     "check_placement_probe",
     # ch10
-    "check_parameter_formula",
-    "check_uniform_previous_score",
-    # ch11
+    "check_parameter_shares",
+    "check_attention_crossover",
     "check_causality_test",
+    # ch11
     "check_shaped_decode_step",
     "check_padded_shaped",
+    "check_uniform_stack_prediction",
     # ch12
-    "check_token_passes",
-    "check_cache_bytes",
-    "check_greedy_decode",
+    "check_copies_history",
+    "check_cached_attention",
+    "check_scores_computed",
     # ch13
-    "check_merge_stats",
+    "check_tiled_peak_prediction",
     "check_fa1_traffic",
     "check_backward_from_lse",
     # ch14
-    "check_kv_bytes_per_token",
-    "check_attention_parameters",
-    "check_equivalent_groups",
-    "check_stack_cache_bytes",
+    "check_seeds_needed",
+    "check_order_test",
+    "check_paired_difference",
     # ch15
     "check_ring_read",
     "check_sink_attention",

@@ -140,55 +140,82 @@ def check_alibi_reach(fn: Callable[[float, float], int]) -> bool:
 __all__ += ["check_rope_relative_score", "check_sinusoidal_shift"]
 
 
-def _rope_score_variant(q: torch.Tensor, k: torch.Tensor, delta: int, *, sign: float = 1.0, pairs: str = "half"):
-    """``(R_m q)·(R_{m+δ} k)`` in closed form (and its plausible wrong versions, for the hints)."""
+def _rope_terms_variant(q: torch.Tensor, k: torch.Tensor, *, pairs: str = "half") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a, b)`` of the closed form in the given pairing (the hints' plausible wrong versions).
+
+    Shapes:
+        q, k: ``(D,)``; a, b: ``(D/2,)``
+    """
     D = q.shape[-1]
-    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
     if pairs == "half":
         q1, q2, k1, k2 = q[: D // 2], q[D // 2 :], k[: D // 2], k[D // 2 :]  # (D/2,) each
     else:
         q1, q2, k1, k2 = q[0::2], q[1::2], k[0::2], k[1::2]
-    angle = sign * delta * theta  # (D/2,)
-    return ((q1 * k1 + q2 * k2) * angle.cos() + (q2 * k1 - q1 * k2) * angle.sin()).sum().item()
+    return q1 * k1 + q2 * k2, q2 * k1 - q1 * k2
 
 
-def check_rope_relative_score(fn: Callable[[torch.Tensor, torch.Tensor, int], float]) -> bool:
-    """Exercise 8.2: ``fn(q, k, delta)`` is the RoPE score of ``q`` at position ``m`` and
-    ``k`` at ``m + delta``, from ``delta`` alone.
+def _as_pair(got: object, half: int) -> tuple[torch.Tensor, torch.Tensor] | str:
+    """The learner's ``(a, b)`` as two float64 vectors of length ``half``, or why not."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return f"expected a pair (a, b) of vectors, got {type(got).__name__}"
+    a, b = (_as_tensor(x) for x in got)
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != (half,):
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            return f"{name} must have one entry per pair, shape ({half},), got {shape}"
+    return a.detach().double(), b.detach().double()
+
+
+def check_rope_relative_score(fn: Callable[[torch.Tensor, torch.Tensor], object]) -> bool:
+    """Exercise 8.2: ``fn(q, k)`` returns ``(a, b)``, the coefficients of the RoPE score
+    ``sum_i a_i cos(δ θ_i) + b_i sin(δ θ_i)`` of ``q`` at any position ``m`` and ``k`` at
+    ``m + δ``.
 
     RoPE here is ``RotaryEmbedding(D)``: base 10000, the ``"half"`` layout (pairs
-    ``(x_i, x_{i + D/2})``). The answer is a sum over the ``D/2`` pairs of a cosine and a
-    sine term of ``delta·θ_i``; the check compares it with the dot product of the rotated
-    vectors at three positions ``m``, for positive and negative ``delta``.
+    ``(x_i, x_{i + D/2})``). The check measures the dot product of the rotated vectors at
+    12 distances, each at three positions ``m``, and compares it with the learner's sum
+    (12 distances for ``D/2 = 4`` pairs, so only the right coefficients fit them all).
 
     Shapes:
-        q, k: ``(D,)`` float64; fn's output: a number
+        q, k: ``(D,)`` float64; fn's output: two vectors of shape ``(D/2,)``
     """
     name = "8.2 RoPE score from the distance"
     g = torch.Generator().manual_seed(82)
     D = 8
     rope = RotaryEmbedding(D)
-    for delta in (0, 1, 3, -3, 17, -250):
+    theta = rope.inv_freq  # (D/2,): the library's speeds, float64
+    deltas = (0, 1, 2, 3, -3, 5, 17, -40, 100, -250, 1000, -3000)
+    for _ in range(3):
         q = torch.randn(D, generator=g, dtype=torch.float64)
         k = torch.randn(D, generator=g, dtype=torch.float64)
         try:
-            got = float(fn(q.clone(), k.clone(), delta))
+            got = _as_pair(fn(q.clone(), k.clone()), D // 2)
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {e}")
-        for m in (250, 255, 1000):  # positions m and m + delta, both >= 0
-            qm = rope(q[None], offset=m)[0]  # (D,): q at position m
-            kn = rope(k[None], offset=m + delta)[0]  # (D,): k at position m + delta
-            want = (qm @ kn).item()
-            if abs(got - want) > 1e-8:
-                hint = ""
-                if abs(got - _rope_score_variant(q, k, delta, sign=-1.0)) < 1e-8:
-                    hint = ": that is the score for -delta (the sine term's sign)"
-                elif abs(got - _rope_score_variant(q, k, delta, pairs="interleaved")) < 1e-8:
-                    hint = ": that pairs neighbours (2i, 2i+1); this RoPE pairs the halves"
-                elif abs(got - (q @ k).item()) < 1e-8:
-                    hint = ": that is the unrotated score q·k"
-                return report(name, False, f"delta={delta}, m={m}: got {got:.6f}, expected {want:.6f}{hint}")
-    return report(name, True, "6 distances from -250 to 17, each at positions 250, 255 and 1000")
+        if isinstance(got, str):
+            return report(name, False, got)
+        a, b = got
+        for delta in deltas:
+            angle = delta * theta  # (D/2,)
+            mine = (a * angle.cos() + b * angle.sin()).sum().item()
+            for m in (3000, 3005, 10000):  # positions m and m + delta, both >= 0
+                qm = rope(q[None], offset=m)[0]  # (D,): q at position m
+                kn = rope(k[None], offset=m + delta)[0]  # (D,): k at position m + delta
+                want = (qm @ kn).item()
+                if abs(mine - want) > 1e-8:
+                    right_a, right_b = _rope_terms_variant(q, k)
+                    inter_a, inter_b = _rope_terms_variant(q, k, pairs="interleaved")
+                    hint = ""
+                    if torch.allclose(a, right_a) and torch.allclose(b, -right_b):
+                        hint = ": b has the wrong sign, which is the score for -delta"
+                    elif torch.allclose(a, right_b) and torch.allclose(b, right_a):
+                        hint = ": a and b swapped (which term is even in delta?)"
+                    elif torch.allclose(a, inter_a) and torch.allclose(b, inter_b):
+                        hint = ": that pairs neighbours (2i, 2i+1); this RoPE pairs the halves"
+                    elif torch.allclose(a, right_a) and not b.abs().max() > 0:
+                        hint = ": with no sine term the score would be the same at -delta"
+                    return report(name, False, f"delta={delta}, m={m}: your sum {mine:.6f}, measured {want:.6f}{hint}")
+    return report(name, True, f"{len(deltas)} distances from -3000 to 1000, each at positions 3000, 3005, 10000")
 
 
 def check_sinusoidal_shift(fn: Callable[[int, int], torch.Tensor]) -> bool:

@@ -8,13 +8,12 @@ import torch
 
 from ...layers.simplified import centring_matrix
 from ...ops.attention import attention
-from ..mistakes import leaky_shaped_attention
-from ._common import compare, report
+from ._common import compare, describe, report
 
 __all__ = [
-    "check_causality_test",
     "check_shaped_decode_step",
     "check_padded_shaped",
+    "check_uniform_stack_prediction",
 ]
 
 
@@ -25,117 +24,75 @@ def _reference_shaped(q, k, v, alpha, beta, gamma):
     return a * v + b * out_softmax - g * (centring_matrix(T, dtype=v.dtype) @ v)
 
 
-def _shaped_variant(
-    *,
-    future_from: int | None,
-    causal_c: bool,
-    scale_power: float = 0.5,
-    after_softmax: bool = False,
-    prefix: int = 0,
-) -> Callable[..., torch.Tensor]:
-    """A written-out shaped attention with the softmax mask and ``C`` chosen (right or wrong).
-
-    ``future_from``: the masked scores are ``triu(future_from)`` (1 is right, 2 lets each
-    position see one step ahead, None discards the mask); ``causal_c``: the causal ``C``
-    (right) or the uniform one over all positions; ``scale_power``: scores divided by
-    ``D ** scale_power`` (any value keeps the result causal); ``after_softmax``: the future
-    weights are zeroed after a softmax over every key (not renormalised: the future keys
-    still sit in each denominator, so the output leaks through the keys, not the values);
-    ``prefix``: the first ``prefix`` positions see each other both ways (a prefix-LM mask).
-    """
-
-    def impl(q, k, v, alpha, beta, gamma):
-        T = q.shape[-2]
-        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** scale_power  # (B, H, T, T)
-        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(future_from or 1)  # (T, T)
-        future[:prefix, :prefix] = False
-        if future_from is not None and not after_softmax:
-            scores = scores.masked_fill(future, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        if after_softmax:
-            probs = probs.masked_fill(future, 0.0)
-        C = centring_matrix(T, causal=causal_c, dtype=q.dtype, device=q.device)  # (T, T)
-        eye = torch.eye(T, dtype=q.dtype, device=q.device)
-        a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
-        return (a * eye + b * probs - g * C) @ v  # (B, H, T, D)
-
-    return impl
+#: Exercise 11.3's three quantities: (causal?, T, layers, query row, key column).
+UNIFORM_STACK_CASES = {
+    "full, self": (False, 4, 3, 3, 3),
+    "causal, self": (True, 4, 3, 3, 3),
+    "causal, first": (True, 4, 3, 1, 0),
+}
 
 
-def _neutral(impl: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """Wrap ``impl`` so that every candidate looks the same from outside (name, code, signature)."""
+def uniform_stack(T: int, layers: int, *, causal: bool) -> torch.Tensor:
+    """What ``layers`` stacked attention layers with all scores 0 and the identity as values do.
 
-    def shaped(q, k, v, alpha, beta, gamma):
-        return impl(q, k, v, alpha, beta, gamma)
-
-    return shaped
-
-
-def causality_candidates() -> list[tuple[Callable[..., torch.Tensor], bool, str]]:
-    """The functions exercise 11.3's test is run on: ``(fn, leaks, what it is)``, mixed order."""
-
-    def leaky_both(q, k, v, alpha, beta, gamma):
-        return leaky_shaped_attention(q, k, v, alpha, beta, gamma)[0]
-
-    cases = [
-        (_reference_shaped, False, "is correct shaped attention"),
-        (leaky_both, True, "discards the mask and uses the full C (the chapter's leaky version)"),
-        (
-            _shaped_variant(future_from=1, causal_c=True, scale_power=1.0),
-            False,
-            "is causal, with another score scale: a causality test must not compare with a reference output",
-        ),
-        (
-            _shaped_variant(future_from=1, causal_c=True, after_softmax=True),
-            True,
-            "zeroes the future weights after the softmax: the future keys stay in its denominator",
-        ),
-        (
-            _shaped_variant(future_from=1, causal_c=False),
-            True,
-            "masks the softmax but uses the full C: it leaks through the values",
-        ),
-        (
-            _shaped_variant(future_from=1, causal_c=True, prefix=3),
-            True,
-            "lets its first 3 positions see each other (a prefix-LM mask): the leak never reaches the last position",
-        ),
-        (_shaped_variant(future_from=1, causal_c=True), False, "is correct, written out with an explicit matrix"),
-    ]
-    return [(_neutral(fn), leaks, what) for fn, leaks, what in cases]
-
-
-def check_causality_test(leaks: Callable[[Callable[..., torch.Tensor]], bool]) -> bool:
-    """Exercise 11.3: ``leaks(fn)`` returns True if ``fn(q, k, v, alpha, beta, gamma)`` lets a position see its future.
-
-    It is run on seven implementations that all look alike from outside (the same name,
-    code and signature, in a mixed order): four leak (the chapter's leaky version, a
-    mask applied after the softmax, a full ``C`` alone, a bidirectional prefix of 3 positions) and three do not
-    (the reference, the same written out, and a causal version with another score scale,
-    which a test comparing outputs with a reference would wrongly flag). Only a real
-    causality test gets all seven right: feed random queries and unequal gains (with
-    ``q = 0`` and ``β = γ`` the two bugs of the leaky version cancel), perturb the later
-    positions of ``q``, ``k`` *and* ``v`` (the mask applied after the softmax leaks through
-    the keys only, the full ``C`` through the values only), perturb more than the last
-    position (the prefix's leak never reaches it), and check that no earlier output moves.
+    Measured, not written down: one-hot tokens (the identity) are sent through the attention
+    core ``layers`` times with zero queries, so row ``t`` of the result is how much of each
+    input token token ``t`` holds at the end.
 
     Shapes:
-        the inputs ``leaks`` passes to ``fn``: q, k, v ``(B, H, T, D)``; alpha, beta, gamma ``(H,)``
+        output: ``(T, T)``
     """
-    candidates = causality_candidates()
-    for i, (fn, expected, what) in enumerate(candidates, start=1):
-        try:
-            got = leaks(fn)
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report("11.3 causality test", False, f"{type(e).__name__}: {e}")
-        if bool(got) != expected:
-            return report(
-                "11.3 causality test",
-                False,
-                f"leaks(candidate {i} of {len(candidates)}) returned {got!r}, expected {expected}: "
-                f"that candidate {what}",
-            )
-    return report("11.3 causality test", True, f"right on all {len(candidates)} candidates (4 leak, 3 do not)")
+    x = torch.eye(T, dtype=torch.float64)[None, None]  # (1, 1, T, T): token t is e_t
+    zeros = torch.zeros_like(x)  # queries 0: every score is 0, the softmax uniform
+    for _ in range(layers):
+        x = attention(zeros, x, x, is_causal=causal)  # (1, 1, T, T)
+    return x[0, 0]
+
+
+def check_uniform_stack_prediction(predicted: dict) -> bool:
+    """Exercise 11.3, predict then run: three weights of a stack of uniform attention layers.
+
+    ``predicted`` maps each key of :data:`UNIFORM_STACK_CASES` to a number: for ``T = 4``
+    tokens after 3 layers whose scores are all 0 (the values are the inputs, no skip), the
+    weight token 3 keeps on its own input with full attention (``"full, self"``) and with a
+    causal mask (``"causal, self"``), and the weight token 1 puts on token 0 with a causal
+    mask (``"causal, first"``). The check measures them with :func:`uniform_stack`. The
+    slips it names: full attention treated like repeated shrinking (one layer already makes
+    every token the mean), one layer instead of three, the wrong count of visible tokens,
+    and token 1's own share given for its share on token 0.
+    """
+    name = "11.3 uniform stack"
+    if not isinstance(predicted, dict) or set(predicted) != set(UNIFORM_STACK_CASES):
+        keys = ", ".join(repr(k) for k in UNIFORM_STACK_CASES)
+        return report(name, False, f"give a dict with the keys {keys}, got {describe(predicted)}")
+    for key, value in predicted.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return report(name, False, f"{key!r}: give a number, not {describe(value)}")
+    slips = {
+        "full, self": [
+            (1 / 64, "full attention makes every token the mean after one layer: "
+                     "what does averaging tokens that are already equal change?"),
+            (0.0, "full attention: the mean of all four tokens still holds token 3's input"),
+        ],
+        "causal, self": [
+            (1 / 4, "that is one layer; each of the three keeps only part of what the last kept"),
+            (1 / 27, "token 3 may see positions 0 to 3: four tokens, not three"),
+        ],
+        "causal, first": [
+            (1 / 8, "that is token 1's share of *itself*; the rest of its weight is on token 0"),
+            (1 / 2, "that is one layer: token 0 never moves, so token 1's share of it grows"),
+        ],
+    }  # fmt: skip
+    for key, (causal, T, layers, row, col) in UNIFORM_STACK_CASES.items():
+        measured = uniform_stack(T, layers, causal=causal)[row, col].item()
+        got = float(predicted[key])
+        if abs(got - measured) <= 1e-6:
+            continue
+        for wrong, hint in slips[key]:
+            if abs(got - wrong) <= 1e-6:
+                return report(name, False, f"{key!r}: {hint}")
+        return report(name, False, f"{key!r}: {got:g} is not what the stack does (tolerance 1e-6)")
+    return report(name, True, "all three match the measured stacks (tolerance 1e-6)")
 
 
 def check_shaped_decode_step(fn: Callable[..., torch.Tensor]) -> bool:
@@ -220,7 +177,7 @@ def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
         q, k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``; valid: ``(B, T)`` bool;
         fn's output: ``(B, H, T, D)``
     """
-    name = "11.2 shaped attention, left-padded"
+    name = "11.2 left padding"
     g = torch.Generator().manual_seed(112)
     B, H, T, D = 3, 2, 7, 4
     q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
@@ -245,7 +202,7 @@ def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
         return all(torch.allclose(out[b, :, p:], ref[b], atol=1e-8) for b, p in enumerate(pads))
 
     if same(got, want):
-        return report(name, True, "every real position matches its sequence alone (pads 0, 2, 4)")
+        return report(name, True, "each real position equals its sequence alone (pads 0, 2, 4)")
     slips = [
         (dict(mask_softmax=True, mask_c=False),
          "the padding is still in C: row i must average the *real* positions up to i "

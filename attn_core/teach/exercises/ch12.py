@@ -5,125 +5,241 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from ...caches.kv import KVCache
-from ...config import DecoderConfig
-from ...model.decoder import DecoderLM
-from ...model.generation import generate
-from ._common import report
+from ...ops.attention import attention
+from ...positions.rope import RotaryEmbedding
+from ._common import describe, report
 
-__all__ = ["check_token_passes", "check_cache_bytes", "check_greedy_decode"]
+__all__ = ["check_copies_history", "check_cached_attention", "check_scores_computed"]
 
-_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
-
-
-def _tiny_model(seed: int = 120) -> DecoderLM:
-    with torch.random.fork_rng(devices=[]):  # building the model must not move the notebook's RNG
-        torch.manual_seed(seed)
-        cfg = DecoderConfig.llama_like(vocab_size=24, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, max_len=64)
-        return DecoderLM(cfg).eval()
+# Exercise 12.1: caches that look alike from outside (one class name, one signature,
+# ``update(k, v) -> (k_all, v_all)`` with ``k, v`` of shape ``(1, 2, 1, 8)``), some of which
+# copy their whole history at every append. Each keeps room for ``_ROOM`` positions.
+_H, _D, _ROOM = 2, 8, 2048
 
 
-class _CountPositions:
-    """Counts the token positions a model is run on (a forward pre-hook on the model)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.positions = self.calls = 0
-        self.handle = model.register_forward_pre_hook(self._hook)
-
-    def _hook(self, module, args) -> None:
-        self.positions += args[0].shape[0] * args[0].shape[1]  # idx: (B, T)
-        self.calls += 1
-
-    def close(self) -> None:
-        self.handle.remove()
+def _storage() -> torch.Tensor:
+    return torch.zeros(1, _H, _ROOM, _D)  # (B, H, max_len, D)
 
 
-def check_token_passes(fn: Callable[[int, int, bool], int]) -> bool:
-    """Exercise 12.1: ``fn(prompt_len, new_tokens, use_cache)`` returns how many token positions the
-    model processes while :func:`attn_core.generate` produces ``new_tokens`` tokens.
+class _Slot:
+    """Writes one position into preallocated storage, returns views (KVCache)."""
 
-    The reference is *measured*: a hook counts the positions fed to a real model.
-    """
-    model = _tiny_model()
-    for T, N in ((1, 1), (4, 6), (10, 3), (7, 20)):
-        prompt = torch.ones(1, T, dtype=torch.long)
-        for use_cache in (False, True):
-            counter = _CountPositions(model)
-            try:
-                generate(model, prompt, N, use_cache=use_cache, temperature=0)
-            finally:
-                counter.close()
-            try:
-                got = fn(T, N, use_cache)
-            except Exception as e:  # a learner's bug should print, not stop the notebook
-                return report("12.1 token passes", False, f"{type(e).__name__}: {e}")
-            if got != counter.positions:
-                return report(
-                    "12.1 token passes",
-                    False,
-                    f"prompt_len={T}, new_tokens={N}, use_cache={use_cache}: got {got!r}, "
-                    f"measured {counter.positions} positions in {counter.calls} forward passes",
-                )
-    return report("12.1 token passes", True, "all 8 cases match the measured counts")
+    def __init__(self) -> None:
+        self.cache = KVCache(batch_size=1, n_kv_heads=_H, head_dim=_D, max_len=_ROOM)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.update(k, v)
 
 
-def check_cache_bytes(fn: Callable[..., int]) -> bool:
-    """Exercise 12.2: ``fn(n_layers, n_kv_heads, head_dim, seq_len, batch_size, bytes_per_element)``
-    returns the bytes of a model's key/value caches (keys *and* values, every layer).
+class _Counted(_Slot):
+    """A slot cache that also writes its count into a device tensor at every append."""
 
-    The reference allocates the :class:`~attn_core.KVCache` tensors and adds up their sizes.
-    """
-    cases = [(2, 4, 8, 16, 1, 4), (12, 12, 64, 1024, 8, 2), (32, 8, 128, 4096, 1, 2), (3, 1, 16, 5, 2, 8)]
-    for L, H_kv, D, T, B, nbytes in cases:
-        args = dict(n_layers=L, n_kv_heads=H_kv, head_dim=D, seq_len=T, batch_size=B, bytes_per_element=nbytes)
-        # Measured on "meta" tensors (no memory is allocated), which have real sizes.
-        cache = KVCache(B, H_kv, D, T, dtype=_DTYPES[nbytes], device="meta")
-        want = L * cache.nbytes()
-        try:
-            got = fn(**args)
-        except Exception as e:
-            return report("12.2 cache bytes", False, f"{type(e).__name__}: {e}")
-        if got != want:
-            hint = " (keys and values: two tensors per layer)" if isinstance(got, int) and got * 2 == want else ""
-            return report("12.2 cache bytes", False, f"{args}: got {got!r}, measured {want}{hint}")
-    return report("12.2 cache bytes", True, "4 configurations match the allocated caches")
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = torch.zeros(1, dtype=torch.long)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.count.add_(k.shape[2])  # bookkeeping: a fixed few bytes per append
+        return super().update(k, v)
 
 
-def check_greedy_decode(fn: Callable[[torch.nn.Module, torch.Tensor, int], torch.Tensor]) -> bool:
-    """Exercise 12.3: ``fn(model, prompt, n)`` decodes ``n`` tokens greedily *with* the model's caches
-    (``model.make_caches``, a prefill, then one token per step) and returns prompt + new tokens.
+class _Cat:
+    """Grows by ``torch.cat``: a new tensor holding the history and the new position."""
 
-    Compared with ``generate(model, prompt, n, use_cache=False, temperature=0)``; the
-    positions fed to the model are counted to check that the cache is really used.
+    def __init__(self) -> None:
+        self.k = self.v = torch.zeros(1, _H, 0, _D)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+
+class _Clone(_Slot):
+    """Preallocated storage at one address, but returns copies of the history."""
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k_all, v_all = super().update(k, v)
+        return k_all.clone(), v_all.clone()
+
+
+class _Doubling:
+    """Doubles its storage when full (copying it once), returns views: amortised constant."""
+
+    def __init__(self) -> None:
+        self.k, self.v, self.size = torch.zeros(1, _H, 16, _D), torch.zeros(1, _H, 16, _D), 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.size == self.k.shape[2]:  # full: twice the room, the history copied once
+            self.k = torch.cat([self.k, torch.zeros_like(self.k)], dim=2)
+            self.v = torch.cat([self.v, torch.zeros_like(self.v)], dim=2)
+        self.k[:, :, self.size : self.size + 1].copy_(k)
+        self.v[:, :, self.size : self.size + 1].copy_(v)
+        self.size += 1
+        return self.k[:, :, : self.size], self.v[:, :, : self.size]
+
+
+class _Spill(_Cat):
+    """Preallocated for 256 positions, then grows by ``torch.cat`` (copies beyond 256)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.small = _Slot()
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.small.cache.size < 256:
+            self.k, self.v = self.small.update(k, v)
+            return self.k, self.v
+        return super().update(k, v)
+
+
+def copies_candidates() -> list[tuple[type, bool, str]]:
+    """Exercise 12.1's candidates ``(cache class, copies, what)`` in a fixed mixed order."""
+    return [
+        (_Doubling, False, "doubles its room when full"),
+        (_Cat, True, "grows by torch.cat"),
+        (_Counted, False, "writes 1 position + a counter"),
+        (_Spill, True, "copies past 256 positions"),
+        (_Slot, False, "writes 1 position per append"),
+        (_Clone, True, "returns copies of its history"),
+    ]
+
+
+def _named(cls: type) -> Callable[[], object]:
+    """A factory whose caches all look alike: one class name, one docstring."""
+
+    def make_cache() -> object:
+        cache = cls()
+        cache.__class__ = type("Cache", (cls,), {"__doc__": "A key/value cache."})
+        return cache
+
+    return make_cache
+
+
+def check_copies_history(fn: Callable[[Callable[[], object]], bool]) -> bool:
+    """Exercise 12.1: ``fn(make_cache)`` says whether a cache copies its history at every append.
+
+    ``make_cache()`` returns a new, empty cache with ``update(k, v) -> (k_all, v_all)``
+    (``k, v``: ``(1, 2, 1, 8)`` float32; room for 2,048 positions). "Copies its history"
+    means that the bytes an append writes grow with the positions already cached, over a
+    long run. Six candidates: a slot cache, one with a few bytes of bookkeeping per append,
+    one that doubles its storage when full (a copy now and then, constant on average),
+    ``torch.cat``, one preallocated for 256 positions that then grows by ``torch.cat``, and
+    one that stores in place but returns copies. A test that looks at one step, at short
+    histories only, or at exact byte counts gets one of them wrong.
 
     Shapes:
-        prompt: ``(B, T)``; fn's output: ``(B, T + n)``
+        k, v: ``(1, 2, 1, 8)``; the returned keys and values: ``(1, 2, T, 8)``
     """
-    model = _tiny_model(121)
-    g = torch.Generator().manual_seed(122)
-    prompt = torch.randint(0, 24, (2, 5), generator=g)
-    n = 12
-    want = generate(model, prompt, n, use_cache=False, temperature=0)
-    counter = _CountPositions(model)
-    try:
-        with torch.no_grad():
-            got = fn(model, prompt, n)
-    except Exception as e:
-        return report("12.3 greedy decode", False, f"{type(e).__name__}: {e}")
-    finally:
-        counter.close()
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        return report("12.3 greedy decode", False, f"expected a tensor of shape {tuple(want.shape)}, got {shape}")
-    if not torch.equal(got.long(), want):
-        bad = (got.long() != want).nonzero()[0].tolist()
-        return report("12.3 greedy decode", False, f"first different token at (row, position) = {tuple(bad)}")
-    most = 2 * (5 + n)  # prefill (B·T) plus one position per step per row, B = 2
-    if counter.positions > most:
-        return report(
-            "12.3 greedy decode",
-            False,
-            f"right tokens, but the model processed {counter.positions} positions: is the cache used?",
-        )
-    return report("12.3 greedy decode", True, f"same tokens as generate(), {counter.positions} positions processed")
+    name = "12.1 copies history"
+    candidates = copies_candidates()
+    for i, (cls, copies, what) in enumerate(candidates, start=1):
+        try:
+            with torch.random.fork_rng(devices=[]):  # the learner's draws leave the notebook's alone
+                got = fn(_named(cls))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"cache {i} raised {type(e).__name__}: {e}")
+        if not isinstance(got, bool):
+            return report(name, False, f"cache {i}: returned {describe(got)}, not a bool")
+        if got != copies:
+            return report(name, False, f"cache {i}/{len(candidates)}: said {got}, but it {what}")
+    n = sum(copies for _, copies, _ in candidates)
+    return report(name, True, f"right on {len(candidates)} caches ({n} copy, {len(candidates) - n} do not)")
+
+
+# Exercise 12.2: the cases a cached attention call must match the full pass on: lists of
+# chunk lengths fed one call after another (a prefill, then decoding steps or more chunks).
+_CHUNKS = ([1, 1, 1, 1, 1, 1], [5], [5, 1, 1, 1], [3, 4, 1, 2])
+
+
+def check_cached_attention(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 12.2: ``fn(q, k, v, cache, rope)``, one call of a cached decoding loop.
+
+    ``q, k, v`` are the new tokens' queries, keys and values before RoPE, ``cache`` the
+    :class:`~attn_core.KVCache` of the tokens before them, ``rope`` a
+    :class:`~attn_core.RotaryEmbedding`; ``fn`` returns the new tokens' attention outputs.
+    Each case feeds one sequence in chunks (one token at a time; a prefill alone; a
+    prefill then single tokens; chunks of several lengths) and compares every output with
+    the full causal pass in float64.
+
+    Shapes:
+        q, k, v: ``(B, H, T_new, D)``; fn's output: ``(B, H, T_new, D)``
+    """
+    name = "12.2 cached attention"
+    g = torch.Generator().manual_seed(1201)
+    rope = RotaryEmbedding(8)
+    for chunks in _CHUNKS:
+        T = sum(chunks)
+        q, k, v = torch.randn(3, 2, 2, T, 8, generator=g, dtype=torch.float64).unbind(0)
+        full = attention(rope(q), rope(k), v, is_causal=True)  # (B, H, T, D)
+        cache = KVCache(batch_size=2, n_kv_heads=2, head_dim=8, max_len=T, dtype=torch.float64)
+        start = 0
+        for call, n in enumerate(chunks, start=1):
+            new = slice(start, start + n)
+            try:
+                with torch.no_grad():
+                    got = fn(q[:, :, new], k[:, :, new], v[:, :, new], cache, rope)
+            except Exception as e:  # a learner's bug should print, not stop the notebook
+                return report(name, False, f"chunks {chunks}: {type(e).__name__}: {e}")
+            want = full[:, :, new]
+            if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+                return report(name, False, f"chunks {chunks}: {describe(got)}, not {tuple(want.shape)}")
+            err = (got.double() - want).abs().max().item()
+            if not err <= 1e-9:
+                return report(name, False, f"fed {chunks}: call {call} ({start} cached) != full pass")
+            start += n
+    return report(name, True, f"equals the full pass in {len(_CHUNKS)} feeding orders (float64)")
+
+
+def measured_scores(prompt_len: int, new_tokens: int, chunk: int) -> int:
+    """q·k scores per head that cached decoding computes, counted by PyTorch's FLOP counter.
+
+    The prompt goes in chunks of ``chunk`` tokens, then ``new_tokens - 1`` single tokens
+    (the last new token is never fed back); every call attends over the cache (on ``meta``
+    tensors: no memory, no time). One call over ``T_q`` queries and ``T_k`` keys counts
+    ``4·D·T_q·T_k`` FLOPs per head (the scores and the weighted sum of the values).
+    """
+    H, D = 2, 8
+    cache = KVCache(1, H, D, prompt_len + new_tokens, device="meta")
+    feeds = [min(chunk, prompt_len - s) for s in range(0, prompt_len, chunk)] + [1] * (new_tokens - 1)
+    with FlopCounterMode(display=False) as counter:
+        for n in feeds:
+            q = k = v = torch.empty(1, H, n, D, device="meta")  # (B, H, T_new, D)
+            attention(q, *cache.update(k, v), is_causal=True)
+    return counter.get_total_flops() // (4 * H * D)
+
+
+def check_scores_computed(fn: Callable[[int, int, int], int]) -> bool:
+    """Exercise 12.3: ``fn(prompt_len, new_tokens, chunk)`` is the number of q·k scores per
+    head and layer computed while a prompt is prefilled in chunks of ``chunk`` tokens and
+    ``new_tokens`` tokens are generated, by an attention that computes every score of its
+    rectangle (the masked ones too) and skips none.
+
+    The reference is *measured* (:func:`measured_scores`, PyTorch's FLOP counter on the
+    attention calls), on cases where the last chunk is shorter, where one chunk holds the
+    whole prompt, and where only one token is generated.
+    """
+    name = "12.3 scores computed"
+    cases = ((12, 5, 4), (10, 4, 4), (7, 3, 16), (9, 1, 2), (6, 6, 1), (16, 8, 16))
+    for P, N, C in cases:
+        want = measured_scores(P, N, C)
+        try:
+            got = fn(P, N, C)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(got, int) or isinstance(got, bool) or got != want:
+            T = P + N - 1  # positions fed
+            causal = T * (T + 1) // 2
+            hint = ""
+            if got == causal:
+                hint = "; masked scores count too"
+            elif isinstance(got, int) and got - want == P + N:
+                hint = "; the last token isn't fed"
+            elif got == want:
+                hint = "; a count is an int"
+            elif isinstance(got, int) and got > want and P % C:
+                hint = "; is the last chunk full?"
+            return report(name, False, f"P={P}, N={N}, C={C}: {got!r}, not {want}{hint}")
+    return report(name, True, f"{len(cases)} cases match PyTorch's FLOP counter")
