@@ -8,6 +8,7 @@ import torch
 from attn_core import attention
 from attn_core.teach.exercises.ch12 import (
     check_cached_attention,
+    check_chunk_prediction,
     check_copies_history,
     check_scores_computed,
     copies_candidates,
@@ -96,10 +97,10 @@ ANSWERS = {
     check_cached_attention: (
         [_cached_attention, lambda *a: _cached_attention(*a, bug="shifted")],
         [
-            (lambda *a: _cached_attention(*a, bug="shown"), "call 2 (5 cached)"),
-            (lambda *a: _cached_attention(*a, bug="zero"), "!= full pass"),
-            (lambda *a: _cached_attention(*a, bug="after update"), "call 2 (5 cached)"),
-            (lambda *a: _cached_attention(*a, bug="query last"), "call 1 (0 cached)"),
+            (lambda *a: _cached_attention(*a, bug="shown"), "2 of 4 feeding orders"),
+            (lambda *a: _cached_attention(*a, bug="zero"), "!= the full pass"),
+            (lambda *a: _cached_attention(*a, bug="after update"), "past call 1"),
+            (lambda *a: _cached_attention(*a, bug="query last"), "at call 1"),
         ],
     ),
     check_scores_computed: (
@@ -109,6 +110,16 @@ ANSWERS = {
             (lambda P, N, C: _scores(P, N, C, all_fed=True), "isn't fed"),
             (lambda P, N, C: _scores(P, N, C, full_chunks=True), "last chunk full"),
             (lambda P, N, C: float(_scores(P, N, C)), "an int"),
+        ],
+    ),
+    check_chunk_prediction: (
+        [0.5625, 9 / 16, 0.56],
+        [
+            (None, "no prediction yet"),
+            (0.5, "unmasked triangle"),
+            (1 / 0.5625, "which computes fewer"),
+            (0.6, "off by more than 0.005"),
+            ("0.5625", "expected a number"),
         ],
     ),
 }

@@ -12,7 +12,12 @@ from ...ops.attention import attention
 from ...positions.rope import RotaryEmbedding
 from ._common import describe, report
 
-__all__ = ["check_copies_history", "check_cached_attention", "check_scores_computed"]
+__all__ = [
+    "check_copies_history",
+    "check_cached_attention",
+    "check_scores_computed",
+    "check_chunk_prediction",
+]
 
 # Exercise 12.1: caches that look alike from outside (one class name, one signature,
 # ``update(k, v) -> (k_all, v_all)`` with ``k, v`` of shape ``(1, 2, 1, 8)``), some of which
@@ -170,6 +175,7 @@ def check_cached_attention(fn: Callable[..., torch.Tensor]) -> bool:
     name = "12.2 cached attention"
     g = torch.Generator().manual_seed(1201)
     rope = RotaryEmbedding(8)
+    wrong = []  # the feeding orders that differ from the full pass
     for chunks in _CHUNKS:
         T = sum(chunks)
         q, k, v = torch.randn(3, 2, 2, T, 8, generator=g, dtype=torch.float64).unbind(0)
@@ -188,8 +194,14 @@ def check_cached_attention(fn: Callable[..., torch.Tensor]) -> bool:
                 return report(name, False, f"chunks {chunks}: {describe(got)}, not {tuple(want.shape)}")
             err = (got.double() - want).abs().max().item()
             if not err <= 1e-9:
-                return report(name, False, f"fed {chunks}: call {call} ({start} cached) != full pass")
+                wrong.append(call)
+                break
             start += n
+    if wrong:
+        # Which orders fail is the exercise's question: the verdict says how many, and
+        # on which call of a failing order, not which order.
+        where = "at call 1" if wrong == [1] * len(wrong) else "past call 1"
+        return report(name, False, f"{len(wrong)} of {len(_CHUNKS)} feeding orders != the full pass, {where}")
     return report(name, True, f"equals the full pass in {len(_CHUNKS)} feeding orders (float64)")
 
 
@@ -243,3 +255,34 @@ def check_scores_computed(fn: Callable[[int, int, int], int]) -> bool:
                 hint = "; is the last chunk full?"
             return report(name, False, f"P={P}, N={N}, C={C}: {got!r}, not {want}{hint}")
     return report(name, True, f"{len(cases)} cases match PyTorch's FLOP counter")
+
+
+# Exercise 12.3, the prediction: chunks of 512 against one prefill, for a 4096-token prompt.
+_PREDICTION_CASE = (4096, 1, 512)  # prompt_len, new_tokens, chunk
+
+
+def check_chunk_prediction(prediction: object) -> bool:
+    """Exercise 12.3, the prediction: the number of scores computed by a prefill of 4096
+    tokens in chunks of 512, as a fraction of those of one prefill (``new_tokens = 1``),
+    written before ``scores_computed`` is run.
+
+    The reference is measured (:func:`measured_scores`, PyTorch's FLOP counter); a
+    prediction within 0.005 of it is right.
+    """
+    name = "12.3 prediction"
+    P, N, C = _PREDICTION_CASE
+    want = measured_scores(P, N, C) / measured_scores(P, N, P)
+    if prediction is None:
+        return report(name, False, "no prediction yet (None): write it before running")
+    if isinstance(prediction, bool) or not isinstance(prediction, (int, float)):
+        return report(name, False, f"expected a number (chunked / one prefill), got {describe(prediction)}")
+    got = float(prediction)
+    if abs(got - want) <= 0.005:
+        return report(name, True, f"{got:.4g} of one prefill's scores (the FLOP counter: {want:.4f})")
+    if got >= 1:
+        hint = "a chunk computes a smaller rectangle than one prefill; which computes fewer?"
+    elif abs(got - 0.5) <= 0.005:
+        hint = "one half is the unmasked triangle; a chunk also computes its own masked scores"
+    else:
+        hint = "count each chunk's rectangle, C queries by all the keys cached so far"
+    return report(name, False, f"{got:.4g} is off by more than 0.005: {hint}")
