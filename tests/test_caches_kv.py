@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attn_core import KVCache, LatentKVCache, RollingKVCache
+from attn_core.caches.static import make_static_caches
 from conftest import randn
 
 
@@ -161,3 +162,30 @@ def test_positions_after_an_int_or_a_device_count():
     assert torch.equal(positions_after(torch.tensor(3), 4), positions_after(3, 4))
     assert positions_after(-2, 3).tolist() == [-2, -1, 0]  # a static buffer's empty slots come first
     assert KVCache(1, 1, 2, 4).offset == 0
+
+
+def test_truncate_forgets_the_positions_after_size():
+    """Speculative decoding cuts its rejected tokens back; the next update writes after the kept ones."""
+    cache = KVCache(1, 2, 3, max_len=6, dtype=torch.float64)
+    k, v = randn(1, 2, 5, 3, seed=1), randn(1, 2, 5, 3, seed=2)
+    cache.update(k, v)
+    cache.truncate(2)
+    assert cache.size == cache.offset == 2
+    k_all, _ = cache.update(k[:, :, 4:], v[:, :, 4:])
+    torch.testing.assert_close(k_all, torch.cat((k[:, :, :2], k[:, :, 4:]), dim=2), rtol=0, atol=0)
+    latent = LatentKVCache(1, 4, 2, max_len=3)
+    latent.update(torch.zeros(1, 3, 4), torch.zeros(1, 3, 2))
+    latent.truncate(0)
+    assert latent.size == 0
+
+
+def test_truncate_refuses_a_size_past_the_stored_positions():
+    cache = KVCache(1, 1, 2, max_len=4)
+    cache.update(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2))
+    with pytest.raises(ValueError, match="cannot truncate a KVCache of 2 positions to size=3"):
+        cache.truncate(3)
+    with pytest.raises(ValueError, match="size must be >= 0"):
+        cache.truncate(-1)
+    static = make_static_caches([KVCache(1, 1, 2, max_len=4)], 4, dtype=torch.float32)[0]
+    with pytest.raises(ValueError, match="cannot truncate a StaticKVCache"):
+        static.truncate(0)

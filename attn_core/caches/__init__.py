@@ -2,6 +2,8 @@
 
 * :mod:`.kv`: :class:`KVCache`, :class:`LatentKVCache` (MLA), :class:`RollingKVCache`
   (sliding windows), :class:`SlotCache`, and the helpers every cache shares.
+* :mod:`.quantized`: int8 quantization of keys (per channel) and values (per token),
+  and a cache that stores them so.
 * :mod:`.static`: static-shape versions of those caches, for compiled decoding.
 * :mod:`.recurrent`: the constant-size state of a Gated DeltaNet layer.
 * :mod:`.position_count`: a cache's count on the host and on the device (for CUDA graphs).

@@ -35,9 +35,8 @@ __all__ = ["SlotCache", "KVCache", "LatentKVCache", "RollingKVCache", "storage_l
 def positions_after(offset: int | torch.Tensor, n: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Positions ``offset .. offset + n - 1`` of ``n`` new tokens after ``offset`` stored ones.
 
-    ``offset`` is a cache's :attr:`~SlotCache.offset`: a Python int, or for a static
-    cache a 0-d integer tensor on the device (:mod:`attn_core.caches.static`), added on the
-    device so that the host never reads it.
+    ``offset`` is a cache's :attr:`~SlotCache.offset`: a Python int, or for a static cache a 0-d
+    integer tensor on the device (:mod:`attn_core.caches.static`), added there: the host never reads it.
 
     Shapes:
         output: ``(n,)`` integer
@@ -60,10 +59,9 @@ def storage_like(
 class SlotCache:
     """Preallocated storage for named tensors that grow along one sequence axis: the base of the caches.
 
-    Each tensor of ``shapes`` (its shape without the sequence axis) gets a buffer with
-    ``max_len`` inserted at ``seq_dim``. A subclass's ``update`` calls ``_append``, which
-    checks the new tensors, copies their values (never the graph) after the ``size``
-    positions stored and returns views of everything stored so far.
+    Each tensor of ``shapes`` (its shape without the sequence axis) gets a buffer with ``max_len``
+    inserted at ``seq_dim``. A subclass's ``update`` calls ``_append``, which checks the new tensors,
+    copies their values (never the graph) after the ``size`` positions stored, returning views of all.
     """
 
     def __init__(self, shapes: dict[str, tuple[int, ...]], max_len: int, *, seq_dim: int, dtype, device) -> None:
@@ -97,6 +95,12 @@ class SlotCache:
     def reset(self) -> None:
         """Forget every stored position (the memory is kept for reuse)."""
         self._size = 0
+
+    def truncate(self, size: int) -> None:
+        """Keep the first ``size`` positions (speculative decoding drops its rejected tokens so)."""
+        if check_int("size", size, minimum=0) > self.size or type(self).size is not SlotCache.size:
+            raise ValueError(f"cannot truncate a {type(self).__name__} of {self.size} positions to size={size}")
+        self._size = size
 
     def _check_new(self, new: dict[str, torch.Tensor]) -> int:
         """Check the tensors of one update against the stored ones; return their ``T_new``."""
