@@ -70,12 +70,16 @@ class Request:
 
 
 def request_mix(tokenizer, system: str, questions: list[str], new_tokens: list[int]) -> list[Request]:
-    """Requests that share ``system`` as their first words, one per question.
+    """Chat requests that share the system prompt ``system``, one per question.
+
+    Each prompt is the tokenizer's chat template applied to a system message and a user
+    message, ready for the assistant's answer (``add_generation_prompt=True``): every prompt
+    starts with the same tokens, the template's and the system prompt's.
 
     Args:
-        tokenizer: Has ``encode(text) -> list[int]``.
-        system: The shared beginning of every prompt (a system prompt).
-        questions: What follows it in each prompt.
+        tokenizer: A transformers tokenizer with a chat template.
+        system: The system prompt every request shares.
+        questions: The user's message of each request.
         new_tokens: Tokens to generate, one per question.
 
     Raises:
@@ -83,8 +87,13 @@ def request_mix(tokenizer, system: str, questions: list[str], new_tokens: list[i
     """
     if len(questions) != len(new_tokens):
         raise ValueError(f"one new_tokens per question: {len(questions)} questions, {len(new_tokens)} counts")
-    head = tokenizer.encode(system)
-    return [Request(tuple(head + tokenizer.encode(q)), n) for q, n in zip(questions, new_tokens)]
+    out = []
+    for q, n in zip(questions, new_tokens):
+        chat = [{"role": "system", "content": system}, {"role": "user", "content": q}]
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # a BatchEncoding in some versions
+        out.append(Request(tuple(int(i) for i in ids), n))
+    return out
 
 
 def cache_bytes_per_token(model: nn.Module) -> int:
@@ -143,13 +152,23 @@ def static_batching(model: nn.Module, requests: list[Request], batch_size: int) 
     return outputs, {"steps": steps, "row_steps": row_steps, "useful_row_steps": useful}
 
 
-def generate_alone(model: nn.Module, requests: list[Request]) -> dict[int, list[int]]:
-    """Each request's new tokens from plain greedy :func:`~attn_core.generate`, one request at a time."""
-    out = {}
+def generate_alone(model: nn.Module, requests: list[Request]) -> tuple[dict[int, list[int]], float]:
+    """Each request's new tokens from plain greedy :func:`~attn_core.generate`, one request at a time.
+
+    Returns:
+        ``(outputs, gap)``: the new token ids by request index, and the smallest gap between
+        the two largest logits over every token chosen: how far each choice was from a tie
+        (a gap far above float32 rounding means another order of summation picks the same).
+    """
+    out, gap = {}, float("inf")
     for i, r in enumerate(requests):
         idx = torch.tensor([r.prompt])  # (1, T)
-        out[i] = generate(model, idx, r.max_new_tokens, temperature=0.0)[0, len(r.prompt) :].tolist()
-    return out
+        ids, logits = generate(model, idx, r.max_new_tokens, temperature=0.0, return_logits=True)
+        out[i] = ids[0, len(r.prompt) :].tolist()
+        chosen = logits[0, len(r.prompt) - 1 :]  # (N, V): the rows that chose the new tokens
+        top2 = chosen.topk(2, dim=-1).values  # (N, 2)
+        gap = min(gap, (top2[:, 0] - top2[:, 1]).min().item())
+    return out, gap
 
 
 class HFContinuousBatching:
@@ -173,9 +192,7 @@ class HFContinuousBatching:
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
         greedy = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)  # -1: never stop early
-        config = ContinuousBatchingConfig(
-            page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens
-        )
+        config = ContinuousBatchingConfig(page_size=page_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens)
         self.manager = model.init_continuous_batching(generation_config=greedy, continuous_batching_config=config)
         self.manager.start()
 
