@@ -239,8 +239,8 @@ class _PagedView:
         window = self.storage.window
         return 0 if window is None else max(0, self._size - window + 1)
 
-    def _write_and_read(self, new: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        T_new = self._check_new(new)
+    def _check_room(self, T_new: int) -> int:
+        """Check that ``T_new`` more positions fit in the table's blocks, all in use; return the new size."""
         end = self._size + T_new
         if end > self.max_len:
             raise ValueError(
@@ -250,6 +250,11 @@ class _PagedView:
             )
         for block in self.table[: self.storage.pool.blocks_for(end)]:
             self.storage.pool.check_in_use(block)
+        return end
+
+    def _write_and_read(self, new: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        T_new = self._check_new(new)
+        end = self._check_room(T_new)
         start = self.first_read(T_new)
         written = self.storage.rows(self.table, self._size, end)  # (T_new,)
         read = self.storage.rows(self.table, start, end)  # (end - start,)
@@ -343,7 +348,12 @@ class PagedLatentKVCache(_PagedView, LatentKVCache):
 
 
 def make_paged_storage(
-    layer_caches: list, pool: BlockPool, *, dtype: torch.dtype, device: torch.device | str | None = None
+    layer_caches: list,
+    pool: BlockPool,
+    *,
+    dtype: torch.dtype,
+    device: torch.device | str | None = None,
+    kv_storage=None,
 ) -> list[PagedStorage]:
     """Paged storage for every layer of a model, from the caches it makes (``model.make_caches(1)``).
 
@@ -352,9 +362,18 @@ def make_paged_storage(
     window: a window with kept first tokens reads every position); MLA's
     :class:`~attn_core.LatentKVCache` latent blocks.
 
+    Args:
+        layer_caches: One cache per layer, as the model makes them.
+        pool: The pool whose block ids index every layer's storage.
+        dtype, device: Of the storage.
+        kv_storage: Builds a key/value layer's storage instead of :class:`PagedStorage`,
+            called as ``kv_storage(n_kv_heads, head_dim, pool, window=, dtype=, device=)``
+            (e.g. :class:`~attn_core.caches.paged_quantized.PagedQuantizedStorage`); then
+            only key/value layers are accepted.
+
     Raises:
         ValueError: A layer whose cache is of another kind (a recurrent state, a layer
-            reading another's keys), named.
+            reading another's keys; MLA's latents with ``kv_storage``), named.
     """
     out = []
     for i, cache in enumerate(layer_caches):
@@ -362,15 +381,18 @@ def make_paged_storage(
         made = cache.made_for if kind in (KVCache, RollingKVCache, LatentKVCache) else None
         if kind in (KVCache, RollingKVCache):
             window = cache.window if kind is RollingKVCache and cache.sink_tokens == 0 else None
-            shape = (made["n_kv_heads"], made["head_dim"])
-            storage = PagedStorage("kv", {"k": shape, "v": shape}, pool, window=window, dtype=dtype, device=device)
-        elif kind is LatentKVCache:
+            H, D = made["n_kv_heads"], made["head_dim"]
+            if kv_storage is not None:
+                storage = kv_storage(H, D, pool, window=window, dtype=dtype, device=device)
+            else:
+                shapes = {"k": (H, D), "v": (H, D)}
+                storage = PagedStorage("kv", shapes, pool, window=window, dtype=dtype, device=device)
+        elif kind is LatentKVCache and kv_storage is None:
             shapes = {"c_kv": (made["d_latent"],), "k_rope": (made["d_rope"],)}
             storage = PagedStorage("latent", shapes, pool, dtype=dtype, device=device)
         else:
             got = "None (it reads another layer's keys and values)" if cache is None else type(cache).__name__
-            raise ValueError(
-                f"layer {i}'s cache is {got}: paged storage holds KVCache, RollingKVCache and LatentKVCache layers"
-            )
+            accepted = "KVCache and RollingKVCache" if kv_storage else "KVCache, RollingKVCache and LatentKVCache"
+            raise ValueError(f"layer {i}'s cache is {got}: this paged storage holds {accepted} layers")
         out.append(storage)
     return out

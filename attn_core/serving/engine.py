@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..caches.paged import BlockPool, make_paged_storage
+from ..caches.paged_quantized import PagedQuantizedStorage
 from ..checks import check_bool, check_instance, check_int
 from ..model.decoder import DecoderLM
 from ..model.generation import sample_next
@@ -79,7 +80,9 @@ class Engine:
         num_blocks: Blocks in the pool (each holds ``block_size`` positions of every layer).
         max_batch_tokens: Most tokens one step runs (decode tokens plus prefill chunks).
         prefix_caching: Share full blocks of equal prefixes between requests.
-        kv_dtype: ``None`` (the model's dtype) or ``torch.int8`` (not available yet).
+        kv_dtype: ``None`` (the model's dtype) or ``torch.int8``: full blocks stored in int8,
+            keys per channel and values per token, each sequence's newest block in the
+            model's dtype (:mod:`attn_core.caches.paged_quantized`); key/value layers only.
 
     Raises:
         TypeError, ValueError: Bad arguments, naming the value; a model the engine cannot
@@ -108,14 +111,15 @@ class Engine:
                 f"max_batch_tokens={max_batch_tokens} exceeds the learned position table (max_len={c.max_len}): "
                 f"a packed step embeds positions up to its token count"
             )
-        if kv_dtype is not None:
-            if not isinstance(kv_dtype, torch.dtype):
-                raise TypeError(f"kv_dtype must be None or a torch.dtype, got {type(kv_dtype).__name__}")
-            raise NotImplementedError(f"kv_dtype={kv_dtype} is not available yet: pass None (the model's dtype)")
+        if kv_dtype is not None and kv_dtype != torch.int8:
+            raise ValueError(f"kv_dtype must be None (the model's dtype) or torch.int8, got {kv_dtype!r}")
         self.kv_dtype = kv_dtype
         weight = model.tok_emb.weight
         self.pool = BlockPool(num_blocks, block_size)
-        self.storage = make_paged_storage(model.make_caches(1), self.pool, dtype=weight.dtype, device=weight.device)
+        int8 = {"kv_storage": PagedQuantizedStorage} if kv_dtype == torch.int8 else {}
+        self.storage = make_paged_storage(
+            model.make_caches(1), self.pool, dtype=weight.dtype, device=weight.device, **int8
+        )
         self.blocks = PrefixCache(self.pool, enabled=prefix_caching)
         self.scheduler = Scheduler(self.blocks, max_batch_tokens)
         self.stats = EngineStats()

@@ -106,7 +106,7 @@ class Scheduler:
         for seq in list(self.running):
             if seq not in self.running:  # preempted below to make room for an older one
                 continue
-            n = min(seq.pending, budget)
+            n = self._chunk(seq, budget)
             if n == 0:
                 break
             if not self._make_room(seq, seq.computed + n):
@@ -116,6 +116,21 @@ class Scheduler:
         while self.waiting and budget > 0 and self._admit(self.waiting[0], budget, chosen):
             budget -= chosen[-1][1]
         return chosen
+
+    def _chunk(self, seq: Sequence, budget: int, computed: int | None = None) -> int:
+        """Tokens of ``seq`` to run with ``budget`` left: all pending, or a chunk ending on a block boundary.
+
+        A chunk that fills its last block quantizes it (an int8 cache) before its queries
+        attend, as one prefill of the whole prompt would: so chunks end on block boundaries
+        whenever the budget reaches one.
+        """
+        computed = seq.computed if computed is None else computed
+        n = min(len(seq.tokens) - computed, budget)
+        if n < len(seq.tokens) - computed:
+            S = self.blocks.block_size
+            aligned = (computed + n) // S * S - computed
+            n = aligned if aligned > 0 else n
+        return n
 
     def _make_room(self, seq: Sequence, positions: int) -> bool:
         """Give ``seq`` blocks for ``positions``, preempting the newest running sequences; False if ``seq`` went."""
@@ -133,7 +148,7 @@ class Scheduler:
         pool = self.blocks.pool
         cached = self.blocks.match(seq.tokens)
         fresh = self.blocks.fresh_needed(seq.tokens)
-        n = min(len(seq.tokens) - len(cached) * pool.block_size, budget)
+        n = self._chunk(seq, budget, computed=len(cached) * pool.block_size)
         grow = pool.blocks_for(len(cached) * pool.block_size + n) - len(cached)
         if fresh + grow > pool.num_free:
             return False  # wait for blocks: running sequences will release theirs
