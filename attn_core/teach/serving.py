@@ -13,6 +13,8 @@ the book compares it with, so that a notebook cell stays a few lines:
   server without iteration-level scheduling does).
 * :func:`generate_alone`: each request through plain :func:`~attn_core.generate`, the
   reference every batched result is compared with, token for token.
+* :func:`first_layers`: a draft for speculative decoding made of a model's first layers
+  and its own head (no training: the model exits early).
 * :class:`HFContinuousBatching`: transformers' continuous batching
   (``model.init_continuous_batching``), kept running between calls so that a timing
   measures generation, not the start of its thread.
@@ -23,7 +25,8 @@ Shape legend:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -39,6 +42,7 @@ __all__ = [
     "static_batching",
     "generate_alone",
     "HFContinuousBatching",
+    "first_layers",
 ]
 
 
@@ -224,3 +228,24 @@ class HFContinuousBatching:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def first_layers(model: nn.Module, n_layers: int) -> nn.Module:
+    """The model's first ``n_layers`` blocks under its own embedding, final norm and head, as a model.
+
+    A draft for speculative decoding that needs no training and no download: it shares
+    every weight with ``model`` (nothing is copied), and its config says ``n_layers``, so
+    that ``make_caches`` and ``forward`` see only those blocks. Its predictions are the
+    full model's read early, good where the next token is easy.
+
+    Raises:
+        ValueError: ``n_layers`` is not between 1 and the model's number of layers.
+    """
+    check_int("n_layers", n_layers)
+    if n_layers > model.config.n_layers:
+        raise ValueError(f"n_layers={n_layers} exceeds the model's n_layers={model.config.n_layers}")
+    draft = copy.copy(model)  # a shallow copy: the same parameters
+    draft._modules = dict(model._modules)  # its own module table, so that the next line leaves model alone
+    draft.blocks = nn.ModuleList(list(model.blocks)[:n_layers])
+    draft.config = replace(model.config, n_layers=n_layers)
+    return draft
