@@ -99,9 +99,9 @@ ANSWERS = {
     check_tokens_per_call: (
         [_expected],
         [
-            (lambda alpha, k: (1 - alpha**k) / (1 - alpha), "own token after the kept proposals is missing"),
-            (lambda alpha, k: 1 + k * alpha, "only if every proposal before it was kept"),
-            (lambda alpha, k: 1 / (1 - alpha), "a call checks at most k proposals"),
+            (lambda alpha, k: (1 - alpha**k) / (1 - alpha), "own token is missing"),
+            (lambda alpha, k: 1 + k * alpha, "needs all before it kept"),
+            (lambda alpha, k: 1 / (1 - alpha), "at most k proposals per call"),
             (lambda alpha, k: k + 1.5, "more than k + 1"),
         ],
     ),
