@@ -179,8 +179,8 @@ class HFContinuousBatching:
     """transformers' continuous batching on a Hugging Face model, started once, closed by :meth:`close`.
 
     The manager's sizes are given, not inferred: left to itself on a CPU, transformers
-    sizes its cache from the machine's RAM (``psutil.virtual_memory``, 90% of what is
-    free), which takes many seconds to allocate and is nothing like a request mix's need.
+    sizes its cache from the machine's RAM (``psutil``: most of the memory not used by the
+    process), which takes many seconds to allocate and is nothing like a request mix's need.
 
     Args:
         model: A transformers causal LM (``LlamaForCausalLM``).

@@ -134,7 +134,7 @@ def check_block_gather(fn) -> bool:
         else:
             why = "wrong values"
         return report(name, False, f"{H} heads: {why}")
-    return report(name, True, "the stored keys (1-4 heads, tables out of order, partial blocks)")
+    return report(name, True, "the stored keys (1-4 heads, tables out of order, part blocks)")
 
 
 # (p, q, k): target and draft laws over 4 tokens, proposals per call; alpha = sum(min(p, q))
