@@ -180,5 +180,7 @@ def test_sizes_and_bytes():
     x = torch.ones(1, 2, 3, 3, dtype=F64)
     view.update(x, x)
     assert view.size == view.offset == 3
+    view.truncate(1)  # speculative decoding's rejected tokens: written over by the next update
+    assert view.size == 1
     view.reset()
     assert view.size == 0

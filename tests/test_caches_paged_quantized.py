@@ -65,10 +65,16 @@ def test_int8_refuses_bad_input_and_counts_bytes():
     storage = PagedQuantizedStorage(2, 3, pool, dtype=F64)
     with pytest.raises(ValueError, match="size=2 is not a multiple of block_size=4"):
         storage.view([pool.allocate()], size=2)
-    view = storage.view([pool.allocate()])
-    x = torch.zeros(1, 2, 5, 3, dtype=F64)
+    view = storage.view([pool.allocate(), pool.allocate()])
+    x = torch.randn(1, 2, 9, 3, dtype=F64)
     with pytest.raises(ValueError, match="sequence past its blocks"):
         view.update(x, x)
+    k, _ = view.update(x[:, :, :6], x[:, :, :6])
+    view.truncate(5)  # a rejected draft token of the residual
+    with pytest.raises(ValueError, match=r"size must be in \[4, 5\], got size=3"):
+        view.truncate(3)
+    again, _ = view.update(x[:, :, 5:6], x[:, :, 5:6])
+    assert torch.equal(again, k)
     mla = _model(DecoderConfig.llama_like(**_SMALL, n_kv_heads=None, attention="mla", d_latent=16, d_q_latent=12))
     with pytest.raises(ValueError, match="LatentKVCache: this paged storage holds KVCache and RollingKVCache"):
         make_paged_storage(mla.make_caches(1), pool, dtype=F64, kv_storage=PagedQuantizedStorage)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from attn_core import DecoderConfig, generate
+from attn_core.caches.quantized import WithQuantizedCache
 from attn_core.config import LayerPattern
 from attn_core.serving import speculative
 from attn_core.serving.speculative import PromptLookup, SpeculativeStats, accept_drafts, speculative_generate
@@ -128,17 +129,27 @@ def test_sampled_tokens_follow_the_targets_exact_distribution(draft_kind):
     assert l1 < bound, (l1, bound)
 
 
-def test_a_wrong_rule_fails_the_same_check(monkeypatch):
-    """Accepting every proposal gives the draft's distribution: the check above must catch it."""
+def _accept_always(drafts, target_logits, draft_probs, temperature, generator=None):
+    """Wrong: every proposal kept, so the tokens follow the draft."""
+    p = torch.softmax(target_logits[len(drafts)].float() / temperature, dim=-1)
+    return len(drafts), int(torch.multinomial(p, 1, generator=generator))
 
-    def accept_always(drafts, target_logits, draft_probs, temperature, generator=None):
-        p = torch.softmax(target_logits[len(drafts)].float() / temperature, dim=-1)
-        return len(drafts), int(torch.multinomial(p, 1, generator=generator))
 
-    monkeypatch.setattr(speculative, "accept_drafts", accept_always)
+def _resample_from_p(drafts, target_logits, draft_probs, temperature, generator=None):
+    """Wrong, subtly: after a rejection draw from p rather than norm(max(0, p - q))."""
+    p = torch.softmax(target_logits.float() / temperature, dim=-1)
+    for i, d in enumerate(drafts):
+        if float(torch.rand((), generator=generator)) >= float(p[i, d]) / float(draft_probs[i, d]):
+            return i, int(torch.multinomial(p[i], 1, generator=generator))
+    return len(drafts), int(torch.multinomial(p[len(drafts)], 1, generator=generator))
+
+
+@pytest.mark.parametrize("rule,n", [(_accept_always, 600), (_resample_from_p, 3000)])
+def test_a_wrong_rule_fails_the_same_check(monkeypatch, rule, n):
+    """The check above must catch a rule that changes the distribution (here by 2x its bound or more)."""
+    monkeypatch.setattr(speculative, "accept_drafts", rule)
     target, draft = Bigram(_table(0)), Bigram(-_table(0))
-    n = 600
-    l1 = _pairs_l1(target, draft, torch.tensor([[0, 1, 2, 3, 0]]), n, temperature=0.8, seed=2)
+    l1 = _pairs_l1(target, draft, torch.tensor([[0, 1, 2, 3, 0]]), n, temperature=0.8, seed=3)
     assert l1 > _l1_bound(16, n, 1e-6), l1
 
 
@@ -172,6 +183,8 @@ def test_speculative_generate_refuses_bad_input():
     other = decoder(DecoderConfig.llama_like(vocab_size=V + 1, d_model=32, n_heads=4, n_kv_heads=2)).double()
     with pytest.raises(ValueError, match="draft vocabulary V=25 differs from the target's V=24"):
         speculative_generate(target, other, PROMPT, 4, k=2)
+    with pytest.raises(ValueError, match="target's layer 0 keeps a QuantizedKVCache"):
+        speculative_generate(WithQuantizedCache(target), lookup, PROMPT, 4, k=2)
     pattern = LayerPattern(layer_types=("sliding", "full"), sliding_window=4)
     window = DecoderConfig.llama_like(vocab_size=V, d_model=32, n_heads=4, n_kv_heads=2, pattern=pattern)
     with pytest.raises(ValueError, match="layer 0 keeps a RollingKVCache, which cannot be truncated"):

@@ -213,7 +213,6 @@ class _PagedView:
     base's constructor, which would allocate contiguous storage.
     """
 
-    names: tuple[str, str]
     seq_dim: int  # of the tensors a layer passes, batch first: 2 for (1, H_kv, T, D), 1 for (1, T, d_c)
 
     def __init__(self, storage: PagedStorage, table: list[int], size: int) -> None:
@@ -256,8 +255,8 @@ class _PagedView:
         T_new = self._check_new(new)
         end = self._check_room(T_new)
         start = self.first_read(T_new)
-        written = self.storage.rows(self.table, self._size, end)  # (T_new,)
-        read = self.storage.rows(self.table, start, end)  # (end - start,)
+        read = self.storage.rows(self.table, start, end)  # (end - start,): reads start at or before size
+        written = read[self._size - start :]  # (T_new,)
         out = []
         for name, t in new.items():
             store = self.storage.tensors[name]
@@ -308,7 +307,7 @@ class PagedKVCache(_PagedView, KVCache):
         update(k, v): k, v ``(1, H_kv, T_new, D)`` -> k, v ``(1, H_kv, T_read, D)``
     """
 
-    names, seq_dim = ("k", "v"), 2
+    seq_dim = 2
 
     def __init__(self, storage: PagedStorage, table: list[int], size: int = 0) -> None:
         super().__init__(storage, table, size)
@@ -331,7 +330,7 @@ class PagedLatentKVCache(_PagedView, LatentKVCache):
         update(c_kv, k_rope): ``(1, T_new, d_c)``, ``(1, T_new, d_r)`` -> ``(1, T, d_c)``, ``(1, T, d_r)``
     """
 
-    names, seq_dim = ("c_kv", "k_rope"), 1
+    seq_dim = 1
 
     def __init__(self, storage: PagedStorage, table: list[int], size: int = 0) -> None:
         super().__init__(storage, table, size)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_int
 from .paged import BlockPool, PagedKVCache, PagedStorage
 from .quantized import dequantize_int8, quantize_int8
 
@@ -143,6 +144,20 @@ class PagedQuantizedKVCache(PagedKVCache):
         k_out = torch.cat((k_out, self._res_k[:rest]))[max(0, start - quantized) :]  # (T_read, H, D)
         v_out = torch.cat((v_out, self._res_v[:rest]))[max(0, start - quantized) :]
         return k_out.transpose(0, 1)[None], v_out.transpose(0, 1)[None]
+
+    def truncate(self, size: int) -> None:
+        """Keep the first ``size`` positions: only residual ones can go (a quantized block lost its originals).
+
+        Raises:
+            ValueError: ``size`` outside ``[quantized, size]``.
+        """
+        quantized = self._size // self.storage.pool.block_size * self.storage.pool.block_size
+        if not quantized <= check_int("size", size, minimum=0) <= self._size:
+            raise ValueError(
+                f"an int8 paged cache can be truncated only within its full-precision residual: size must be in "
+                f"[{quantized}, {self._size}], got size={size}"
+            )
+        self._size = size
 
     def nbytes(self) -> int:
         """Bytes of the blocks this sequence holds in this layer, and of its full-precision residual."""

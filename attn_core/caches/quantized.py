@@ -14,9 +14,9 @@ group's ``min`` and ``max`` come back (up to float rounding) at the codes -128 a
 channels whose values are large at every token. A scale shared along a token's channels
 (per token) is set by the outlier and crushes the small channels to a few codes; a scale
 shared along the tokens of one channel (per channel) sees only that channel's range.
-Values have no such channels, and each output mixes values token by token with the
-attention weights, so a per-token error stays in its own token. This is KIVI's choice
-(Liu et al. 2024): keys per channel, values per token.
+Values have no such channels, and the attention output is a weighted sum of value
+*rows*: each row quantized with its own range (per token) keeps its error relative to
+itself. This is KIVI's choice (Liu et al. 2024): keys per channel, values per token.
 
 Per-channel statistics need several tokens. :class:`QuantizedKVCache` therefore keeps the
 newest ``< group`` tokens in full precision (the *residual*) and quantizes them as one
@@ -174,14 +174,14 @@ class QuantizedKVCache(KVCache):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        B, H, D = (
-            check_int(n, v)
-            for n, v in zip(("batch_size", "n_kv_heads", "head_dim"), (batch_size, n_kv_heads, head_dim))
-        )
+        # KVCache.__init__ is not called: its float buffers are what this cache replaces (it is a
+        # KVCache so that every layer that checks for one takes it; update/read are its own).
+        B, H = check_int("batch_size", batch_size), check_int("n_kv_heads", n_kv_heads)
+        D = check_int("head_dim", head_dim)
         self.max_len, self.group = check_int("max_len", max_len), check_int("group", group)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-        self.dtype, self.seq_dim = dtype, 2
+        self.dtype = dtype
         self._made_for = {"batch_size": B, "n_kv_heads": H, "head_dim": D}
         n_blocks = max_len // group  # the positions past the last full block stay in the residual
         stats = _stats_dtype(dtype)

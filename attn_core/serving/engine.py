@@ -40,8 +40,8 @@ class EngineStats:
         prefill_tokens: Tokens computed while some of a request's known tokens were
             not yet in the cache (prompts, and a preempted request's recomputation).
         decode_tokens: Tokens computed one per request per step, each after a generated token.
-        cached_prefix_tokens: Prompt tokens not computed because their blocks were found
-            in the prefix cache.
+        cached_prefix_tokens: Tokens not computed because their blocks were found in the
+            prefix cache (a shared prompt prefix, or a preempted request's own blocks).
         generated_tokens: Tokens generated (returned by ``run``).
         preemptions: Times a running request was preempted to free blocks.
         evicted_blocks: Kept prefix blocks overwritten because the pool needed them.
@@ -83,6 +83,14 @@ class Engine:
         kv_dtype: ``None`` (the model's dtype) or ``torch.int8``: full blocks stored in int8,
             keys per channel and values per token, each sequence's newest block in the
             model's dtype (:mod:`attn_core.caches.paged_quantized`); key/value layers only.
+            The tokens then equal greedy decoding with a
+            :class:`~attn_core.caches.quantized.QuantizedKVCache` of ``group = block_size``
+            as long as every prefill chunk ends on a block boundary (the scheduler cuts
+            them there when the budget reaches one): a chunk ending inside a block
+            attends over positions that one whole prefill would have quantized.
+
+    While a step runs, each block's attention module is wrapped to run once per sequence
+    (:func:`~attn_core.serving.batch.split_attention`); it is put back after the step.
 
     Raises:
         TypeError, ValueError: Bad arguments, naming the value; a model the engine cannot

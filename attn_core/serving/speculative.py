@@ -19,7 +19,7 @@ output is the target's own greedy output, token for token.
 After a rejection the caches hold keys and values of tokens that were not kept:
 ``cache.truncate`` cuts them back (:meth:`~attn_core.caches.kv.SlotCache.truncate`), so
 every layer's cache must be one that can be truncated (not a sliding window's ring, a
-recurrent state or a static cache).
+recurrent state, a static cache or an int8 cache).
 
 Shape legend:
     T      prompt length; ``N`` new tokens; ``L`` tokens so far
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..caches.quantized import QuantizedKVCache
 from ..checks import check_instance, check_int, check_number, check_tensor
 
 __all__ = ["PromptLookup", "SpeculativeStats", "speculative_generate", "accept_drafts"]
@@ -162,6 +163,8 @@ def _caches(model: nn.Module, name: str, max_len: int) -> list:
     """The model's caches for one sequence, refused if a layer's cannot be cut back after a rejection."""
     caches = model.make_caches(1, max_len)
     for i, cache in enumerate(caches):
+        if isinstance(cache, QuantizedKVCache):  # a block quantized during a check has lost its originals
+            raise ValueError(f"{name}'s layer {i} keeps a QuantizedKVCache: it cannot be cut back into its int8 blocks")
         if cache is not None and not callable(getattr(cache, "truncate", None)):
             raise ValueError(
                 f"{name}'s layer {i} keeps a {type(cache).__name__}, which cannot be truncated after rejected "
