@@ -43,6 +43,7 @@ from .ch18 import check_window_plus_topk
 from .ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
 from .ch20 import check_ntk_base, check_partial_rope, check_yarn_logit_scale, check_yarn_ramp
 from .ch21 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
+from .ch22 import check_block_gather, check_prefix_hits, check_tokens_per_call
 from .ch23 import check_balanced_layout, check_ring_backward_bytes, check_step_plan
 from .reading_a_model import check_duplicate_token_score, check_uniform_sink_baseline
 from .reading_an_llm import check_gqa_cache_bytes, check_logit_difference, check_sink_mass
@@ -136,6 +137,10 @@ __all__ = [
     "check_visited_tiles",
     "check_softcap_kernel",
     "check_combine_with_sink",
+    # ch22
+    "check_prefix_hits",
+    "check_block_gather",
+    "check_tokens_per_call",
     # ch23
     "check_ring_backward_bytes",
     "check_balanced_layout",
