@@ -12,8 +12,11 @@ and each update shifts the history left by the number of new positions. So the k
 query are, like those of a growing cache, the *last* ones of the buffer, and attention's
 causal and sliding-window masks (aligned bottom-right, :func:`attn_core.ops.attention.attention`)
 stay right with no change in the layers; only the empty slots on the left need a mask,
-which :meth:`attn_core.DecoderLM.forward` builds (:func:`filled_mask`). The shift copies
-the cache once per step: small next to reading every weight of the model once per token.
+which :meth:`attn_core.DecoderLM.forward` builds (:func:`filled_mask`). The shift is not
+free: each update reads the whole buffer and writes it back (about twice the buffer's
+bytes per update, growing with ``max_len``), where Hugging Face's ``StaticCache`` writes
+only the new slot in place and indexes it by ``cache_position``. It stays small next to
+reading every weight of the model once per token while ``max_len`` is short.
 
 A captured step also needs fixed addresses and no value read by the host. The buffers are
 marked as static addresses, and the number of stored positions lives on the device
