@@ -246,7 +246,7 @@ def check_half_fixed_shaped(fn: Callable[..., torch.Tensor]) -> bool:
     Shapes:
         q, k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``; fn's output: ``(B, H, T, D)``
     """
-    name = "11.4 half-fixed shaped attention"
+    name = "11.4 half-fixed shaped"
     g = torch.Generator().manual_seed(114)
     B, H, T, D = 2, 3, 6, 4
     q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
@@ -275,4 +275,4 @@ def check_half_fixed_shaped(fn: Callable[..., torch.Tensor]) -> bool:
             if torch.allclose(got.double(), _one_mistake(qc, k, v, *gc, **flags), atol=1e-8):
                 return report(name, False, f"{case}: {hint}")
         return compare(f"{name} ({case})", got, want, atol=1e-8)
-    return report(name, True, "causal at initialisation and with random queries (within 1e-8)")
+    return report(name, True, "causal at init and with random queries (1e-8)")
