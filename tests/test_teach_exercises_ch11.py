@@ -1,4 +1,4 @@
-"""attn_core.teach.exercises.ch11: the right and wrong answers of exercises 11.1-11.3 (ANSWERS, held to
+"""attn_core.teach.exercises.ch11: the right and wrong answers of exercises 11.1-11.4 (ANSWERS, held to
 the standard by tests/test_teach_exercises_standard.py); 11.3's measurement (the uniform stack) equals
 the powers of the uniform matrices it stands for."""
 
@@ -9,6 +9,7 @@ import torch
 from attn_core import attention
 from attn_core.layers.simplified import centring_matrix
 from attn_core.teach.exercises.ch11 import (
+    check_half_fixed_shaped,
     check_padded_shaped,
     check_shaped_decode_step,
     check_uniform_stack_prediction,
@@ -92,7 +93,38 @@ def test_padded_shaped_library_module_is_the_c_slip(capsys):
     assert "still in C" in capsys.readouterr().out
 
 
+# exercise 11.4: the half-fixed shaped attention (mask applied, full C kept) ------------
+def _shaped(masked=True, full_c=False):
+    def fn(q, k, v, alpha, beta, gamma):
+        soft = attention(q, k, v, is_causal=masked)
+        T = q.shape[-2]
+        mean = v.mean(-2, keepdim=True) if full_c else centring_matrix(T, dtype=v.dtype) @ v
+        a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
+        return a * v + b * soft - c * mean
+
+    return fn
+
+
+def _shaped_by_cummean(q, k, v, alpha, beta, gamma):
+    """An independent right answer: the running mean by cumsum, the softmax by SDPA."""
+    T = q.shape[-2]
+    soft = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    mean = v.cumsum(-2) / torch.arange(1, T + 1, dtype=v.dtype)[:, None]
+    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
+    return a * v + b * soft - c * mean
+
+
 ANSWERS = {
+    check_half_fixed_shaped: (
+        [_shaped(), _shaped_by_cummean],
+        [
+            (_shaped(full_c=True), "still averages all T values"),
+            (_shaped(masked=False), "the mask must be applied"),
+            (_shaped(masked=False, full_c=True), "both mistakes"),
+            (lambda q, k, v, a, b, c: _shaped()(q, k, v, a, b, c) * 1.01, "11.4"),
+            (lambda q, k, v, a, b, c: v[..., :2, :], "11.4"),
+        ],
+    ),
     check_uniform_stack_prediction: (
         [_RIGHT_PREDICTION, {"causal, first": 0.875, "causal, self": 0.015625, "full, self": 0.25}],
         [

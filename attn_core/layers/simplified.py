@@ -95,8 +95,9 @@ class ShapedAttention(nn.Module):
     Initialisation, as in the paper's code (``attn_mat_skip_gain = 1``,
     ``attn_mat_resid_gain = 1``, ``centre_attn_gain`` = the latter, ``query_init_std = 0``):
     ``α = β = γ = 1`` per head, all three trainable, and ``W_Q = 0``, so that ``A = I`` at
-    initialisation. ``W_K`` keeps PyTorch's default initialisation; the first layer's
-    ``W_V`` starts as the identity.
+    initialisation. ``W_K`` keeps PyTorch's default initialisation. The first layer's
+    ``W_V`` starts as the identity here; the paper's code instead starts it as the identity
+    plus a random matrix, with trainable gains (``first_layer_value_resid_gain = 1``).
 
     Args:
         d_model: Model width; divisible by ``n_heads``.

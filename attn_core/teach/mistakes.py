@@ -26,12 +26,12 @@ __all__ = ["leaky_shaped_attention"]
 def leaky_shaped_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Shaped attention with the common causality bug. Wrong on purpose: do not use.
+    """Shaped attention with a plausible causality bug. Wrong on purpose: do not use.
 
-    Two mistakes, as they appear in tutorial re-implementations: the causal mask is
-    applied out of place and its result thrown away (``masked_fill`` returns a new
-    tensor), and the centring matrix is built uniform over *all* positions instead of
-    causally. At initialisation (``W_Q = 0``, ``β = γ``) the two mistakes cancel, so the
+    Two plausible mistakes: the causal mask is applied out of place and its result thrown
+    away (``masked_fill`` returns a new tensor), and the centring matrix is built uniform
+    over *all* positions instead of causally (the encoder's ``C``, copied into a decoder).
+    At initialisation (``W_Q = 0``, ``β = γ``) the two mistakes cancel, so the
     block is the identity and looks right; once the scores are not all equal, every
     position reads the future. The simplified-block lesson and ``tests/test_teach_mistakes.py``
     catch it with the causality test. The softmax is written out here *because* the bug lives in it.

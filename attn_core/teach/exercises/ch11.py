@@ -14,6 +14,7 @@ __all__ = [
     "check_shaped_decode_step",
     "check_padded_shaped",
     "check_uniform_stack_prediction",
+    "check_half_fixed_shaped",
 ]
 
 
@@ -216,3 +217,62 @@ def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
             return report(name, False, hint)
     b = next(b for b, p in enumerate(pads) if not torch.allclose(got.double()[b, :, p:], want[b], atol=1e-8))
     return compare(f"{name} (sequence {b}, pad {pads[b]})", got[b, :, pads[b] :], want[b], atol=1e-8)
+
+
+def _one_mistake(q, k, v, alpha, beta, gamma, *, masked: bool, causal_c: bool):
+    """Shaped attention with the softmax masked or not and ``C`` causal or full (both right:
+    the chapter's version; the others: the mistakes exercise 11.4's check names).
+
+    Shapes:
+        q, k, v: ``(B, H, T, D)``; gains: ``(H,)``; returns ``(B, H, T, D)``
+    """
+    T = q.shape[-2]
+    soft = attention(q, k, v, is_causal=masked)  # (B, H, T, D)
+    mean = centring_matrix(T, dtype=v.dtype) @ v if causal_c else v.mean(-2, keepdim=True)
+    a, b, g = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))  # (H,) -> (H, 1, 1)
+    return a * v + b * soft - g * mean
+
+
+def check_half_fixed_shaped(fn: Callable[..., torch.Tensor]) -> bool:
+    """Exercise 11.4, find the bug: ``fn(q, k, v, alpha, beta, gamma)`` is the reader's fix of a
+    shaped attention that keeps one of the leaky version's two mistakes (it masks the softmax
+    but subtracts the mean of *all* values, the full ``C``).
+
+    The check runs ``fn`` with random queries and gains and at initialisation (zero queries,
+    ``β = γ = 1``), where a single mistake already leaks. The slips it names: the function
+    returned unchanged (full ``C``), the other single mistake (causal ``C``, softmax unmasked)
+    and both mistakes at once.
+
+    Shapes:
+        q, k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``; fn's output: ``(B, H, T, D)``
+    """
+    name = "11.4 half-fixed shaped"
+    g = torch.Generator().manual_seed(114)
+    B, H, T, D = 2, 3, 6, 4
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    gains = tuple(1 + 0.3 * torch.randn(H, generator=g, dtype=torch.float64) for _ in range(3))
+    ones = tuple(torch.ones(H, dtype=torch.float64) for _ in range(3))
+    cases = {"random queries and gains": (q, gains), "at initialisation": (torch.zeros_like(q), ones)}
+    slips = [
+        (dict(masked=True, causal_c=False),
+         "the softmax is masked, but the centring term still averages all T values: "
+         "C's row i must average positions 0..i only"),
+        (dict(masked=False, causal_c=True),
+         "C is causal now, but the softmax sees every key: the mask must be applied"),
+        (dict(masked=False, causal_c=False), "both mistakes: full C and an unmasked softmax"),
+    ]  # fmt: skip
+    for case, (qc, gc) in cases.items():
+        try:
+            got = fn(qc.clone(), k.clone(), v.clone(), *(t.clone() for t in gc))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        want = _reference_shaped(qc, k, v, *gc)  # (B, H, T, D)
+        if not (isinstance(got, torch.Tensor) and got.shape == want.shape):
+            return compare(f"{name} ({case})", got, want, atol=1e-8)
+        if torch.allclose(got.double(), want, atol=1e-8):
+            continue
+        for flags, hint in slips:
+            if torch.allclose(got.double(), _one_mistake(qc, k, v, *gc, **flags), atol=1e-8):
+                return report(name, False, f"{case}: {hint}")
+        return compare(f"{name} ({case})", got, want, atol=1e-8)
+    return report(name, True, "causal at init and with random queries (1e-8)")
