@@ -33,8 +33,8 @@ __all__ += ["PLACEMENTS", "check_placement_probe"]
 PLACEMENTS = {
     "pre": "x + f(norm(x))  (GPT-2, LLaMA)",
     "post": "norm(x + f(x))  (the original transformer, BERT)",
-    "sandwich": "x + norm2(f(norm1(x)))  (Gemma 2/3)",
-    "olmo2": "x + norm(f(x))  (OLMo 2)",
+    "sandwich": "x + norm2(f(norm1(x)))  (CogView, NormFormer; Gemma 2/3)",
+    "olmo2": "x + norm(f(x))  (Swin V2's res-post-norm; OLMo 2)",
 }
 
 
