@@ -59,7 +59,7 @@ def check_visited_tiles(fn: Callable[..., int]) -> bool:
         if got != want:
             hint = " (is the last, ragged block counted?)" if T % block else ""
             return report(name, False, f"T={T}, block={block}, window={window}: got {got!r}, expected {want}{hint}")
-    return report(name, True, f"{len(cases)} cases (ragged blocks, windows from 1 to beyond T) match the dense mask")
+    return report(name, True, f"{len(cases)} cases, ragged blocks and windows, match the dense mask")
 
 
 def check_softcap_kernel(kernel) -> bool:
@@ -91,7 +91,7 @@ def check_softcap_kernel(kernel) -> bool:
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         if (out[:n] == sentinel).all():
-            return report(name, False, "the kernel wrote nothing to Out: tl.store the capped scores")
+            return report(name, False, "the kernel wrote nothing: tl.store the capped scores")
         if (out[n:] != sentinel).any():
             return report(name, False, f"cap={cap:g}: the kernel wrote past n={n}: mask the last block")
         if out[:n].isnan().any():
@@ -100,7 +100,7 @@ def check_softcap_kernel(kernel) -> bool:
         problem = mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
         if problem:
             return report(name, False, f"cap={cap:g}: {problem}")
-    return report(name, True, "3 caps, scores up to 50 times the cap, the ragged last block masked")
+    return report(name, True, "3 caps, scores up to 50x the cap, ragged last block masked")
 
 
 def _partials(q, k, v, splits):
@@ -154,7 +154,7 @@ def check_combine_with_sink(fn: Callable[..., torch.Tensor]) -> bool:
         problem = mismatch(got, want, atol=1e-9)
         if problem:
             return report(name, False, f"case {i + 1}: {problem}")
-    return report(name, True, f"{len(cases)} cases (an empty split, lse near 1000) equal attention(sinks=...)")
+    return report(name, True, f"{len(cases)} cases, an empty split and lse near 1000")
 
 
 # ---- 21.4: the learner's own attention kernels (the loop bodies of a scaffold) ----
