@@ -100,7 +100,7 @@ def check_softcap_kernel(kernel) -> bool:
         problem = mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
         if problem:
             return report(name, False, f"cap={cap:g}: {problem}")
-    return report(name, True, "3 caps, scores up to 50x the cap, ragged last block masked")
+    return report(name, True, "3 caps, scores to 50x the cap, ragged tail masked")
 
 
 def _partials(q, k, v, splits):
