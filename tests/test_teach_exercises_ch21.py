@@ -118,9 +118,9 @@ CHAPTER = Path(__file__).parents[1] / "book" / "21_flash_attention_triton.ipynb"
 
 FORWARD_BODY = """\
         s = tl.dot(q, tl.trans(k)) * sm_scale  # (BLOCK, BLOCK)
-        ok = cols[None, :] < T  # the lanes past T hold no key
-        if IS_CAUSAL:
-            ok = ok & (cols[None, :] <= rows[:, None])
+        ok = cols[None, :] < T_k  # the lanes past T_k hold no key
+        if IS_CAUSAL:  # query i sits at position T_k - T_q + i
+            ok = ok & (cols[None, :] <= rows[:, None] + T_k - T_q)
         s = tl.where(ok, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp(m - m_new)  # rescales what was summed under the old maximum
@@ -132,17 +132,18 @@ FORWARD_BODY = """\
 FORWARD_MISTAKES = {  # the words of the verdict: the edits that make the mistake
     "how does acc change when m rises?": [("acc = acc * alpha[:, None] +", "acc = acc +")],
     "out: max abs difference": [("l = l * alpha +", "l = l +")],  # l not rescaled
-    "every query also sees the keys after it": [("ok = ok & (cols[None, :] <= rows[:, None])", "pass")],
-    "lanes past T": [("ok = cols[None, :] < T", "ok = cols[None, :] >= 0")],
+    "every query also sees the keys after it": [("ok = ok & (cols[None, :] <= rows[:, None] + T_k - T_q)", "pass")],
+    "aligned top-left": [("rows[:, None] + T_k - T_q", "rows[:, None]")],
+    "lanes past T": [("ok = cols[None, :] < T_k", "ok = cols[None, :] >= 0")],
     "not multiplied by sm_scale": [(" * sm_scale", "")],
     # base 2, as the chapter's kernel: out is right, the stored m + log(l) is not
     "out is right, lse is not": [(" * sm_scale", " * sm_scale * 1.4426950408889634"), ("tl.exp(", "tl.exp2(")],
 }
 DQ_BODY = """\
         s = tl.dot(q, tl.trans(k)) * sm_scale
-        ok = cols[None, :] < T
+        ok = cols[None, :] < T_k
         if IS_CAUSAL:
-            ok = ok & (cols[None, :] <= rows[:, None])
+            ok = ok & (cols[None, :] <= rows[:, None] + T_k - T_q)
         p = tl.where(ok, tl.exp(s - lse[:, None]), 0.0)  # the forward's weights, recomputed
         dp = tl.dot(do, tl.trans(v))  # dP = dO Vᵀ
         ds = p * (dp - delta[:, None])  # the softmax's backward
@@ -151,7 +152,8 @@ DQ_BODY = """\
 DQ_MISTAKES = {
     "second term": [("p * (dp - delta[:, None])", "p * dp")],
     "1/sm_scale times too large": [("dq += tl.dot(ds, k) * sm_scale", "dq += tl.dot(ds, k)")],
-    "without the causal mask": [("ok = ok & (cols[None, :] <= rows[:, None])", "pass")],
+    "without the causal mask": [("ok = ok & (cols[None, :] <= rows[:, None] + T_k - T_q)", "pass")],
+    "aligned top-left": [("rows[:, None] + T_k - T_q", "rows[:, None]")],
     "dQ: max abs difference": [("tl.exp(s - lse[:, None])", "tl.exp(s)")],  # P not normalised
 }
 

@@ -59,7 +59,7 @@ def check_visited_tiles(fn: Callable[..., int]) -> bool:
         if got != want:
             hint = " (is the last, ragged block counted?)" if T % block else ""
             return report(name, False, f"T={T}, block={block}, window={window}: got {got!r}, expected {want}{hint}")
-    return report(name, True, f"{len(cases)} cases (ragged blocks, windows from 1 to beyond T) match the dense mask")
+    return report(name, True, f"{len(cases)} cases, ragged blocks and windows, match the dense mask")
 
 
 def check_softcap_kernel(kernel) -> bool:
@@ -91,7 +91,7 @@ def check_softcap_kernel(kernel) -> bool:
         except Exception as e:  # a learner's bug should print, not stop the notebook
             return report(name, False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         if (out[:n] == sentinel).all():
-            return report(name, False, "the kernel wrote nothing to Out: tl.store the capped scores")
+            return report(name, False, "the kernel wrote nothing: tl.store the capped scores")
         if (out[n:] != sentinel).any():
             return report(name, False, f"cap={cap:g}: the kernel wrote past n={n}: mask the last block")
         if out[:n].isnan().any():
@@ -100,7 +100,7 @@ def check_softcap_kernel(kernel) -> bool:
         problem = mismatch(out[:n], cap * torch.tanh(scores.double() / cap), atol=1e-5 * cap)
         if problem:
             return report(name, False, f"cap={cap:g}: {problem}")
-    return report(name, True, "3 caps, scores up to 50 times the cap, the ragged last block masked")
+    return report(name, True, "3 caps, scores to 50x the cap, ragged tail masked")
 
 
 def _partials(q, k, v, splits):
@@ -154,7 +154,7 @@ def check_combine_with_sink(fn: Callable[..., torch.Tensor]) -> bool:
         problem = mismatch(got, want, atol=1e-9)
         if problem:
             return report(name, False, f"case {i + 1}: {problem}")
-    return report(name, True, f"{len(cases)} cases (an empty split, lse near 1000) equal attention(sinks=...)")
+    return report(name, True, f"{len(cases)} cases, an empty split and lse near 1000")
 
 
 # ---- 21.4: the learner's own attention kernels (the loop bodies of a scaffold) ----
@@ -162,8 +162,9 @@ def check_combine_with_sink(fn: Callable[..., torch.Tensor]) -> bool:
 __all__ += ["check_forward_loop", "check_dq_kernel"]
 
 _BLOCK, _D = 16, 16
-#: (batch·heads, T, causal) of each launch: ragged and exact lengths, causal and not.
-_KERNEL_CASES = ((2, 40, True), (1, 23, False), (2, 33, True), (1, 16, False))
+#: (batch·heads, T_q, T_k, causal) of each launch: ragged and exact lengths, fewer queries
+#: than keys (causality aligned bottom-right, as attention() aligns it), causal and not.
+_KERNEL_CASES = ((2, 40, 40, True), (1, 23, 37, False), (2, 17, 33, True), (1, 16, 16, False))
 
 
 def _kernel_tolerance() -> float:
@@ -172,27 +173,29 @@ def _kernel_tolerance() -> float:
     return 1e-4 if flash_kernels.INTERPRETED else 1e-2
 
 
-def _kernel_inputs(case: int, BH: int, T: int) -> tuple[torch.Tensor, ...]:
-    """Seeded float32 ``q, k, v, d_out``, each ``(BH, T, D)``, on the kernels' device."""
+def _kernel_inputs(case: int, BH: int, T_q: int, T_k: int) -> tuple[torch.Tensor, ...]:
+    """Seeded float32 ``q, k, v, d_out``: ``q`` and ``d_out`` ``(BH, T_q, D)``, ``k, v`` ``(BH, T_k, D)``."""
     g = torch.Generator().manual_seed(2140 + case)
     device = "cpu" if flash_kernels.INTERPRETED else "cuda"  # compiled kernels read GPU memory
-    return tuple(torch.randn(BH, T, _D, generator=g).to(device) for _ in range(4))
+    q, k, v, d_out = (torch.randn(BH, T, _D, generator=g) for T in (T_q, T_k, T_k, T_q))
+    return tuple(t.to(device) for t in (q, k, v, d_out))
 
 
 def _scaled_scores(q: torch.Tensor, k: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float64 scores ``q kᵀ / √D`` and the mask of the pairs that may attend. Shapes: ``(BH, T, T)`` each."""
-    T = q.shape[-2]
+    """Float64 scores ``q kᵀ / √D`` and the mask of the pairs that may attend. Shapes: ``(BH, T_q, T_k)`` each."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
     scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(_D)
-    allowed = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
+    allowed = causal_mask(T_q, T_k) if causal else torch.ones(T_q, T_k, dtype=torch.bool)
     return scores, allowed.to(q.device).expand_as(scores)
 
 
-def _launch(name: str, kernel, BH: int, T: int, *args, causal: bool) -> str | None:
+def _launch(name: str, kernel, BH: int, T_q: int, T_k: int, *args, causal: bool) -> str | None:
     """Run ``kernel`` on the scaffold's grid (one program per query block and batch·head); an error, in one line."""
     try:
         with warnings.catch_warnings():  # an empty loop divides 0 by 0: the check says so, NumPy need not
             warnings.simplefilter("ignore", RuntimeWarning)
-            kernel[(triton.cdiv(T, _BLOCK), BH)](*args, T, 1 / math.sqrt(_D), D=_D, BLOCK=_BLOCK, IS_CAUSAL=causal)
+            grid = (triton.cdiv(T_q, _BLOCK), BH)
+            kernel[grid](*args, T_q, T_k, 1 / math.sqrt(_D), D=_D, BLOCK=_BLOCK, IS_CAUSAL=causal)
     except Exception as e:  # a learner's bug should print, not stop the notebook
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return None
@@ -202,46 +205,57 @@ def _close(got: torch.Tensor, want: torch.Tensor, atol: float) -> bool:
     return mismatch(got, want.to(got.device), atol=atol) is None
 
 
+def _top_left(T_q: int, T_k: int) -> torch.Tensor:
+    """The causal mask aligned top-left (query ``i`` sees keys ``0..i``): the typical slip when ``T_q < T_k``."""
+    return torch.ones(T_q, T_k, dtype=torch.bool).tril()
+
+
+_TOP_LEFT = "causal part aligned top-left; the queries are the *last* T_q of T_k positions"
+
+
 def check_forward_loop(kernel) -> bool:
     """Exercise 21.4a: the body of the online-softmax loop of ``kernel``, a forward attention kernel.
 
-    ``kernel(Q, K, V, Out, Lse, T, sm_scale, D: tl.constexpr, BLOCK: tl.constexpr,
+    ``kernel(Q, K, V, Out, Lse, T_q, T_k, sm_scale, D: tl.constexpr, BLOCK: tl.constexpr,
     IS_CAUSAL: tl.constexpr)`` is the chapter's scaffold: one program per block of ``BLOCK``
-    queries of one batch·head, launched on ``(cdiv(T, BLOCK), BH)``; it stores ``acc / l`` and
-    ``m + log(l)``. The learner writes the loop over key blocks: the tile's scores
-    ``q kᵀ · sm_scale`` (natural units), masked (causal when ``IS_CAUSAL``, and the lanes past
-    ``T``), and the updates of the running maximum ``m``, the sum ``l`` and ``acc``. Compared
-    with :func:`attn_core.attention` and the log-sum-exp of the scores, for causal and
-    unmasked attention and lengths that are not multiples of ``BLOCK``.
+    queries of one batch·head, launched on ``(cdiv(T_q, BLOCK), BH)``; it stores ``acc / l``
+    and ``m + log(l)``. The learner writes the loop over key blocks: the tile's scores
+    ``q kᵀ · sm_scale`` (natural units), masked (causal when ``IS_CAUSAL``, aligned
+    bottom-right as :func:`attn_core.attention` aligns it, and the lanes past ``T_k``), and
+    the updates of the running maximum ``m``, the sum ``l`` and ``acc``. Compared with
+    :func:`attn_core.attention` and the log-sum-exp of the scores, for causal and unmasked
+    attention, fewer queries than keys and lengths that are not multiples of ``BLOCK``.
 
     Shapes:
-        Q, K, V, Out: ``(BH, T, D)`` contiguous float32; Lse: ``(BH, T)``
+        Q, Out: ``(BH, T_q, D)``, K, V: ``(BH, T_k, D)``, contiguous float32; Lse: ``(BH, T_q)``
     """
     name = "21.4a forward"
     if triton is None:
         return report(name, False, "Triton is not installed: pip install triton")
     atol = _kernel_tolerance()
-    for case, (BH, T, causal) in enumerate(_KERNEL_CASES):
-        q, k, v, _ = _kernel_inputs(case, BH, T)
-        out, lse = torch.full_like(q, float("nan")), torch.full((BH, T), float("nan"), device=q.device)
-        error = _launch(name, kernel, BH, T, q, k, v, out, lse, causal=causal)
+    for case, (BH, T_q, T_k, causal) in enumerate(_KERNEL_CASES):
+        q, k, v, _ = _kernel_inputs(case, BH, T_q, T_k)
+        out, lse = torch.full_like(q, float("nan")), torch.full((BH, T_q), float("nan"), device=q.device)
+        error = _launch(name, kernel, BH, T_q, T_k, q, k, v, out, lse, causal=causal)
         if error:
             return report(name, False, error)
         out, lse = out.cpu(), lse.cpu()
         scores, allowed = _scaled_scores(q.cpu(), k.cpu(), causal)
         want_out = attention(q.double().cpu(), k.double().cpu(), v.double().cpu(), is_causal=causal)
-        want_lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (BH, T)
+        want_lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (BH, T_q)
         bad_out, bad_lse = mismatch(out, want_out, atol=atol), mismatch(lse, want_lse, atol=atol)
         if not bad_out and not bad_lse:
             continue
-        where = f"T={T}, {'causal' if causal else 'no mask'}"
+        where = f"T_q={T_q}, T_k={T_k}, {'causal' if causal else 'no mask'}"
         if out.isnan().all() and (lse == float("-inf")).all():
             return report(name, False, "out is 0/0, lse is -inf: m, l and acc never change")
         q64, k64, v64 = (t.double().cpu() for t in (q, k, v))
-        padded = [torch.nn.functional.pad(t, (0, 0, 0, -T % _BLOCK)) for t in (k64, v64)]  # zero keys up to BLOCK
+        padded = [torch.nn.functional.pad(t, (0, 0, 0, -T_k % _BLOCK)) for t in (k64, v64)]  # zero keys up to BLOCK
         if _close(out, attention(q64, k64, v64, is_causal=not causal), atol):
             hint = "every query also sees the keys after it" if causal else "masked causally without IS_CAUSAL"
-        elif not causal and T % _BLOCK and _close(out, attention(q64, *padded), atol):
+        elif causal and T_q < T_k and _close(out, attention(q64, k64, v64, mask=_top_left(T_q, T_k)), atol):
+            hint = _TOP_LEFT
+        elif not causal and T_k % _BLOCK and _close(out, attention(q64, *padded), atol):
             hint = "the lanes past T of the last key block count as keys (score 0): mask them"
         elif _close(out, attention(q64, k64, v64, is_causal=causal, scale=1.0), atol):
             hint = "the scores were not multiplied by sm_scale"
@@ -252,13 +266,13 @@ def check_forward_loop(kernel) -> bool:
         else:
             hint = f"out: {bad_out}; lse: {bad_lse}"
         return report(name, False, f"{where}: {hint}")
-    return report(name, True, f"{len(_KERNEL_CASES)} launches, causal or not, ragged T, within {atol:.0e}")
+    return report(name, True, f"{len(_KERNEL_CASES)} launches, causal or not, ragged T, T_q < T_k, within {atol:.0e}")
 
 
 def check_dq_kernel(kernel) -> bool:
     """Exercise 21.4b: the body of the loop of ``kernel``, the backward's dQ kernel.
 
-    ``kernel(Q, K, V, DO, Lse, Delta, DQ, T, sm_scale, D: tl.constexpr, BLOCK: tl.constexpr,
+    ``kernel(Q, K, V, DO, Lse, Delta, DQ, T_q, T_k, sm_scale, D: tl.constexpr, BLOCK: tl.constexpr,
     IS_CAUSAL: tl.constexpr)`` is the chapter's scaffold: one program per query block, as the
     forward; it loads the block's queries, ``dO``, the natural log-sum-exp ``Lse`` of each
     query's scaled scores and ``Delta = rowsum(dO ∘ O)``, and stores the accumulator ``dq``
@@ -268,34 +282,35 @@ def check_dq_kernel(kernel) -> bool:
     :func:`attn_core.attention` in float64, ``Lse`` and ``Delta`` given exactly.
 
     Shapes:
-        Q, K, V, DO, DQ: ``(BH, T, D)`` contiguous float32; Lse, Delta: ``(BH, T)``
+        Q, DO, DQ: ``(BH, T_q, D)``, K, V: ``(BH, T_k, D)``, contiguous float32;
+        Lse, Delta: ``(BH, T_q)``
     """
     name = "21.4b dQ kernel"
     if triton is None:
         return report(name, False, "Triton is not installed: pip install triton")
     atol = _kernel_tolerance()
-    for case, (BH, T, causal) in enumerate(_KERNEL_CASES):
-        q, k, v, d_out = _kernel_inputs(case, BH, T)
+    for case, (BH, T_q, T_k, causal) in enumerate(_KERNEL_CASES):
+        q, k, v, d_out = _kernel_inputs(case, BH, T_q, T_k)
         q64, k64, v64, do64 = (t.double().cpu() for t in (q, k, v, d_out))
         leaf = q64.clone().requires_grad_()
         out64 = attention(leaf, k64, v64, is_causal=causal)
-        (want,) = torch.autograd.grad(out64, leaf, do64)  # (BH, T, D)
+        (want,) = torch.autograd.grad(out64, leaf, do64)  # (BH, T_q, D)
         scores, allowed = _scaled_scores(q64, k64, causal)
-        lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (BH, T)
-        delta = (do64 * out64.detach()).sum(-1)  # (BH, T): rowsum(dO ∘ O)
+        lse = torch.logsumexp(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (BH, T_q)
+        delta = (do64 * out64.detach()).sum(-1)  # (BH, T_q): rowsum(dO ∘ O)
         dq = torch.full_like(q, float("nan"))
         on_device = (t.float().to(q.device) for t in (lse, delta))
-        error = _launch(name, kernel, BH, T, q, k, v, d_out, *on_device, dq, causal=causal)
+        error = _launch(name, kernel, BH, T_q, T_k, q, k, v, d_out, *on_device, dq, causal=causal)
         if error:
             return report(name, False, error)
         dq = dq.cpu()
         problem = mismatch(dq, want, atol=atol)
         if not problem:
             continue
-        where = f"T={T}, {'causal' if causal else 'no mask'}"
+        where = f"T_q={T_q}, T_k={T_k}, {'causal' if causal else 'no mask'}"
         scale = 1 / math.sqrt(_D)
-        p = torch.exp(scores - lse[..., None])  # (BH, T, T), unmasked
-        dp = do64 @ v64.transpose(-2, -1)  # (BH, T, T)
+        p = torch.exp(scores - lse[..., None])  # (BH, T_q, T_k), unmasked
+        dp = do64 @ v64.transpose(-2, -1)  # (BH, T_q, T_k)
         masked = p.masked_fill(~allowed, 0.0)
         if (dq == 0).all():
             return report(name, False, "dq stays zero: the loop adds nothing to it")
@@ -305,7 +320,13 @@ def check_dq_kernel(kernel) -> bool:
             hint = "dS = P ∘ dP leaves out the softmax's second term: each row's Delta"
         elif causal and _close(dq, (p * (dp - delta[..., None])) @ k64 * scale, atol):
             hint = "P is recomputed without the causal mask: later keys get exp(s - lse) > 0"
+        elif causal and T_q < T_k:
+            top_left = p.masked_fill(~_top_left(T_q, T_k), 0.0)
+            if _close(dq, (top_left * (dp - delta[..., None])) @ k64 * scale, atol):
+                hint = _TOP_LEFT
+            else:
+                hint = f"dQ: {problem}"
         else:
             hint = f"dQ: {problem}"
         return report(name, False, f"{where}: {hint}")
-    return report(name, True, f"{len(_KERNEL_CASES)} launches, causal or not, ragged T, within {atol:.0e}")
+    return report(name, True, f"{len(_KERNEL_CASES)} launches, causal or not, ragged T, T_q < T_k, within {atol:.0e}")
