@@ -86,6 +86,15 @@ def shift(d, k, *, sign=1.0, order="sin_cos"):
     return M
 
 
+def _rope_by_hand(x, offset, *, sign=1.0):
+    """The scaffold's solution: interleaved pairs turned by ``sign * position * theta_i``."""
+    T, D = x.shape[-2:]
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+    angle = sign * torch.arange(offset, offset + T, dtype=torch.float64)[:, None] * theta
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each
+    return torch.stack((x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()), -1).flatten(-2)
+
+
 ANSWERS = {
     check_sinusoidal: (
         [_sinusoidal, lambda T, d: SinusoidalPositionalEncoding(d).encodings(T).tolist()],  # lists are accepted
@@ -96,8 +105,10 @@ ANSWERS = {
         ],
     ),
     check_rope_rotation: (
-        [lambda x, offset: RotaryEmbedding(8, layout="interleaved")(x, offset)],
+        [lambda x, offset: RotaryEmbedding(8, layout="interleaved")(x, offset), _rope_by_hand],
         [
+            (lambda x, offset: _rope_by_hand(x, offset, sign=-1.0), "max abs"),  # turned backwards
+            (lambda x, offset: _rope_by_hand(x, offset + 1), "max abs"),  # positions from 1
             (lambda x, offset: RotaryEmbedding(8, layout="half")(x, offset), "split-halves layout"),
             (lambda x, offset: RotaryEmbedding(8, layout="interleaved")(x), "offset=7"),  # the offset ignored
             (lambda x, offset: RotaryEmbedding(8, layout="interleaved", base=500.0)(x, offset), "max abs"),
