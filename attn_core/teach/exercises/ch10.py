@@ -67,7 +67,7 @@ def check_parameter_shares(predicted: dict) -> bool:
     """
     name = "10.1 parameter shares"
     if not isinstance(predicted, dict) or set(predicted) != set(_SHARE_PRESETS):
-        return report(name, False, f"give a dict keyed {' and '.join(map(repr, _SHARE_PRESETS))}, not {predicted!r}")
+        return report(name, False, f"give a dict keyed {'/'.join(map(repr, _SHARE_PRESETS))}, not {predicted!r}")
     for preset in _SHARE_PRESETS:
         parts = predicted[preset]
         if not isinstance(parts, dict) or set(parts) != set(_SHARE_PARTS):
