@@ -49,6 +49,7 @@ NOT_PRINTED = {
     ("12_kv_cache", "55"): "5,581,312 over 100,672 parameters, both printed",
     ("14_variants_compared", "93.3"): "DeepSeek-V2's abstract",
     ("14_variants_compared", "5.76"): "DeepSeek-V2's abstract",
+    ("14_variants_compared", "0.46"): "chapter 5's iso-parameter MQA verdict, printed there",
     ("16_gated_attention", "5.55"): "2 ln 16, the divergence threshold the code writes as an expression",
     ("17_linear_attention", "0.65"): "the middle of the printed range 0.63-0.69",
     ("17_linear_attention", "7.5"): "5,040 of 66,848 parameters, both printed",
