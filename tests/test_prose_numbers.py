@@ -39,14 +39,12 @@ SKIPPED = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`|\[[^\]]*\]\([^)]*\)", re.DO
 
 # (notebook stem, number as the text writes it): why no cell prints it.
 NOT_PRINTED = {
-    ("12_kv_cache", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("15_sliding_window_and_sinks", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_explorer", "134.5"): "SmolLM2-135M's size, printed in the LLM appendix",
     ("appendix_reading_an_llm", "134.5"): "the introduction quotes the count cell 4 prints in full",
     ("appendix_explorer", "7.7"): "ipywidgets 7.7, Colab's version",
     ("appendix_explorer", "0.001"): "the value of attn_core.teach.plots.LOG_FLOOR, which the text names",
     ("10_transformer_block", "8.2"): "Qwen3-8B's published size (the cell prints its count by formula)",
-    ("12_kv_cache", "55"): "5,581,312 over 100,672 parameters, both printed",
     ("14_variants_compared", "93.3"): "DeepSeek-V2's abstract",
     ("14_variants_compared", "5.76"): "DeepSeek-V2's abstract",
     ("14_variants_compared", "0.46"): "chapter 5's iso-parameter MQA verdict, printed there",

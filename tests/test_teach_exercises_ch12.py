@@ -24,9 +24,19 @@ def _written(make_cache, steps):
     return [memory_traffic(cache.update, _K, _K).written for _ in range(steps)]
 
 
-def _copies(make_cache):  # the bytes of the last quarter of 1024 appends against the first
-    w = _written(make_cache, 1024)
-    return sum(w[-256:]) > 2 * sum(w[:256])
+def _copies(make_cache, n=1024):  # mean bytes per append over 2n appends against over n
+    w = _written(make_cache, 2 * n)
+    return sum(w) / (2 * n) > 1.5 * sum(w[:n]) / n
+
+
+def _copies_windows(make_cache, n=1024, window=256):  # the last window against the first
+    w = _written(make_cache, n)
+    return sum(w[-window:]) > 2 * sum(w[:window])
+
+
+def _copies_one_step(make_cache, n=1000):  # the last append against the first
+    w = _written(make_cache, n)
+    return w[-1] > 2 * w[0]
 
 
 def _copies_from_pointers(make_cache):  # does the returned storage ever move?
@@ -86,11 +96,15 @@ def test_measured_scores_match_the_dense_formula():
 
 ANSWERS = {
     check_copies_history: (
-        [_copies],
+        [_copies, lambda m: _copies(m, n=1000), lambda m: _copies(m, n=700)],
         [
             (_copies_from_pointers, "doubles its room"),
-            (_copies_short, "copies past 256"),
+            (_copies_short, "grows by 64"),
             (_copies_exact, "doubles its room"),
+            (_copies_windows, "from 120"),
+            (lambda m: _copies_windows(m, n=600, window=100), "from 16"),
+            (_copies_one_step, "grows by 64"),
+            (lambda m: _copies_one_step(m, n=2000), "grows by 64"),
             (lambda make_cache: True, "said True"),
         ],
     ),
@@ -108,6 +122,7 @@ ANSWERS = {
         [
             (lambda P, N, C: (P + N - 1) * (P + N) // 2, "masked scores count"),
             (lambda P, N, C: _scores(P, N, C, all_fed=True), "isn't fed"),
+            (lambda P, N, C: _scores(P, N, C) + P, "prompt's last call"),
             (lambda P, N, C: _scores(P, N, C, full_chunks=True), "last chunk full"),
             (lambda P, N, C: float(_scores(P, N, C)), "an int"),
         ],

@@ -70,20 +70,43 @@ class _Clone(_Slot):
         return k_all.clone(), v_all.clone()
 
 
-class _Doubling:
-    """Doubles its storage when full (copying it once), returns views: amortised constant."""
+class _Growing:
+    """Grows its storage when full (copying it once), returns views."""
+
+    first = 16  # the room it starts with
 
     def __init__(self) -> None:
-        self.k, self.v, self.size = torch.zeros(1, _H, 16, _D), torch.zeros(1, _H, 16, _D), 0
+        self.k, self.v = torch.zeros(2, 1, _H, self.first, _D).unbind(0)
+        self.size = 0
+
+    def more(self, room: int) -> int:
+        """The slots added when the storage is full."""
+        return room  # doubling: amortised constant
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.size == self.k.shape[2]:  # full: twice the room, the history copied once
-            self.k = torch.cat([self.k, torch.zeros_like(self.k)], dim=2)
-            self.v = torch.cat([self.v, torch.zeros_like(self.v)], dim=2)
+        if self.size == self.k.shape[2]:  # full: more room, the history copied once
+            extra = self.more(self.size)
+            self.k = torch.cat([self.k, self.k.new_zeros(1, _H, extra, _D)], dim=2)
+            self.v = torch.cat([self.v, self.v.new_zeros(1, _H, extra, _D)], dim=2)
         self.k[:, :, self.size : self.size + 1].copy_(k)
         self.v[:, :, self.size : self.size + 1].copy_(v)
         self.size += 1
         return self.k[:, :, : self.size], self.v[:, :, : self.size]
+
+
+class _DoublingLate(_Growing):
+    """Doubles from 120 slots: copies at 120, 240, 480, 960, 1920 appends."""
+
+    first = 120
+
+
+class _Chunked(_Growing):
+    """Grows by 64 slots when full: a copy every 64 appends, so quadratic in all."""
+
+    first = 64
+
+    def more(self, room: int) -> int:
+        return 64
 
 
 class _Spill(_Cat):
@@ -103,10 +126,12 @@ class _Spill(_Cat):
 def copies_candidates() -> list[tuple[type, bool, str]]:
     """Exercise 12.1's candidates ``(cache class, copies, what)`` in a fixed mixed order."""
     return [
-        (_Doubling, False, "doubles its room when full"),
+        (_Growing, False, "doubles its room when full, from 16"),
         (_Cat, True, "grows by torch.cat"),
         (_Counted, False, "writes 1 position + a counter"),
+        (_Chunked, True, "grows by 64 slots when full"),
         (_Spill, True, "copies past 256 positions"),
+        (_DoublingLate, False, "doubles its room when full, from 120"),
         (_Slot, False, "writes 1 position per append"),
         (_Clone, True, "returns copies of its history"),
     ]
@@ -129,11 +154,13 @@ def check_copies_history(fn: Callable[[Callable[[], object]], bool]) -> bool:
     ``make_cache()`` returns a new, empty cache with ``update(k, v) -> (k_all, v_all)``
     (``k, v``: ``(1, 2, 1, 8)`` float32; room for 2,048 positions). "Copies its history"
     means that the bytes an append writes grow with the positions already cached, over a
-    long run. Six candidates: a slot cache, one with a few bytes of bookkeeping per append,
-    one that doubles its storage when full (a copy now and then, constant on average),
-    ``torch.cat``, one preallocated for 256 positions that then grows by ``torch.cat``, and
-    one that stores in place but returns copies. A test that looks at one step, at short
-    histories only, or at exact byte counts gets one of them wrong.
+    long run. Eight candidates: a slot cache, one with a few bytes of bookkeeping per append,
+    two that double their storage when full (from 16 and from 120 slots: a copy now and
+    then, constant on average), ``torch.cat``, one that grows by 64 slots when full (a copy
+    every 64 appends: quadratic in all), one preallocated for 256 positions that then grows
+    by ``torch.cat``, and one that stores in place but returns copies. A test that looks at
+    one step, at short histories only, at exact byte counts, or at two windows of one run
+    (where the doublings fall decides it) gets one of them wrong.
 
     Shapes:
         k, v: ``(1, 2, 1, 8)``; the returned keys and values: ``(1, 2, T, 8)``
@@ -249,6 +276,8 @@ def check_scores_computed(fn: Callable[[int, int, int], int]) -> bool:
                 hint = "; masked scores count too"
             elif isinstance(got, int) and got - want == P + N:
                 hint = "; the last token isn't fed"
+            elif isinstance(got, int) and got - want == P:
+                hint = "; the first new token comes out of the prompt's last call"
             elif got == want:
                 hint = "; a count is an int"
             elif isinstance(got, int) and got > want and P % C:
