@@ -81,7 +81,7 @@ def check_fixed_share(fn: Callable[[float, float], float]) -> bool:
     Model: the causal kernel's time is ``a + b`` (normalised to 1), the windowed one's
     ``a + b * tile_ratio``, measured as ``time_ratio``; ``fn`` returns ``a``.
     """
-    name = "21.5 the time a window does not save"
+    name = "21.5 fixed share"
     cases = [(0.47, 0.26), (1.0, 0.5), (0.5, 0.5), (0.3, 0.1), (0.9, 0.25)]
     for time_ratio, tile_ratio in cases:
         want = (time_ratio - tile_ratio) / (1 - tile_ratio)
@@ -96,7 +96,7 @@ def check_fixed_share(fn: Callable[[float, float], float]) -> bool:
                 f"time ratio {time_ratio}, tile ratio {tile_ratio}: got {got:.4g}, expected {want:.4g}"
                 " (write both times as a + b * tiles, the causal one as 1)",
             )
-    return report(name, True, f"{len(cases)} cases of (time ratio - tile ratio) / (1 - tile ratio)")
+    return report(name, True, f"{len(cases)} cases, a = (t - r) / (1 - r)")
 
 
 def check_softcap_kernel(kernel) -> bool:
