@@ -19,8 +19,10 @@ import torch
 
 from attn_core.ops.backends import flash_kernels
 from attn_core.teach.exercises.ch21 import (
+    _tiles,
     check_combine_with_sink,
     check_dq_kernel,
+    check_fixed_share,
     check_forward_loop,
     check_softcap_kernel,
     check_visited_tiles,
@@ -31,6 +33,13 @@ NO_TRITON = "triton is not installed: pip install triton"
 
 
 # ----------------------------------------------------------------------------- 21.1 visited tiles
+def tiles_from_a_mask(T, block, window):
+    """Counting a dense mask's tiles: right, but no (T, T) mask fits at T = 10^6."""
+    if T * T > 10**10:  # what allocating the mask would raise, without trying it
+        raise RuntimeError(f"can't allocate a {T} x {T} mask")
+    return _tiles(T, block, window)
+
+
 def visited_tiles(T, block, window):
     n = -(-T // block)  # blocks per side, the ragged last one included
     total = 0
@@ -193,6 +202,15 @@ ANSWERS = {
             (lambda T, b, w: visited_tiles(T, b, None if w is None else w + b), "expected"),  # off by a block
             (lambda T, b, w: visited_tiles(T, b, None if w is None else w - 1), "expected"),  # off by one position
             (lambda T, b, w: (-(-T // b)) ** 2, "expected"),  # no block skipped
+            (tiles_from_a_mask, "no mask fits"),  # right, but cannot reach T = 10^6
+        ],
+    ),
+    check_fixed_share: (
+        [lambda t, r: (t - r) / (1 - r)],
+        [
+            (lambda t, r: t - r, "expected"),  # the saving not rescaled
+            (lambda t, r: t / r, "expected"),  # time per tile
+            (lambda t, r: (1 - t) / (1 - r), "expected"),  # the share that shrinks
         ],
     ),
     check_combine_with_sink: (

@@ -57,11 +57,15 @@ def _jit(fn):
 __all__ = ["KERNELS", "INTERPRETED", "LATE_INTERPRETER", "triton", "tl"]
 
 
+# The kernels are printed in a book whose pages are 88 columns wide: they keep their own
+# layout at that width, not the formatter's at 120.
+# fmt: off
 @_jit
-def _allowed(rows, cols, T_q, T_k, window, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """Which (query, key) pairs of a tile may attend: inside both lengths, causal, inside the window."""
-    pos = rows + (T_k - T_q)  # bottom-right alignment: query i sits at position T_k - T_q + i
-    ok = (rows[:, None] < T_q) & (cols[None, :] < T_k)  # (BLOCK_M, BLOCK_N): ragged tails
+def _allowed(rows, cols, T_q, T_k, window,
+             IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Which (query, key) pairs of a tile may attend: both lengths, causal, window."""
+    pos = rows + (T_k - T_q)  # bottom-right alignment: query i sits at T_k - T_q + i
+    ok = (rows[:, None] < T_q) & (cols[None, :] < T_k)  # (BLOCK_M, BLOCK_N): the tails
     if IS_CAUSAL:
         ok = ok & (cols[None, :] <= pos[:, None])
     if HAS_WINDOW:
@@ -71,7 +75,7 @@ def _allowed(rows, cols, T_q, T_k, window, IS_CAUSAL: tl.constexpr, HAS_WINDOW: 
 
 @_jit
 def _key_range(start_m, T_q, T_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):  # fmt: skip
+               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """The key blocks a query block must visit: ``[lo, hi)``; the others are skipped."""
     lo = 0
     hi = T_k
@@ -83,9 +87,10 @@ def _key_range(start_m, T_q, T_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 
 
 @_jit
-def _query_range(start_n, T_q, T_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):  # fmt: skip
-    """The query blocks that see a key block: ``[lo, hi)`` (the backward's dK/dV loop)."""
+def _query_range(start_n, T_q, T_k, window,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """The query blocks that see a key block: ``[lo, hi)`` (the dK/dV loop)."""
     lo = 0
     hi = T_q
     if IS_CAUSAL:  # queries before position start_n do not see it
@@ -99,9 +104,10 @@ def _query_range(start_n, T_q, T_k, window, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
 def _flash_fwd(Q, K, V, Sinks, Out, Lse, Visited,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot,
                H, T_q, T_k, qk_scale, window,
-               GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr,
-               PRECISION: tl.constexpr):  # fmt: skip
+               GROUPS: tl.constexpr, D: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+               HAS_SINKS: tl.constexpr, PRECISION: tl.constexpr):
     # One program: one block of BLOCK_M queries of one (batch, head).
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -110,48 +116,60 @@ def _flash_fwd(Q, K, V, Sinks, Out, Lse, Visited,
     rows = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_d[None, :], mask=rows[:, None] < T_q, other=0.0)
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_d[None, :],
+                mask=rows[:, None] < T_q, other=0.0)
     k_ptr = K + b * skb + h_kv * skh
     v_ptr = V + b * svb + h_kv * svh
-    # The online softmax's start: nothing seen (m = -inf, l = 0), or the sink already seen.
+    # The online softmax's start: nothing seen (m = -inf, l = 0), or the sink seen.
     if HAS_SINKS:
-        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634
+        sink = tl.load(Sinks + h).to(tl.float32) * 1.4426950408889634  # base 2
+        m_i = tl.zeros([BLOCK_M], tl.float32) + sink
         l_i = tl.zeros([BLOCK_M], tl.float32) + 1.0  # exp2(sink - m) with m = sink
     else:
         m_i = tl.zeros([BLOCK_M], tl.float32) - float("inf")
         l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
-    lo, hi = _key_range(start_m, T_q, T_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    lo, hi = _key_range(start_m, T_q, T_k, window, BLOCK_M, BLOCK_N,
+                        IS_CAUSAL, HAS_WINDOW)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        k = tl.load(k_ptr + cols[:, None] * skt + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
-        v = tl.load(v_ptr + cols[:, None] * svt + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), base 2
-        s = tl.where(_allowed(rows, cols, T_q, T_k, window, IS_CAUSAL, HAS_WINDOW), s, float("-inf"))
+        k = tl.load(k_ptr + cols[:, None] * skt + offs_d[None, :],
+                    mask=cols[:, None] < T_k, other=0.0)
+        v = tl.load(v_ptr + cols[:, None] * svt + offs_d[None, :],
+                    mask=cols[:, None] < T_k, other=0.0)
+        # (BLOCK_M, BLOCK_N) scores, base 2
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        ok = _allowed(rows, cols, T_q, T_k, window, IS_CAUSAL, HAS_WINDOW)
+        s = tl.where(ok, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing seen yet: no NaN
         alpha = tl.exp2(m_i - m_use)  # rescales what was summed under the old maximum
         p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
-    # A query that saw no key (and no sink) has l = 0: its output is 0, as in attention().
+    # A query that saw no key (and no sink) has l = 0: its output is 0 (attention()'s).
     l_use = tl.where(l_i == 0.0, 1.0, l_i)
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     tl.store(Out + b * sob + h * soh + rows[:, None] * sot + offs_d[None, :],
-             (acc / l_use[:, None]).to(Out.dtype.element_ty), mask=rows[:, None] < T_q)  # fmt: skip
-    tl.store(Lse + bh * T_q + rows, m_use + tl.log2(l_use), mask=rows < T_q)  # base-2 log-sum-exp
-    tl.store(Visited + bh * tl.num_programs(0) + tl.program_id(0), tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_N))
+             (acc / l_use[:, None]).to(Out.dtype.element_ty), mask=rows[:, None] < T_q)
+    # the base-2 log-sum-exp, and how many key blocks this program visited
+    tl.store(Lse + bh * T_q + rows, m_use + tl.log2(l_use), mask=rows < T_q)
+    tl.store(Visited + bh * tl.num_programs(0) + tl.program_id(0),
+             tl.cdiv(tl.maximum(hi - lo, 0), BLOCK_N))
 
 
 @_jit
 def _flash_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV,
                     sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot,
                     H, T_q, T_k, qk_scale, sm_scale, window,
-                    GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
-    # One program: one block of BLOCK_N keys of one (batch, key/value head); it loops over
-    # the G query heads that share the head and over the query blocks that see the keys.
+                    GROUPS: tl.constexpr, D: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                    PRECISION: tl.constexpr):
+    # One program: one block of BLOCK_N keys of one (batch, key/value head); it loops
+    # over the G query heads that share the head and the query blocks that see the keys.
     start_n = tl.program_id(0) * BLOCK_N
     bh_kv = tl.program_id(1)
     H_kv = H // GROUPS
@@ -159,11 +177,14 @@ def _flash_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV,
     cols = start_n + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
-    k = tl.load(K + b * skb + h_kv * skh + cols[:, None] * skt + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
-    v = tl.load(V + b * svb + h_kv * svh + cols[:, None] * svt + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
+    kv_off = b * skb + h_kv * skh + cols[:, None] * skt + offs_d[None, :]  # K, DK, DV
+    v_off = b * svb + h_kv * svh + cols[:, None] * svt + offs_d[None, :]
+    k = tl.load(K + kv_off, mask=cols[:, None] < T_k, other=0.0)
+    v = tl.load(V + v_off, mask=cols[:, None] < T_k, other=0.0)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
-    lo, hi = _query_range(start_n, T_q, T_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    lo, hi = _query_range(start_n, T_q, T_k, window, BLOCK_M, BLOCK_N,
+                          IS_CAUSAL, HAS_WINDOW)
     for g in range(GROUPS):
         h = h_kv * GROUPS + g
         for start_m in range(lo, hi, BLOCK_M):
@@ -171,19 +192,21 @@ def _flash_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV,
             q_off = b * sqb + h * sqh + rows[:, None] * sqt + offs_d[None, :]
             q = tl.load(Q + q_off, mask=rows[:, None] < T_q, other=0.0)
             do = tl.load(DO + b * sob + h * soh + rows[:, None] * sot + offs_d[None, :],
-                         mask=rows[:, None] < T_q, other=0.0)  # fmt: skip
-            lse = tl.load(Lse + (b * H + h) * T_q + rows, mask=rows < T_q, other=0.0)
-            delta = tl.load(Delta + (b * H + h) * T_q + rows, mask=rows < T_q, other=0.0)
-            # Recompute the probabilities from the saved log-sum-exp instead of storing them.
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+                         mask=rows[:, None] < T_q, other=0.0)
+            bht = (b * H + h) * T_q + rows  # this head's queries in Lse and Delta
+            lse = tl.load(Lse + bht, mask=rows < T_q, other=0.0)
+            delta = tl.load(Delta + bht, mask=rows < T_q, other=0.0)
+            # Recompute the probabilities from the saved log-sum-exp, not stored.
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
             ok = _allowed(rows, cols, T_q, T_k, window, IS_CAUSAL, HAS_WINDOW)
-            p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)  # dV = Pᵀ dO
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # dP = dO Vᵀ
-            ds = p * (dp - delta[:, None])  # softmax backward: dS = P ∘ (dP - rowsum(dO ∘ O))
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)  # dK = dSᵀ Q (unscaled)
-    kv_off = b * skb + h_kv * skh + cols[:, None] * skt + offs_d[None, :]  # DK, DV are laid out like K
-    tl.store(DK + kv_off, (dk * sm_scale).to(DK.dtype.element_ty), mask=cols[:, None] < T_k)
+            p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N)
+            # dV = Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP - δ), δ = rowsum(dO ∘ O); dK = dSᵀ Q
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+            ds = p * (dp - delta[:, None])
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+    dk = dk * sm_scale  # the scale of S = Q Kᵀ · scale, applied once
+    tl.store(DK + kv_off, dk.to(DK.dtype.element_ty), mask=cols[:, None] < T_k)
     tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=cols[:, None] < T_k)
 
 
@@ -191,8 +214,10 @@ def _flash_bwd_dkdv(Q, K, V, DO, Lse, Delta, DK, DV,
 def _flash_bwd_dq(Q, K, V, DO, Lse, Delta, DQ,
                   sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot,
                   H, T_q, T_k, qk_scale, sm_scale, window,
-                  GROUPS: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+                  GROUPS: tl.constexpr, D: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                  PRECISION: tl.constexpr):
     # One program: one block of queries, streaming the key blocks as the forward does.
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -201,26 +226,32 @@ def _flash_bwd_dq(Q, K, V, DO, Lse, Delta, DQ,
     rows = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    q_off = b * sqb + h * sqh + rows[:, None] * sqt + offs_d[None, :]  # DQ is laid out like Q
+    q_off = b * sqb + h * sqh + rows[:, None] * sqt + offs_d[None, :]  # DQ is like Q
     q = tl.load(Q + q_off, mask=rows[:, None] < T_q, other=0.0)
-    do = tl.load(DO + b * sob + h * soh + rows[:, None] * sot + offs_d[None, :], mask=rows[:, None] < T_q, other=0.0)
+    do = tl.load(DO + b * sob + h * soh + rows[:, None] * sot + offs_d[None, :],
+                 mask=rows[:, None] < T_q, other=0.0)
     lse = tl.load(Lse + bh * T_q + rows, mask=rows < T_q, other=0.0)
     delta = tl.load(Delta + bh * T_q + rows, mask=rows < T_q, other=0.0)
     k_ptr = K + b * skb + h_kv * skh
     v_ptr = V + b * svb + h_kv * svh
     dq = tl.zeros([BLOCK_M, D], tl.float32)
-    lo, hi = _key_range(start_m, T_q, T_k, window, BLOCK_M, BLOCK_N, IS_CAUSAL, HAS_WINDOW)
+    lo, hi = _key_range(start_m, T_q, T_k, window, BLOCK_M, BLOCK_N,
+                        IS_CAUSAL, HAS_WINDOW)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        k = tl.load(k_ptr + cols[:, None] * skt + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
-        v = tl.load(v_ptr + cols[:, None] * svt + offs_d[None, :], mask=cols[:, None] < T_k, other=0.0)
+        k = tl.load(k_ptr + cols[:, None] * skt + offs_d[None, :],
+                    mask=cols[:, None] < T_k, other=0.0)
+        v = tl.load(v_ptr + cols[:, None] * svt + offs_d[None, :],
+                    mask=cols[:, None] < T_k, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         ok = _allowed(rows, cols, T_q, T_k, window, IS_CAUSAL, HAS_WINDOW)
         p = tl.where(ok, tl.exp2(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dQ = dS K (unscaled)
-    tl.store(DQ + q_off, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < T_q)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dQ = dS K
+    dq = dq * sm_scale
+    tl.store(DQ + q_off, dq.to(DQ.dtype.element_ty), mask=rows[:, None] < T_q)
+# fmt: on
 
 
 INTERPRETED = bool(triton is not None and triton.knobs.runtime.interpret)

@@ -7,7 +7,9 @@
 * 21.4 writes the loop of a forward kernel (the online softmax over key blocks) and the loop
   of the backward's dQ kernel, in a scaffold that gives everything else (loads, stores, the
   launch): the checks launch them and compare with :func:`attn_core.attention` and its
-  autograd gradient.
+  autograd gradient;
+* 21.5 reads, from a measured time ratio and a tile ratio, the share of a kernel's time that
+  does not shrink with the tiles it visits.
 
 The learner's kernels of 21.2 and 21.4 run in Triton's interpreter on a CPU
 (:mod:`attn_core.ops.backends.flash_kernels` chooses it when it is imported); the other checks need no Triton.
@@ -26,7 +28,7 @@ from ...ops.backends import flash_kernels
 from ...ops.masks import causal_mask
 from ._common import mismatch, report
 
-__all__ = ["check_visited_tiles", "check_softcap_kernel", "check_combine_with_sink"]
+__all__ = ["check_visited_tiles", "check_softcap_kernel", "check_combine_with_sink", "check_fixed_share"]
 
 # imported (or not) by attn_core.ops.backends.flash_kernels, after it chose the interpreter
 triton = flash_kernels.triton
@@ -40,6 +42,15 @@ def _tiles(T: int, block: int, window: int | None) -> int:
     return int(padded.view(n, block, n, block).any(dim=(1, 3)).sum())
 
 
+def _tiles_from_bounds(T: int, block: int, window: int | None) -> int:
+    """:func:`_tiles` from the kernel's loop bounds, for lengths where no mask fits in memory."""
+    total = 0
+    for start in range(0, T, block):  # query block: keys from the window's first to its last
+        first = 0 if window is None else max(0, start - window + 1) // block
+        total += start // block + 1 - first
+    return total
+
+
 def check_visited_tiles(fn: Callable[..., int]) -> bool:
     """Exercise 21.1: ``fn(T, block, window)`` is the number of tiles a causal kernel visits.
 
@@ -50,16 +61,42 @@ def check_visited_tiles(fn: Callable[..., int]) -> bool:
     """
     name = "21.1 visited tiles"
     cases = [(256, 32, None), (100, 16, None), (256, 32, 64), (200, 16, 40), (160, 16, 18), (96, 32, 1), (64, 16, 100)]
-    for T, block, window in cases:
-        want = _tiles(T, block, window)
+    big = (10**6, 128, 4096)  # a dense mask would have 10^12 entries: derive, do not mask
+    for T, block, window in [*cases, big]:
+        want = _tiles(T, block, window) if T < 10**4 else _tiles_from_bounds(T, block, window)
         try:
             got = fn(T, block, window)
         except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
+            where = " (T = 10^6: no mask fits; count from key_range's bounds)" if T == big[0] else ""
+            return report(name, False, f"{type(e).__name__}: {str(e)[:200]}{where}")
         if got != want:
             hint = " (is the last, ragged block counted?)" if T % block else ""
             return report(name, False, f"T={T}, block={block}, window={window}: got {got!r}, expected {want}{hint}")
-    return report(name, True, f"{len(cases)} cases, ragged blocks and windows, match the dense mask")
+    return report(name, True, f"{len(cases)} cases match the dense mask, and T = 10^6 its loop bounds")
+
+
+def check_fixed_share(fn: Callable[[float, float], float]) -> bool:
+    """Exercise 21.5: ``fn(time_ratio, tile_ratio)`` is the share of a kernel's time that does not shrink.
+
+    Model: the causal kernel's time is ``a + b`` (normalised to 1), the windowed one's
+    ``a + b * tile_ratio``, measured as ``time_ratio``; ``fn`` returns ``a``.
+    """
+    name = "21.5 fixed share"
+    cases = [(0.47, 0.26), (1.0, 0.5), (0.5, 0.5), (0.3, 0.1), (0.9, 0.25)]
+    for time_ratio, tile_ratio in cases:
+        want = (time_ratio - tile_ratio) / (1 - tile_ratio)
+        try:
+            got = float(fn(time_ratio, tile_ratio))
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not math.isclose(got, want, abs_tol=1e-9):
+            return report(
+                name,
+                False,
+                f"time ratio {time_ratio}, tile ratio {tile_ratio}: got {got:.4g}, expected {want:.4g}"
+                " (write both times as a + b * tiles, the causal one as 1)",
+            )
+    return report(name, True, f"{len(cases)} cases, a = (t - r) / (1 - r)")
 
 
 def check_softcap_kernel(kernel) -> bool:
