@@ -1,11 +1,11 @@
-"""attn_core.teach.exercises.ch09: the right and wrong answers of exercises 9.1 and 9.2 (ANSWERS, held to
+"""attn_core.teach.exercises.ch09: the right and wrong answers of exercises 9.1 to 9.3 (ANSWERS, held to
 the standard by tests/test_teach_exercises_standard.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from attn_core.teach.exercises.ch09 import check_placement_probe, check_rms_norm_backward
+from attn_core.teach.exercises.ch09 import check_placement_probe, check_rms_norm_backward, check_spread_at_rms
 
 
 def _probe_parts(step, d):
@@ -96,6 +96,16 @@ ANSWERS = {
             (_rms("eps outside"), "max abs difference"),
             (_rms("float32"), "max abs difference"),
             (lambda x, w, g, eps: rms_backward(x, w, g, eps)[..., :4], "shape"),
+        ],
+    ),
+    check_spread_at_rms: (
+        [lambda t, eps: t * (eps / (1 - t * t)) ** 0.5, lambda t, eps: torch.tensor(t * (eps / (1 - t**2)) ** 0.5)],
+        [
+            (lambda t, eps: t * eps**0.5, "output RMS is 0.0995"),  # σ² dropped beside ε
+            (lambda t, eps: eps**0.5, "output RMS is 0.7071"),  # σ = √ε: RMS 1/√2, any target
+            (lambda t, eps: t * t * eps / (1 - t * t), "output RMS is"),  # σ² returned, not σ
+            (lambda t, eps: t / (eps / (1 - t * t)) ** 0.5, "output RMS is"),  # inverted
+            (lambda t, eps: -t * (eps / (1 - t * t)) ** 0.5, "positive number"),
         ],
     ),
 }

@@ -154,6 +154,39 @@ def check_rms_norm_backward(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tens
     return report(
         name,
         True,
-        f"equal to autograd; |x·∂L/∂x| {'<' if along0 < 1e-10 else '>='} 1e-10 at eps=1e-12 "
-        f"(scale-invariant), {along:.2f} at eps=0.5",
+        f"|x·∂L/∂x| {'<' if along0 < 1e-10 else '>='} 1e-10 at eps=1e-12, {along:.2f} at eps=0.5",
     )
+
+
+# ---- predict, then run: where epsilon pulls LayerNorm's output below RMS 1 ----
+
+__all__ += ["check_spread_at_rms"]
+
+
+def check_spread_at_rms(fn: Callable[[float, float], float]) -> bool:
+    """Exercise 9.3: ``fn(target, eps)`` is the spread at which LayerNorm's output has RMS ``target``.
+
+    The check runs ``F.layer_norm`` (float64, gain 1, bias 0) on a vector of mean 3 and
+    standard deviation ``fn(target, eps)``, for targets 0.1, 0.5 and 0.9 at ``eps`` 1e-5 and
+    1e-2, and compares the output's RMS with ``target`` (relative tolerance 1e-4).
+    """
+    name = "9.3 spread at a given RMS"
+    base = _inputs(93, 64)
+    base = (base - base.mean()) / base.std(unbiased=False)  # (64,): mean 0, σ 1 exactly
+    for eps in (1e-5, 1e-2):
+        for target in (0.1, 0.5, 0.9):
+            ok, sigma = _run(name, fn, target, eps)
+            if not ok:
+                return False
+            if isinstance(sigma, torch.Tensor) and sigma.numel() == 1:
+                sigma = sigma.item()
+            if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
+                return report(name, False, f"fn({target}, {eps:g}) must be a positive number, got {sigma!r}")
+            rms = F.layer_norm(sigma * base + 3.0, (64,), eps=eps).pow(2).mean().sqrt().item()
+            if abs(rms - target) > 1e-4 * target:
+                return report(
+                    name,
+                    False,
+                    f"eps={eps:g}: at σ={sigma:.4g} LayerNorm's output RMS is {rms:.4f}, not {target}",
+                )
+    return report(name, True, "hit RMS 0.1, 0.5, 0.9 at eps 1e-5 and 1e-2")
