@@ -12,6 +12,7 @@ from attn_core import ALiBi, RotaryEmbedding, SinusoidalPositionalEncoding
 from attn_core.teach.exercises.ch08 import (
     check_alibi_reach,
     check_alibi_slopes,
+    check_rope_per_head,
     check_rope_relative_score,
     check_rope_rotation,
     check_sinusoidal,
@@ -95,6 +96,20 @@ def _rope_by_hand(x, offset, *, sign=1.0):
     return torch.stack((x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()), -1).flatten(-2)
 
 
+def _per_head(q, k, n_heads, *, layout="half", before_split=False):
+    """Every head's RoPE scores: the head split first (right), or the rotation first (the bug)."""
+    T, d_model = q.shape
+    D = d_model // n_heads
+    if before_split:
+        rope = RotaryEmbedding(d_model, layout=layout)
+        q, k = rope(q), rope(k)
+    qh, kh = (x.view(T, n_heads, D).transpose(0, 1) for x in (q, k))  # (H, T, D) each
+    if not before_split:
+        rope = RotaryEmbedding(D, layout=layout)
+        qh, kh = rope(qh), rope(kh)
+    return qh @ kh.transpose(-1, -2)  # (H, T, T)
+
+
 ANSWERS = {
     check_sinusoidal: (
         [_sinusoidal, lambda T, d: SinusoidalPositionalEncoding(d).encodings(T).tolist()],  # lists are accepted
@@ -102,6 +117,22 @@ ANSWERS = {
             (lambda T, d: _sinusoidal(T, d, halves=True), "max abs difference"),
             (lambda T, d: _sinusoidal(T + 1, d)[1:], "max abs difference"),  # positions from 1
             (lambda T, d: torch.zeros(T, d), "max abs difference"),
+        ],
+    ),
+    check_rope_per_head: (
+        [_per_head, lambda q, k, h: _per_head(q.float(), k.float(), h)],  # float32 is accepted
+        [
+            (lambda q, k, h: _per_head(q, k, h, before_split=True), "joins two heads"),  # the colleague's
+            (lambda q, k, h: _per_head(q, k, h, layout="interleaved", before_split=True), "d_model's speeds"),
+            (lambda q, k, h: _per_head(q, k, h, layout="interleaved"), "interleaved layout"),
+            (
+                lambda q, k, h: (lambda x, y: x @ y.transpose(-1, -2))(
+                    *(z.view(7, h, -1).transpose(0, 1) for z in (q, k))
+                ),
+                "not rotated",
+            ),
+            (lambda q, k, h: _per_head(q, k, h) / math.sqrt(q.shape[-1] // h), "max abs difference"),  # scaled
+            (lambda q, k, h: _per_head(q, k, h)[0], "not ("),  # one head only
         ],
     ),
     check_rope_rotation: (

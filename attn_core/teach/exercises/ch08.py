@@ -9,7 +9,7 @@ import torch
 
 from ...positions.positional import ALiBi, SinusoidalPositionalEncoding
 from ...positions.rope import RotaryEmbedding
-from ._common import compare, report
+from ._common import compare, describe, report
 
 __all__ = ["check_sinusoidal", "check_rope_rotation", "check_alibi_slopes"]
 
@@ -249,3 +249,84 @@ def check_sinusoidal_shift(fn: Callable[[int, int], torch.Tensor]) -> bool:
                 hint = " (that shifts by -k: the sine terms' signs are swapped, or M is transposed)"
             return report(name, False, f"d_model={d}, k={k}: M @ PE[p] is off PE[p + k] by up to {err:.2e}{hint}")
     return report(name, True, "PE[p + k] = M @ PE[p] for every p, 3 shifts, 2 widths")
+
+
+# ---- read08b: a RoPE pitfall the chapter does not show ----
+
+__all__ += ["check_rope_per_head"]
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``(T, H·D) -> (H, T, D)``: the head split of a multi-head layer."""
+    T = x.shape[0]
+    return x.view(T, n_heads, -1).transpose(0, 1)
+
+
+def _scores_rotated_before_split(q: torch.Tensor, k: torch.Tensor, n_heads: int, layout: str) -> torch.Tensor:
+    """The bug: one rotation over the whole width ``d_model``, then the head split.
+
+    Shapes:
+        q, k: ``(T, d_model)``; output: ``(H, T, T)``
+    """
+    rope = RotaryEmbedding(q.shape[-1], layout=layout)
+    return _heads(rope(q), n_heads) @ _heads(rope(k), n_heads).transpose(-1, -2)
+
+
+def _scores_per_head(q: torch.Tensor, k: torch.Tensor, n_heads: int, layout: str = "half") -> torch.Tensor:
+    """The head split, then every head rotated on its own (``RotaryEmbedding(D)``).
+
+    Shapes:
+        q, k: ``(T, d_model)``; output: ``(H, T, T)``
+    """
+    rope = RotaryEmbedding(q.shape[-1] // n_heads, layout=layout)
+    return rope(_heads(q, n_heads)) @ rope(_heads(k, n_heads)).transpose(-1, -2)
+
+
+def check_rope_per_head(fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]) -> bool:
+    """Exercise 8.4: ``fn(q, k, n_heads)`` gives every head's RoPE scores, rotated per head.
+
+    ``q, k`` are a layer's projected queries and keys at positions ``0..T-1``; ``fn``
+    splits them into ``n_heads`` heads of width ``D = d_model / n_heads``, rotates each
+    head with ``RotaryEmbedding(D)`` (split-halves layout, base 10000) and returns the raw
+    dot products ``q·k`` (no ``1/sqrt(D)``). Two widths, to 1e-5 (float32 passes); the verdict
+    names the usual wrong versions (rotated over ``d_model`` before the split, in either
+    layout; not rotated; the interleaved layout).
+
+    Shapes:
+        q, k: ``(T, d_model)``; fn's output: ``(H, T, T)``
+    """
+    name = "8.4 RoPE per head"
+    g = torch.Generator().manual_seed(84)
+    for d_model, n_heads in ((16, 2), (32, 4)):
+        q, k = torch.randn(2, 7, d_model, generator=g, dtype=torch.float64).unbind(0)  # (T, d_model)
+        want = _scores_per_head(q, k, n_heads)  # (H, T, T)
+        try:
+            got = fn(q.clone(), k.clone(), n_heads)
+        except Exception as e:  # a learner's bug should print, not stop the notebook
+            return report(name, False, f"{type(e).__name__}: {e}")
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return report(name, False, f"d_model={d_model}, H={n_heads}: {describe(got)}, not {tuple(want.shape)}")
+        got = got.detach().double()
+        if torch.allclose(got, want, atol=1e-5):  # float32 answers too
+            continue
+        known = {
+            "rotated over d_model before the split (half layout): pair (i, i + d_model/2) "
+            "joins two heads, so no head's scores depend on n - m alone": _scores_rotated_before_split(
+                q, k, n_heads, "half"
+            ),
+            "rotated over d_model before the split (interleaved): each head is relative, but "
+            "with d_model's speeds, not RotaryEmbedding(D)'s": _scores_rotated_before_split(
+                q, k, n_heads, "interleaved"
+            ),
+            "not rotated at all: the scores carry no position": _heads(q, n_heads)
+            @ _heads(k, n_heads).transpose(-1, -2),
+            "rotated per head, but in the interleaved layout; keep the split halves": _scores_per_head(
+                q, k, n_heads, "interleaved"
+            ),
+        }
+        for why, scores in known.items():
+            if torch.allclose(got, scores, atol=1e-5):
+                return report(name, False, why)
+        err = (got - want).abs().max().item()
+        return report(name, False, f"d_model={d_model}, H={n_heads}: max abs difference {err:.3g}")
+    return report(name, True, "each head rotated on its own; (16, 2 heads), (32, 4 heads)")
