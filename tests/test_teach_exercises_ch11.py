@@ -9,10 +9,11 @@ import torch
 from attn_core import attention
 from attn_core.layers.simplified import centring_matrix
 from attn_core.teach.exercises.ch11 import (
-    check_half_fixed_shaped,
+    check_half_fixed_diagnosis,
     check_padded_shaped,
     check_shaped_decode_step,
     check_uniform_stack_prediction,
+    half_fixed_matrix,
     padded_variant,
     uniform_stack,
 )
@@ -94,35 +95,35 @@ def test_padded_shaped_library_module_is_the_c_slip(capsys):
 
 
 # exercise 11.4: the half-fixed shaped attention (mask applied, full C kept) ------------
-def _shaped(masked=True, full_c=False):
-    def fn(q, k, v, alpha, beta, gamma):
-        soft = attention(q, k, v, is_causal=masked)
-        T = q.shape[-2]
-        mean = v.mean(-2, keepdim=True) if full_c else centring_matrix(T, dtype=v.dtype) @ v
-        a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
-        return a * v + b * soft - c * mean
-
-    return fn
+def test_half_fixed_matrix_is_identity_plus_causal_minus_full_uniform():
+    T = 6
+    C = centring_matrix(T, dtype=torch.float64)
+    full = torch.full((T, T), 1 / T, dtype=torch.float64)
+    assert torch.allclose(half_fixed_matrix(T), torch.eye(T, dtype=torch.float64) + C - full)
 
 
-def _shaped_by_cummean(q, k, v, alpha, beta, gamma):
-    """An independent right answer: the running mean by cumsum, the softmax by SDPA."""
-    T = q.shape[-2]
-    soft = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    mean = v.cumsum(-2) / torch.arange(1, T + 1, dtype=v.dtype)[:, None]
-    a, b, c = (t.view(-1, 1, 1) for t in (alpha, beta, gamma))
-    return a * v + b * soft - c * mean
+_RIGHT_DIAGNOSIS = {"leaks at init": True, "mistake left": "C", "A[0, 5] at init": -1 / 6}
+
+
+def _diagnose(**changes):
+    return _RIGHT_DIAGNOSIS | changes
 
 
 ANSWERS = {
-    check_half_fixed_shaped: (
-        [_shaped(), _shaped_by_cummean],
+    check_half_fixed_diagnosis: (
+        [_RIGHT_DIAGNOSIS, _diagnose(**{"A[0, 5] at init": -0.1666667})],
         [
-            (_shaped(full_c=True), "still averages all T values"),
-            (_shaped(masked=False), "the mask must be applied"),
-            (_shaped(masked=False, full_c=True), "both mistakes"),
-            (lambda q, k, v, a, b, c: _shaped()(q, k, v, a, b, c) * 1.01, "11.4"),
-            (lambda q, k, v, a, b, c: v[..., :2, :], "11.4"),
+            (_diagnose(**{"leaks at init": False}), "nothing to cancel against"),
+            (_diagnose(**{"leaks at init": "yes"}), "give True or False"),
+            (_diagnose(**{"mistake left": "mask"}), "the term that is subtracted"),
+            (_diagnose(**{"mistake left": "softmax"}), "give 'mask' or 'C'"),
+            (_diagnose(**{"A[0, 5] at init": 0}), "not in the subtracted term"),
+            (_diagnose(**{"A[0, 5] at init": 1 / 6}), "the sign"),
+            (_diagnose(**{"A[0, 5] at init": -1 / 5}), "all T = 6"),
+            (_diagnose(**{"A[0, 5] at init": -0.2}), "all T = 6"),
+            (_diagnose(**{"A[0, 5] at init": -0.3}), "not what the matrix holds"),
+            (_diagnose(**{"A[0, 5] at init": "-1/6"}), "give a number"),
+            ({"leaks at init": True}, "give a dict with the keys"),
         ],
     ),
     check_uniform_stack_prediction: (

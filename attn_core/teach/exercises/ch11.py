@@ -14,7 +14,8 @@ __all__ = [
     "check_shaped_decode_step",
     "check_padded_shaped",
     "check_uniform_stack_prediction",
-    "check_half_fixed_shaped",
+    "check_half_fixed_diagnosis",
+    "half_fixed_matrix",
 ]
 
 
@@ -221,7 +222,7 @@ def check_padded_shaped(fn: Callable[..., torch.Tensor]) -> bool:
 
 def _one_mistake(q, k, v, alpha, beta, gamma, *, masked: bool, causal_c: bool):
     """Shaped attention with the softmax masked or not and ``C`` causal or full (both right:
-    the chapter's version; the others: the mistakes exercise 11.4's check names).
+    the chapter's version; masked with the full ``C``: exercise 11.4's half-fixed version).
 
     Shapes:
         q, k, v: ``(B, H, T, D)``; gains: ``(H,)``; returns ``(B, H, T, D)``
@@ -233,46 +234,73 @@ def _one_mistake(q, k, v, alpha, beta, gamma, *, masked: bool, causal_c: bool):
     return a * v + b * soft - g * mean
 
 
-def check_half_fixed_shaped(fn: Callable[..., torch.Tensor]) -> bool:
-    """Exercise 11.4, find the bug: ``fn(q, k, v, alpha, beta, gamma)`` is the reader's fix of a
-    shaped attention that keeps one of the leaky version's two mistakes (it masks the softmax
-    but subtracts the mean of *all* values, the full ``C``).
+#: Exercise 11.4's half-fixed version: the mask applied by the core, the full ``C`` kept.
+HALF_FIXED = dict(masked=True, causal_c=False)
 
-    The check runs ``fn`` with random queries and gains and at initialisation (zero queries,
-    ``β = γ = 1``), where a single mistake already leaks. The slips it names: the function
-    returned unchanged (full ``C``), the other single mistake (causal ``C``, softmax unmasked)
-    and both mistakes at once.
+
+def half_fixed_matrix(T: int = 6) -> torch.Tensor:
+    """The matrix ``A`` of the half-fixed shaped attention at initialisation, measured.
+
+    Zero queries, ``α = β = γ = 1`` and one-hot values (the identity), so the output *is*
+    ``A``: row ``i`` holds the weight query ``i`` gives each key.
 
     Shapes:
-        q, k, v: ``(B, H, T, D)``; alpha, beta, gamma: ``(H,)``; fn's output: ``(B, H, T, D)``
+        output: ``(T, T)``
+    """
+    g = torch.Generator().manual_seed(114)
+    k = torch.randn(1, 1, T, T, generator=g, dtype=torch.float64)
+    v = torch.eye(T, dtype=torch.float64)[None, None]  # (1, 1, T, T): token t is e_t
+    ones = torch.ones(1, dtype=torch.float64)
+    return _one_mistake(torch.zeros_like(k), k, v, ones, ones, ones, **HALF_FIXED)[0, 0]
+
+
+def check_half_fixed_diagnosis(predicted: dict) -> bool:
+    """Exercise 11.4, find the bug: predict what a half-fixed shaped attention does at initialisation.
+
+    ``predicted`` has three keys: ``"leaks at init"`` (does the causality test catch the
+    half-fixed version at initialisation, ``True`` or ``False``), ``"mistake left"``
+    (``"mask"`` or ``"C"``: which of the leaky version's two mistakes it keeps) and
+    ``"A[0, 5] at init"`` (the weight query 0 gives key 5 in its matrix ``A`` for ``T = 6``,
+    ``α = β = γ = 1``). The check measures ``A`` with :func:`half_fixed_matrix`. The slips
+    it names: "no leak" (the two-mistake version's answer), the wrong mistake, a weight of
+    0, the wrong sign and the wrong count of values averaged.
     """
     name = "11.4 half-fixed shaped"
-    g = torch.Generator().manual_seed(114)
-    B, H, T, D = 2, 3, 6, 4
-    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
-    gains = tuple(1 + 0.3 * torch.randn(H, generator=g, dtype=torch.float64) for _ in range(3))
-    ones = tuple(torch.ones(H, dtype=torch.float64) for _ in range(3))
-    cases = {"random queries and gains": (q, gains), "at initialisation": (torch.zeros_like(q), ones)}
+    keys = ("leaks at init", "mistake left", "A[0, 5] at init")
+    if not isinstance(predicted, dict) or set(predicted) != set(keys):
+        wanted = ", ".join(repr(k) for k in keys)
+        return report(name, False, f"give a dict with the keys {wanted}, got {describe(predicted)}")
+    A = half_fixed_matrix(6)  # (6, 6)
+    leaks = bool(A.triu(1).abs().max() > 1e-9)
+    if not isinstance(predicted["leaks at init"], bool):
+        return report(name, False, f"'leaks at init': give True or False, not {describe(predicted['leaks at init'])}")
+    if predicted["leaks at init"] is not leaks:
+        return report(
+            name,
+            False,
+            "'leaks at init': one mistake alone has nothing to cancel against: compare "
+            "the masked softmax at q = 0 with the term subtracted",
+        )
+    if predicted["mistake left"] not in ("mask", "C"):
+        return report(name, False, f"'mistake left': give 'mask' or 'C', not {describe(predicted['mistake left'])}")
+    if predicted["mistake left"] != "C":
+        return report(
+            name,
+            False,
+            "'mistake left': is_causal=True lets the core apply the mask; look at the term that is subtracted",
+        )
+    weight = predicted["A[0, 5] at init"]
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        return report(name, False, f"'A[0, 5] at init': give a number, not {describe(weight)}")
+    measured = A[0, 5].item()
     slips = [
-        (dict(masked=True, causal_c=False),
-         "the softmax is masked, but the centring term still averages all T values: "
-         "C's row i must average positions 0..i only"),
-        (dict(masked=False, causal_c=True),
-         "C is causal now, but the softmax sees every key: the mask must be applied"),
-        (dict(masked=False, causal_c=False), "both mistakes: full C and an unmasked softmax"),
-    ]  # fmt: skip
-    for case, (qc, gc) in cases.items():
-        try:
-            got = fn(qc.clone(), k.clone(), v.clone(), *(t.clone() for t in gc))
-        except Exception as e:  # a learner's bug should print, not stop the notebook
-            return report(name, False, f"{type(e).__name__}: {e}")
-        want = _reference_shaped(qc, k, v, *gc)  # (B, H, T, D)
-        if not (isinstance(got, torch.Tensor) and got.shape == want.shape):
-            return compare(f"{name} ({case})", got, want, atol=1e-8)
-        if torch.allclose(got.double(), want, atol=1e-8):
-            continue
-        for flags, hint in slips:
-            if torch.allclose(got.double(), _one_mistake(qc, k, v, *gc, **flags), atol=1e-8):
-                return report(name, False, f"{case}: {hint}")
-        return compare(f"{name} ({case})", got, want, atol=1e-8)
-    return report(name, True, "causal at init and with random queries (1e-8)")
+        (0.0, "query 0 sees only key 0 in the softmax, but not in the subtracted term"),
+        (-measured, "the sign: that term is subtracted"),
+        (-1 / 5, "how many values does the subtracted mean average? all T = 6 of them"),
+    ]
+    if abs(weight - measured) <= 1e-6:
+        return report(name, True, f"A[0, 5] = {measured:.4f} at initialisation: the future leaks")
+    for wrong, hint in slips:
+        if abs(weight - wrong) <= 1e-6:
+            return report(name, False, f"'A[0, 5] at init': {hint}")
+    return report(name, False, f"'A[0, 5] at init': {weight:g} is not what the matrix holds (tolerance 1e-6)")
