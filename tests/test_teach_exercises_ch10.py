@@ -55,6 +55,13 @@ def last_token_only(model, T, vocab_size):  # changes the last token only: a lea
     return bool(torch.allclose(_logits(model, changed)[:, :-1], _logits(model, idx)[:, :-1]))
 
 
+def first_query_only(model, T, vocab_size):  # changes tokens 1..T-1, compares query 0 only
+    idx = torch.randint(0, vocab_size, (4, T), generator=torch.Generator().manual_seed(0))
+    changed = idx.clone()
+    changed[:, 1:] = (changed[:, 1:] + 1) % vocab_size
+    return bool(torch.allclose(_logits(model, changed)[:, 0], _logits(model, idx)[:, 0]))
+
+
 def needs_every_key(model, T, vocab_size):  # "causal" = sees the past and not the future
     idx = torch.randint(0, vocab_size, (4, T), generator=torch.Generator().manual_seed(0))
     if not right_probe(model, T, vocab_size):
@@ -113,12 +120,17 @@ def _crossover_from_module(c):  # counts the 2-D weights of the built model inst
 
 ANSWERS = {
     check_parameter_shares: (
-        [_predictions(), _predictions(digits=2)],
+        [_predictions(), _predictions(digits=2), _predictions(digits=1)],
         [
             (_predictions(tied_twice=True), "counted once"),
             (_predictions(untied_once=True), "two V × d matrices"),
             (_predictions(of_blocks=True), "share of the blocks"),
             ({"qwen3_0_6b": {"embedding": 0.1, "mlp": 0.6}, "llama3_8b": {}}, "too low"),
+            # the vocabulary's share guessed to grow with the model: it falls
+            (
+                {"qwen3_0_6b": {"embedding": 0.13, "mlp": 0.44}, "llama3_8b": {"embedding": 0.26, "mlp": 0.7}},
+                "qwen3_0_6b embedding = 0.130 is too low",
+            ),
             ({"qwen3_0_6b": 0.26}, "give a dict"),
         ],
     ),
@@ -130,6 +142,7 @@ ANSWERS = {
             (needs_every_key, "'causal window': said not causal"),
             (lambda m, T, V: True, "'prefix LM': said causal"),
             (last_token_only, "'prefix LM': said causal"),
+            (first_query_only, "'query 5 sees key 7': said causal"),
             (lambda m, T, V: 1, "bool"),
         ],
     ),

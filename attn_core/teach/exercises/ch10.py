@@ -16,7 +16,7 @@ __all__ = ["check_parameter_shares", "check_causality_test", "check_attention_cr
 # The released shapes of exercise 10.1, by preset name.
 _SHARE_PRESETS = ("qwen3_0_6b", "llama3_8b")
 _SHARE_PARTS = ("embedding", "mlp")
-_SHARE_TOLERANCE = 0.01
+_SHARE_TOLERANCE = 0.05  # a prediction, not a count: to the nearest 5 points
 
 
 @functools.cache
@@ -63,7 +63,8 @@ def check_parameter_shares(predicted: dict) -> bool:
     (the token embedding and the output layer, a tied matrix once) and ``"mlp"`` (every
     block's MLP), each a fraction of all the model's parameters. The check builds each
     model on the ``meta`` device and counts its parameters; a prediction passes within
-    0.01 (one percentage point).
+    0.05 (five percentage points: an estimate from the config's fields, made before
+    counting, is enough; the slips it names are further off).
     """
     name = "10.1 parameter shares"
     if not isinstance(predicted, dict) or set(predicted) != set(_SHARE_PRESETS):
@@ -138,6 +139,12 @@ def _causal_models() -> dict[str, tuple[torch.nn.Module, bool]]:
             _MaskedLM(lambda T: _ones(T).tril() | (torch.arange(T)[:, None] == 0) & (torch.arange(T) == T - 1)),
             False,
         ),
+        # query 5 sees key 7, and query 0 nothing later: a probe that changes the later
+        # tokens but compares query 0's logits only misses it
+        "query 5 sees key 7": (
+            _MaskedLM(lambda T: _ones(T).tril() | (torch.arange(T)[:, None] == 5) & (torch.arange(T) == 7)),
+            False,
+        ),
         # sliding window of 3: causal, though it sees fewer keys
         "causal window": (_MaskedLM(lambda T: _ones(T).tril() & _ones(T).triu(-2)), True),
     }
@@ -148,10 +155,11 @@ def check_causality_test(fn: Callable[..., bool]) -> bool:
 
     ``model(idx)`` maps ``(B, T)`` token ids to ``(B, T, V)`` logits. ``fn`` must return
     True exactly when no position's logits depend on a later token. The check runs it
-    on five toy models: a causal one, a prefix LM (its first 4 tokens see each other: no
+    on six toy models: a causal one, a prefix LM (its first 4 tokens see each other: no
     query sees the last key through it), one whose query ``t`` sees ``t + 2`` but not
-    ``t + 1``, one whose first query sees the last key, and a causal sliding window
-    (causal, though it does not see every earlier key).
+    ``t + 1``, one whose first query sees the last key, one whose query 5 sees key 7
+    (query 0 sees nothing later), and a causal sliding window (causal, though it does
+    not see every earlier key).
     """
     name = "10.2 causality test"
     wrong = []
@@ -167,7 +175,11 @@ def check_causality_test(fn: Callable[..., bool]) -> bool:
             wrong.append(f"{label!r}: said {'causal' if got else 'not causal'}")
     if wrong:
         return report(name, False, "; ".join(wrong))
-    return report(name, True, "5 models, 2 causal and 3 with a leak, each told apart")
+    models = _causal_models()
+    leaky = sum(not causal for _, causal in models.values())
+    return report(
+        name, True, f"{len(models)} models, {len(models) - leaky} causal and {leaky} with a leak, each told apart"
+    )
 
 
 # Exercise 10.3: the configurations, by the name a verdict gives them.
