@@ -130,7 +130,7 @@ def check_block_gather(fn) -> bool:
         wrong = int((got != keys).flatten(1).any(1).sum())  # NaN differs from everything
         why = f"{wrong} of {T} positions wrong" + (" (NaN)" if torch.isnan(got).any() else "")
         return report(name, False, f"H={H}, table {table}, T={T}: {why}")
-    return report(name, True, "the stored keys (1-4 heads, tables out of order, part blocks)")
+    return report(name, True, "the stored keys (1-4 heads, shuffled tables, part blocks)")
 
 
 # (p, q, k): target and draft laws over 4 tokens, proposals per call; alpha = sum(min(p, q))
