@@ -63,6 +63,29 @@ def test_equal_hashes_with_other_tokens_are_not_shared(monkeypatch):
     assert cache.match([5, 6, 7]) == []
 
 
+def test_a_collision_of_the_chained_part_is_not_shared(monkeypatch):
+    # The hash forgets the block before (a collision of the chained part, forced): block X
+    # computed after B must not be shared by a query whose X follows A.
+    pool = BlockPool(8, 2)
+    cache = PrefixCache(pool)
+    monkeypatch.setattr("attn_core.serving.prefix.block_hash", lambda previous, tokens: hash(tokens))
+    a = _computed(cache, [1, 2, 7, 7, 0])  # blocks A, Y
+    b = _computed(cache, [3, 4, 5, 6, 0])  # blocks B, X: X's hash is X's tokens' alone
+    assert cache.match([1, 2, 5, 6, 0]) == a[:1]  # A found; X's parent is B, not A
+    assert cache.match([3, 4, 5, 6, 9]) == b[:2]  # after B, X is found
+    cache.release(a)
+    cache.release(b)
+
+
+def test_block_hash_is_the_same_in_every_process():
+    import subprocess
+    import sys
+
+    code = "from attn_core.serving.prefix import block_hash; print(block_hash(block_hash(None, (1, 2)), (3,)))"
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout for _ in range(2)}
+    assert len(runs) == 1 and runs != {""}
+
+
 def test_disabled_shares_nothing():
     cache = PrefixCache(BlockPool(4, 2), enabled=False)
     _computed(cache, [1, 2, 3])

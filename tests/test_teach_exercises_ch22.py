@@ -91,8 +91,8 @@ ANSWERS = {
     check_block_gather: (
         [_gather],
         [
-            (_gather_heads_mixed, "positions and heads mixed"),
-            (_gather_in_order, "read a slot never written"),
+            (_gather_heads_mixed, "H=3, table [5, 2, 7], T=11: 11 of 11 positions wrong"),
+            (_gather_in_order, "positions wrong (NaN)"),
             (_gather_whole_blocks, "expected (11, 3, 3)"),
         ],
     ),

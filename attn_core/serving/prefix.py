@@ -4,8 +4,12 @@ Requests often begin with the same tokens (a system prompt, a few-shot preamble)
 keys and values at those positions are the same, so a block computed for one request can
 be *shared* by the next instead of computed again (vLLM's automatic prefix caching;
 SGLang's RadixAttention keeps a tree of the same information). A full block is known by
-a hash of its tokens *chained with the previous block's hash*: equal hashes mean equal
-tokens at every earlier position too, which is what makes the keys and values equal.
+a hash of its tokens *chained with the previous block's hash*, so that equal hashes mean
+equal tokens at every earlier position too (up to collisions), which is what makes the
+keys and values equal. A hash only finds a candidate: a block is matched when its own
+tokens equal the query's *and* its parent (the block before it when it was computed) is
+the block matched just before, so by induction every earlier token was compared and a
+collision, of the block's own hash or of the chained part, cannot share a wrong block.
 
 A shared block is held by every sequence that uses it (the pool's reference count). When
 the last one releases it, it stays in the pool with its contents and its hash, at the
@@ -27,10 +31,13 @@ __all__ = ["block_hash", "PrefixCache"]
 def block_hash(previous: int | None, tokens: tuple[int, ...]) -> int:
     """The hash of a full block: its tokens chained with the hash of the block before it (``None`` for the first).
 
-    Python's hash of a tuple of ints is deterministic (strings' is salted per process,
-    ints' is not); a collision is caught by :class:`PrefixCache`, which also compares tokens.
+    Only ints are hashed (the first block chains from -1, a value Python's ``hash`` never
+    returns), so the value is the same in every process: ``hash(None)`` is not before
+    Python 3.12, and strings' hashes are salted per process. The hash only proposes a
+    block; :meth:`PrefixCache.match` checks the block's tokens and its parent, so a
+    collision is not trusted.
     """
-    return hash((previous, tuple(tokens)))
+    return hash((-1 if previous is None else previous, tuple(tokens)))
 
 
 class PrefixCache:
@@ -52,7 +59,8 @@ class PrefixCache:
         self.pool = check_instance("pool", pool, BlockPool)
         self.enabled = check_bool("enabled", enabled)
         self._by_hash: dict[int, int] = {}  # hash -> block
-        self._of_block: dict[int, tuple[int, tuple[int, ...]]] = {}  # block -> (hash, its tokens)
+        # block -> (hash, its tokens, its parent: the block before it, None for the first)
+        self._of_block: dict[int, tuple[int, tuple[int, ...], int | None]] = {}
         self.evicted = 0
 
     @property
@@ -74,14 +82,19 @@ class PrefixCache:
     def match(self, tokens: list[int]) -> list[int]:
         """The cached blocks that hold a prefix of ``tokens`` (at most all but its last token), in order.
 
-        The last token is always left to compute: its logits are the next token's.
+        The last token is always left to compute: its logits are the next token's. A block
+        found by hash is used only if its tokens are the query's and its parent is the
+        block matched before it: the hash is not trusted alone (collisions).
         """
         if not self.enabled:
             return []
         found = []
         for h, chunk in self._hashes(tokens, (len(tokens) - 1) // self.block_size):
             block = self._by_hash.get(h)
-            if block is None or self._of_block[block][1] != chunk:
+            if block is None:
+                break
+            _, held, parent = self._of_block[block]
+            if held != chunk or parent != (found[-1] if found else None):
                 break
             found.append(block)
         return found
@@ -107,7 +120,7 @@ class PrefixCache:
         for _ in range(self.blocks_to_grow(table, positions)):
             block = self.pool.allocate()
             if block in self._of_block:  # the least recently used kept block: forget what it held
-                h, _ = self._of_block.pop(block)
+                h, _, _ = self._of_block.pop(block)
                 del self._by_hash[h]
                 self.evicted += 1
             table.append(block)
@@ -120,7 +133,9 @@ class PrefixCache:
         """Make the full blocks among the first ``computed`` positions findable by their hash.
 
         A block whose hash already names another block (two sequences computed the same
-        prefix at once) stays private to its sequence.
+        prefix at once) stays private to its sequence. Each block records its parent,
+        ``table[i - 1]``: a parent is released after its children (a table releases last
+        first, and whoever holds a child holds its parent), so it is evicted after them.
         """
         if not self.enabled:
             return
@@ -129,7 +144,7 @@ class PrefixCache:
             if block in self._of_block or h in self._by_hash:
                 continue
             self._by_hash[h] = block
-            self._of_block[block] = (h, chunk)
+            self._of_block[block] = (h, chunk, table[i - 1] if i else None)
 
     def release(self, table: list[int]) -> None:
         """Release every block of ``table`` and empty it; kept blocks are released last-first.

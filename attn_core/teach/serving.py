@@ -15,6 +15,8 @@ the book compares it with, so that a notebook cell stays a few lines:
   reference every batched result is compared with, token for token.
 * :func:`first_layers`: a draft for speculative decoding made of a model's first layers
   and its own head (no training: the model exits early).
+* :class:`CallTimes`: the CPU seconds and token count of every call of a model, to
+  split a schedule's time into its prefill and decoding steps.
 * :class:`HFContinuousBatching`: transformers' continuous batching
   (``model.init_continuous_batching``), kept running between calls so that a timing
   measures generation, not the start of its thread.
@@ -26,6 +28,7 @@ Shape legend:
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -43,6 +46,7 @@ __all__ = [
     "generate_alone",
     "HFContinuousBatching",
     "first_layers",
+    "CallTimes",
 ]
 
 
@@ -249,3 +253,37 @@ def first_layers(model: nn.Module, n_layers: int) -> nn.Module:
     draft.blocks = nn.ModuleList(list(model.blocks)[:n_layers])
     draft.config = replace(model.config, n_layers=n_layers)
     return draft
+
+
+class CallTimes:
+    """Records ``(tokens, cpu seconds)`` for every call of ``model`` while entered.
+
+    ``tokens`` is the size of the call's token ids (rows times positions; a packed engine
+    step is one row). CPU time of this process, as the book's timings count it.
+
+    Example:
+        with CallTimes(model) as t:
+            run()
+        t.calls  # [(377, 1.5), (7, 0.2), ...]
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.calls, self._hooks = model, [], []
+
+    def __enter__(self) -> CallTimes:
+        def start(module, args, kwargs):
+            self._start = time.process_time()
+
+        def stop(module, args, kwargs, output):
+            ids = args[0] if args else kwargs["idx"]
+            self.calls.append((ids.numel(), time.process_time() - self._start))
+
+        self._hooks = [
+            self.model.register_forward_pre_hook(start, with_kwargs=True),
+            self.model.register_forward_hook(stop, with_kwargs=True),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self._hooks:
+            hook.remove()

@@ -126,15 +126,11 @@ def check_block_gather(fn) -> bool:
             return report(name, False, f"length {T}, {H} heads: got {shape}, expected {tuple(keys.shape)}")
         if torch.equal(got, keys):
             continue
-        flat = pool[torch.tensor(table)].reshape(-1, H, D)[:T]  # (T, H, D): heads not moved behind positions
-        if torch.allclose(got.double(), flat, equal_nan=True):
-            why = "positions and heads mixed; a block is (H, S, D)"
-        elif torch.isnan(got).any():
-            why = "read a slot never written (a wrong block or slot)"
-        else:
-            why = "wrong values"
-        return report(name, False, f"{H} heads: {why}")
-    return report(name, True, "the stored keys (1-4 heads, tables out of order, part blocks)")
+        # Name the failing case and what differs, not the cause: finding it is the exercise.
+        wrong = int((got != keys).flatten(1).any(1).sum())  # NaN differs from everything
+        why = f"{wrong} of {T} positions wrong" + (" (NaN)" if torch.isnan(got).any() else "")
+        return report(name, False, f"H={H}, table {table}, T={T}: {why}")
+    return report(name, True, "the stored keys (1-4 heads, shuffled tables, part blocks)")
 
 
 # (p, q, k): target and draft laws over 4 tokens, proposals per call; alpha = sum(min(p, q))
@@ -177,7 +173,8 @@ def check_tokens_per_call(fn) -> bool:
             return report(name, False, f"expected a number, got {type(got).__name__}")
         with torch.random.fork_rng():
             measured = measured_tokens_per_call(p, q, k)
-        # 1000 rounds: the mean's standard error is below 0.03
+        # 1000 rounds: the mean's standard error is 0.028 (alpha=0.6, k=2) and 0.049
+        # (alpha=0.85, k=4); 0.12 is 2.4 of the larger, and the seed fixes the draw.
         if abs(got - measured) > 0.12:
             typical = {  # the typical slips, recognised by their values
                 (1 - alpha**k) / (1 - alpha): "the target's own token is missing",
