@@ -77,7 +77,7 @@ def check_router_z_loss(fn: Callable) -> bool:
             return report(name, False, f"{label}: {detail}")
         if not got.requires_grad:
             return report(name, False, "the loss must be differentiable in the logits")
-    return report(name, True, "equals the reference on 3 cases, shifted logits included")
+    return report(name, True, "equals the reference on 3 cases, shifted ones included")
 
 
 def _mixtral_logit_grad(logits: torch.Tensor, expert_out: torch.Tensor, grad_out: torch.Tensor, k: int) -> torch.Tensor:
