@@ -5,31 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from attn_core.teach.exercises.ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
+from attn_core.teach.exercises.ch19 import check_router_logit_grad, check_router_z_loss, check_sequence_balance_loss
 
 
-def _keep(experts, E, capacity):
-    N, k = experts.shape
-    keep = torch.zeros(N, k, dtype=torch.bool)
-    used = [0] * E
-    for slot in range(k):
-        for t in range(N):
-            e = int(experts[t, slot])
-            if used[e] < capacity:
-                keep[t, slot], used[e] = True, used[e] + 1
-    return keep
-
-
-def _keep_token_major(experts, E, capacity):  # token by token: a token's second choice before later first choices
-    N, k = experts.shape
-    keep = torch.zeros(N, k, dtype=torch.bool)
-    used = [0] * E
-    for t in range(N):
-        for slot in range(k):
-            e = int(experts[t, slot])
-            if used[e] < capacity:
-                keep[t, slot], used[e] = True, used[e] + 1
-    return keep
+def _z(z):
+    return torch.logsumexp(z, dim=-1).pow(2).mean()
 
 
 # --- the new 19.1 and 19.2 (check_router_logit_grad, check_sequence_balance_loss)
@@ -82,12 +62,15 @@ def _unnormalised(scores, experts, E):  # raw sigmoid scores as P
 
 
 ANSWERS = {
-    check_capacity_keep: (
-        [_keep],
+    check_router_z_loss: (
+        [_z],
         [
-            (_keep_token_major, "first choices come first"),
-            (lambda e, E, c: torch.ones_like(e, dtype=torch.bool), "more than capacity"),
-            (lambda e, E, c: _keep(e.flip(0), E, c).flip(0), "first choices come first"),  # later tokens first
+            (lambda z: torch.logsumexp(z, dim=-1).mean(), "expected"),  # not squared
+            (lambda z: z.pow(2).mean(), "expected"),  # the logits squared
+            (lambda z: torch.logsumexp(z - z.mean(-1, keepdim=True), -1).pow(2).mean(), "constant"),
+            (lambda z: torch.logsumexp(z, dim=-1).pow(2).sum(), "expected"),  # a sum over tokens
+            (lambda z: _z(z).detach(), "differentiable"),
+            (lambda z: torch.logsumexp(z, dim=-1).pow(2), "scalar tensor"),
         ],
     ),
     check_router_logit_grad: (

@@ -40,7 +40,7 @@ from .ch15 import check_mixed_cache_bytes, check_ring_read, check_sink_attention
 from .ch16 import check_gate_parameters, check_qk_norm_bound, check_whole_projection_bound
 from .ch17 import check_delta_rule_step, check_linear_attention_step, check_state_bytes
 from .ch18 import check_window_plus_topk
-from .ch19 import check_capacity_keep, check_router_logit_grad, check_sequence_balance_loss
+from .ch19 import check_router_logit_grad, check_router_z_loss, check_sequence_balance_loss
 from .ch20 import check_ntk_base, check_partial_rope, check_yarn_logit_scale, check_yarn_ramp
 from .ch21 import check_combine_with_sink, check_softcap_kernel, check_visited_tiles
 from .ch22 import check_block_gather, check_prefix_hits, check_tokens_per_call
@@ -126,8 +126,8 @@ __all__ = [
     "check_window_plus_topk",
     # ch19
     "check_router_logit_grad",
+    "check_router_z_loss",
     "check_sequence_balance_loss",
-    "check_capacity_keep",
     # ch20
     "check_yarn_ramp",
     "check_ntk_base",

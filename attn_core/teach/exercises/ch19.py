@@ -2,7 +2,7 @@
 
 * 19.1 the router's gradient, derived by hand (``check_router_logit_grad``);
 * 19.2 DeepSeek-V3's complementary sequence-wise balance loss (``check_sequence_balance_loss``);
-* 19.3 capacity: which assignments an expert of limited capacity keeps.
+* 19.3 ST-MoE's router z-loss (``check_router_z_loss``).
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from typing import Callable
 
 import torch
 
-from ...modules.router import capacity_keep
 from ._common import describe, report
 
 __all__ = [
-    "check_capacity_keep",
     "check_router_logit_grad",
+    "check_router_z_loss",
     "check_sequence_balance_loss",
 ]
 
@@ -35,34 +34,50 @@ def _call(name: str, fn: Callable, *args):
         return _RAISED
 
 
-def check_capacity_keep(fn: Callable) -> bool:
-    """Exercise 19.3: ``fn(experts, n_experts, capacity) -> keep``, which assignments fit their expert.
+def _z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Reference for 19.3: ST-MoE's router z-loss, the mean over tokens of ``logsumexp(z)²``."""
+    return torch.logsumexp(logits, dim=-1).pow(2).mean()
 
-    Each expert computes at most ``capacity`` assignments. Priority: every token's *first*
-    choice before any second choice (GShard), and within one choice, earlier tokens first.
-    Compared with :class:`attn_core.MixtureOfExperts`'s own rule.
+
+def check_router_z_loss(fn: Callable) -> bool:
+    """Exercise 19.3: ``fn(logits) -> z_loss``, ST-MoE's router z-loss (without its weight).
+
+    ``(1/N) Σ_t (log Σ_e exp z_te)²`` over the ``N`` tokens of ``logits``, whatever its
+    leading dimensions, differentiable. Unlike the router's softmax, it changes when every
+    logit of a token moves by the same constant: that is what keeps the logits small. Checked
+    on random logits of two shapes and on logits shifted by a constant.
 
     Shapes:
-        experts: ``(N, k)`` int64; keep: ``(N, k)`` bool
+        logits: ``(..., E)``; output: ``()``
     """
-    name = "19.3 capacity: kept assignments"
-    g = torch.Generator().manual_seed(193)
-    for N, E, k, capacity in ((8, 4, 1, 1), (10, 4, 2, 3), (12, 3, 2, 5)):
-        experts = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(N)])  # distinct per token
-        want = capacity_keep(experts, E, capacity)
-        got = _call(name, fn, experts.clone(), E, capacity)
+    name = "19.3 the router z-loss"
+    g = torch.Generator().manual_seed(196)
+    base = torch.randn(6, 4, generator=g, dtype=F64)
+    cases = [
+        ("(6, 4) random", base),
+        ("(2, 5, 8) random", 2 * torch.randn(2, 5, 8, generator=g, dtype=F64)),
+        ("(6, 4) + 5 on every logit", base + 5.0),
+    ]
+    for label, logits in cases:
+        want = _z_loss(logits)
+        z = logits.clone().requires_grad_()
+        got = _call(name, fn, z)
         if got is _RAISED:
             return False
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            return report(name, False, f"return a bool tensor of shape {tuple(want.shape)}, got {describe(got)}")
-        if not torch.equal(got.bool(), want):
-            per_expert = torch.bincount(experts[got.bool()], minlength=E)
-            if (per_expert > capacity).any():
-                return report(name, False, f"an expert keeps more than capacity={capacity}: {per_expert.tolist()}")
-            return report(
-                name, False, f"N={N}, k={k}, capacity={capacity}: other assignments kept (first choices come first)"
-            )
-    return report(name, True, "the same assignments as MixtureOfExperts keeps, 3 cases")
+        if not isinstance(got, torch.Tensor) or got.numel() != 1:
+            return report(name, False, f"return a scalar tensor, got {describe(got)}")
+        if not abs(got.detach().double().item() - want.item()) < 1e-9:
+            detail = f"got {got.item():.6f}, expected {want.item():.6f}"
+            try:  # the softmax's blind spot: blind to a constant added to every logit
+                shifted = fn(base.clone()) - fn(base.clone() + 5.0)
+                if abs(float(shifted)) < 1e-9:
+                    detail = "a constant added to every logit must change it (the softmax hides it)"
+            except Exception:  # the verdict above stands
+                pass
+            return report(name, False, f"{label}: {detail}")
+        if not got.requires_grad:
+            return report(name, False, "the loss must be differentiable in the logits")
+    return report(name, True, "equals the reference on 3 cases, shifted ones included")
 
 
 def _mixtral_logit_grad(logits: torch.Tensor, expert_out: torch.Tensor, grad_out: torch.Tensor, k: int) -> torch.Tensor:
