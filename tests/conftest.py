@@ -5,6 +5,9 @@ Import them by name (``from conftest import qkv``): pytest puts this folder on t
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import torch
 from torch import nn
 
@@ -83,6 +86,32 @@ def decoder(config: DecoderConfig, seed: int = 0) -> DecoderLM:
     model = DecoderLM(config)
     randomise_shaped_queries(model, seed=seed)
     return model
+
+
+def peaked_decoder(config: DecoderConfig) -> DecoderLM:
+    """A seeded float64 ``DecoderLM(config)`` in eval mode whose logits are far from uniform.
+
+    Its output layer is scaled by 30, so greedy tokens are never near ties and a test that
+    compares two ways of decoding token for token cannot flip on rounding.
+    """
+    torch.manual_seed(0)
+    model = DecoderLM(config).to(F64).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    return model
+
+
+def require_smollm2_gguf():
+    """The path of SmolLM2's GGUF file; skip the test when it is not fetched (fail under CI)."""
+    from attn_core.hf import smollm2
+
+    path = smollm2.gguf_path()
+    if not path.is_file():
+        why = f"{path} not fetched (run `{smollm2.FETCH_COMMAND}`)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"under CI nothing is skipped: {why}")
+        pytest.skip(why)
+    return path
 
 
 def leaks(fn, x: torch.Tensor) -> bool:

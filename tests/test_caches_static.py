@@ -15,6 +15,7 @@ from attn_core.caches.static import StaticKVCache, StaticLatentKVCache, filled_m
 from attn_core.config import Indexer, LayerPattern, Positions
 from attn_core.model.generation import generate
 from attn_core.positions.rope_scaling import DynamicNTKScaling
+from conftest import peaked_decoder
 
 F64 = torch.float64
 _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=32)
@@ -40,12 +41,7 @@ CONFIGS = {
 }
 
 
-def _model(config: DecoderConfig) -> DecoderLM:
-    torch.manual_seed(0)
-    model = DecoderLM(config).to(F64).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)  # logits far from uniform: greedy tokens are not near ties
-    return model
+_model = peaked_decoder  # logits far from uniform: greedy tokens are not near ties
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

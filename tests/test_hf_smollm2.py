@@ -13,12 +13,13 @@ float64 with Hugging Face's float32-by-design paths lifted (``exact_hf`` from
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
+
+from conftest import require_smollm2_gguf
 
 pytest.importorskip("transformers", minversion="5.0")
 pytest.importorskip("gguf")
@@ -37,13 +38,7 @@ MARY_JOHN_IDS = [2427, 5099, 284, 2322, 3514, 288, 260, 4249, 28, 2322, 4502, 25
 
 @pytest.fixture(scope="module")
 def gguf():
-    path = smollm2.gguf_path()
-    if not path.is_file():
-        why = f"{path} not fetched (run `{smollm2.FETCH_COMMAND}`)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"under CI nothing is skipped: {why}")
-        pytest.skip(why)
-    return path
+    return require_smollm2_gguf()
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,14 @@ recomputation), with prefix sharing or without, every block is free after ``run`
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from attn_core import DecoderConfig, DecoderLM, generate
+from attn_core import DecoderConfig, generate
 from attn_core.caches.quantized import WithQuantizedCache
 from attn_core.config import LayerPattern
 from attn_core.serving import Engine, EngineStats
+from conftest import peaked_decoder, require_smollm2_gguf
 
 F64 = torch.float64
 _SMALL = dict(vocab_size=24, d_model=32, n_heads=4, max_len=64)
@@ -33,12 +32,7 @@ SETTINGS = {  # num_blocks, max_batch_tokens of block_size 4
 }
 
 
-def _model(config: DecoderConfig) -> DecoderLM:
-    torch.manual_seed(0)
-    model = DecoderLM(config).to(F64).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)  # logits far from uniform: greedy tokens are not near ties
-    return model
+_model = peaked_decoder  # logits far from uniform: greedy tokens are not near ties
 
 
 def _requests(n: int = 7, seed: int = 0) -> list[tuple[list[int], int]]:
@@ -174,12 +168,7 @@ def test_bad_input_is_refused():
 def smollm2():
     from attn_core.hf import smollm2
 
-    path = smollm2.gguf_path()
-    if not path.is_file():
-        why = f"{path} not fetched (run `{smollm2.FETCH_COMMAND}`)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"under CI nothing is skipped: {why}")
-        pytest.skip(why)
+    require_smollm2_gguf()
     return smollm2.load_smollm2(torch.float32)  # (model, tokenizer)
 
 
